@@ -1,0 +1,89 @@
+"""Patch embedding: cut the image into non-overlapping patches and project each one to `embed_dim`.
+
+Two formulations of the same linear map:
+
+* `PatchEmbed` uses a Conv2d whose kernel and stride both equal the patch size. Each output
+  position sees exactly one patch, so the convolution *is* a Linear layer applied per patch,
+  and it is the fast path (one cuDNN/oneDNN call, no copy of the patches).
+* `unfold_linear_patch_embed` is the tutorial form: `F.unfold` flattens every patch into a vector
+  of C * ph * pw values (channel-major, then rows, then columns) and an `nn.Linear` projects it.
+  With the conv weight reshaped to (D, C * ph * pw) the two give the same output
+  (tests/layers/test_patch_embed.py proves it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .helpers import to_2tuple
+
+
+class PatchEmbed(nn.Module):
+    """(B, C, H, W) image -> (B, N, D) patch tokens, N = (H / ph) * (W / pw), row-major order."""
+
+    def __init__(
+        self,
+        *,
+        img_size: int | tuple[int, int] = 224,
+        patch_size: int | tuple[int, int] = 16,
+        in_chans: int = 3,
+        embed_dim: int = 768,
+    ) -> None:
+        super().__init__()
+        self.img_size = to_2tuple(img_size, "img_size")
+        self.patch_size = to_2tuple(patch_size, "patch_size")
+        for axis, size, patch in zip(("height", "width"), self.img_size, self.patch_size):
+            if size <= 0 or patch <= 0 or size % patch:
+                raise ValueError(
+                    f"img_size {self.img_size} is not divisible by patch_size {self.patch_size} "
+                    f"({axis}: {size} % {patch} = {size % patch if patch > 0 else 'n/a'}); "
+                    "expected positive sizes with img_size a multiple of patch_size"
+                )
+        self.in_chans = in_chans
+        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Raise a ValueError naming expected and given shape when `x` does not fit this model."""
+        expected = (self.in_chans, *self.img_size)
+        if x.ndim != 4 or tuple(x.shape[1:]) != expected:
+            raise ValueError(
+                f"input image has shape {tuple(x.shape)}, expected (batch, {expected[0]}, "
+                f"{expected[1]}, {expected[2]}) = (B, in_chans, height, width) for this model; "
+                "resize the image or create the model with matching img_size / in_chans"
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.check_input(x)
+        x = self.proj(x)  # (B, D, gh, gw)
+        return x.flatten(2).transpose(1, 2)  # (B, N, D), patches in row-major order
+
+    def as_linear(self) -> nn.Linear:
+        """The same projection as an nn.Linear over flattened patches (sharing no storage)."""
+        d, c, ph, pw = self.proj.weight.shape
+        linear = nn.Linear(c * ph * pw, d, bias=self.proj.bias is not None)
+        with torch.no_grad():
+            linear.weight.copy_(self.proj.weight.reshape(d, c * ph * pw))
+            if self.proj.bias is not None:
+                linear.bias.copy_(self.proj.bias)
+        return linear
+
+
+def patchify(x: torch.Tensor, patch_size: int | tuple[int, int]) -> torch.Tensor:
+    """(B, C, H, W) -> (B, N, C * ph * pw): every patch flattened channel-major, patches row-major."""
+    ph, pw = to_2tuple(patch_size, "patch_size")
+    if x.ndim != 4 or x.shape[-2] % ph or x.shape[-1] % pw:
+        raise ValueError(
+            f"patchify expects (B, C, H, W) with H % {ph} == 0 and W % {pw} == 0, got {tuple(x.shape)}"
+        )
+    return F.unfold(x, kernel_size=(ph, pw), stride=(ph, pw)).transpose(1, 2)
+
+
+def unfold_linear_patch_embed(
+    x: torch.Tensor, linear: nn.Linear, patch_size: int | tuple[int, int]
+) -> torch.Tensor:
+    """The tutorial formulation: flatten patches with unfold, then project them with a Linear."""
+    return linear(patchify(x, patch_size))
