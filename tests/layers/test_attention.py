@@ -1,0 +1,62 @@
+"""Multi-head self-attention against an explicit softmax(q k^T / sqrt(d)) v written out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from vitzoo.layers import Attention
+
+
+def reference_attention(attn: Attention, x: torch.Tensor) -> torch.Tensor:
+    """The textbook computation: separate q, k, v projections (rows [q | k | v] of the fused
+    weight), one softmax per head, heads concatenated, output projection."""
+    B, N, D = x.shape
+    H = attn.num_heads
+    d = D // H
+    w, b = attn.qkv.weight, attn.qkv.bias
+    heads = []
+    for h in range(H):
+        rows = [slice(part * D + h * d, part * D + (h + 1) * d) for part in range(3)]
+        q, k, v = (x @ w[r].T + (b[r] if b is not None else 0) for r in rows)  # (B, N, d) each
+        weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(d), dim=-1)  # (B, N, N)
+        heads.append(weights @ v)
+    return attn.proj(torch.cat(heads, dim=-1))
+
+
+@pytest.mark.parametrize("dim, num_heads, qkv_bias", [(12, 3, True), (16, 1, True), (8, 4, False)])
+def test_matches_explicit_softmax_reference(dim, num_heads, qkv_bias):
+    torch.manual_seed(0)
+    attn = Attention(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias).eval()
+    if qkv_bias:
+        torch.nn.init.normal_(attn.qkv.bias)  # nonzero, so the bias layout is checked too
+    else:
+        assert attn.qkv.bias is None
+    x = torch.randn(2, 5, dim)
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x), reference_attention(attn, x), rtol=1e-5, atol=1e-5)
+
+
+def test_scale_is_inverse_sqrt_head_dim():
+    attn = Attention(dim=64, num_heads=4)
+    assert attn.head_dim == 16
+    assert attn.scale == pytest.approx(0.25)
+
+
+def test_attention_dropout_only_in_train():
+    torch.manual_seed(0)
+    attn = Attention(dim=8, num_heads=2, attn_drop=0.5)
+    x = torch.randn(2, 6, 8)
+    with torch.no_grad():
+        attn.eval()
+        torch.testing.assert_close(attn(x), reference_attention(attn, x), rtol=1e-5, atol=1e-5)
+        attn.train()
+        assert not torch.allclose(attn(x), reference_attention(attn, x))
+
+
+@pytest.mark.parametrize("dim, num_heads", [(10, 3), (8, 0)])
+def test_embed_dim_not_divisible_by_num_heads_is_a_value_error(dim, num_heads):
+    with pytest.raises(ValueError, match=rf"embed_dim {dim} is not divisible by num_heads {num_heads}"):
+        Attention(dim=dim, num_heads=num_heads)

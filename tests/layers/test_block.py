@@ -1,0 +1,36 @@
+"""The pre-norm encoder block: x + attn(norm1(x)), then + mlp(norm2(x)); stochastic depth per block."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from vitzoo.layers import Block, DropPath, Mlp
+
+
+def test_block_is_two_pre_norm_residual_branches():
+    torch.manual_seed(0)
+    block = Block(dim=12, num_heads=3, mlp_ratio=2.0, norm_eps=1e-5).eval()
+    assert block.norm1.eps == 1e-5 and block.norm2.eps == 1e-5
+    assert block.mlp.fc1.out_features == 24
+    x = torch.randn(2, 7, 12)
+    with torch.no_grad():
+        h = x + block.attn(block.norm1(x))
+        expected = h + block.mlp(block.norm2(h))
+        torch.testing.assert_close(block(x), expected)
+
+
+def test_drop_path_only_when_asked():
+    assert isinstance(Block(dim=8, num_heads=2).drop_path1, nn.Identity)
+    block = Block(dim=8, num_heads=2, drop_path=0.2)
+    assert isinstance(block.drop_path1, DropPath) and block.drop_path1.drop_prob == 0.2
+    assert isinstance(block.drop_path2, DropPath)
+
+
+def test_mlp_is_fc1_exact_gelu_fc2():
+    torch.manual_seed(0)
+    mlp = Mlp(dim=6, hidden_dim=10).eval()
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        expected = mlp.fc2(torch.nn.functional.gelu(mlp.fc1(x), approximate="none"))
+        torch.testing.assert_close(mlp(x), expected)

@@ -1,0 +1,83 @@
+"""PatchEmbed (Conv2d, kernel = stride = patch) is the same linear map as the tutorial's
+unfold + Linear, for square and rectangular images and patches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from vitzoo.layers import PatchEmbed, patchify, unfold_linear_patch_embed
+
+
+@pytest.mark.parametrize(
+    "img_size, patch_size, in_chans",
+    [
+        (32, 16, 1),  # the MNIST tutorial: 2x2 patches
+        (28, 4, 1),
+        (24, 8, 3),
+        ((24, 40), 8, 3),  # rectangular image, square patches
+        ((24, 40), (4, 8), 2),  # rectangular image and patches
+        ((12, 30), (6, 5), 3),
+    ],
+)
+def test_conv_equals_unfold_linear_with_shared_weights(img_size, patch_size, in_chans):
+    torch.manual_seed(0)
+    embed = PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=7)
+    h, w = embed.img_size
+    ph, pw = embed.patch_size
+    x = torch.randn(3, in_chans, h, w)
+
+    conv_out = embed(x)
+    assert conv_out.shape == (3, (h // ph) * (w // pw), 7)
+    assert embed.grid_size == (h // ph, w // pw)
+    assert embed.num_patches == (h // ph) * (w // pw)
+
+    linear = embed.as_linear()
+    # Shared weights: the Linear's weight is the conv kernel, flattened channel-major.
+    assert torch.equal(linear.weight, embed.proj.weight.reshape(7, -1))
+    torch.testing.assert_close(unfold_linear_patch_embed(x, linear, patch_size), conv_out, rtol=1e-5, atol=1e-5)
+
+
+def test_unfold_linear_matches_a_hand_built_linear_and_patch_order():
+    """Independent of `as_linear`: copy the weights by hand and check a patch against slicing."""
+    torch.manual_seed(1)
+    embed = PatchEmbed(img_size=(8, 12), patch_size=(4, 6), in_chans=2, embed_dim=5)
+    linear = nn.Linear(2 * 4 * 6, 5)
+    with torch.no_grad():
+        linear.weight.copy_(embed.proj.weight.flatten(1))
+        linear.bias.copy_(embed.proj.bias)
+    x = torch.randn(2, 2, 8, 12)
+    torch.testing.assert_close(unfold_linear_patch_embed(x, linear, (4, 6)), embed(x), rtol=1e-5, atol=1e-5)
+
+    patches = patchify(x, (4, 6))
+    assert patches.shape == (2, 4, 48)
+    # Patches are row-major over the grid; each is flattened channel, then row, then column.
+    assert torch.equal(patches[:, 1], x[:, :, 0:4, 6:12].reshape(2, -1))
+    assert torch.equal(patches[:, 2], x[:, :, 4:8, 0:6].reshape(2, -1))
+
+
+@pytest.mark.parametrize(
+    "img_size, patch_size",
+    [(30, 16), ((32, 30), 16), (32, (16, 7)), (0, 16)],
+)
+def test_img_size_not_divisible_by_patch_size_is_a_value_error(img_size, patch_size):
+    with pytest.raises(ValueError, match="not divisible by patch_size"):
+        PatchEmbed(img_size=img_size, patch_size=patch_size, in_chans=1, embed_dim=4)
+
+
+def test_bad_size_types_are_type_errors():
+    with pytest.raises(TypeError, match="img_size"):
+        PatchEmbed(img_size=(32, 32, 32), patch_size=16)
+    with pytest.raises(TypeError, match="patch_size"):
+        PatchEmbed(img_size=32, patch_size=16.0)
+
+
+def test_wrong_input_shape_names_expected_and_given():
+    embed = PatchEmbed(img_size=(32, 48), patch_size=16, in_chans=3, embed_dim=4)
+    with pytest.raises(ValueError, match=r"\(2, 1, 32, 48\).*\(batch, 3, 32, 48\)"):
+        embed(torch.zeros(2, 1, 32, 48))
+    with pytest.raises(ValueError, match=r"\(2, 3, 48, 32\).*\(batch, 3, 32, 48\)"):
+        embed(torch.zeros(2, 3, 48, 32))
+    with pytest.raises(ValueError, match="patchify"):
+        patchify(torch.zeros(1, 3, 30, 32), 16)
