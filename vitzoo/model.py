@@ -251,3 +251,14 @@ class VisionTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         return self.forward_head(self.forward_features(x))
+
+    def forward_with_attention(self, x: torch.Tensor) -> tuple[Any, list[torch.Tensor]]:
+        """`forward(x)` plus every block's attention weights, a list of `depth` (B, heads, N, N)
+        tensors (token order: prefix tokens, then patches row-major). The weights are computed
+        explicitly for this call only (see layers.attention.capture_attention); `forward` itself
+        keeps the fused kernel."""
+        from .layers.attention import capture_attention
+
+        with capture_attention(self) as weights:
+            output = self(x)
+        return output, weights
