@@ -10,9 +10,7 @@ from torch import nn
 import vitzoo
 from vitzoo import ViTConfig, VisionTransformer
 from vitzoo.layers import DropPath, to_2tuple
-from vitzoo.registry import count_parameters
-
-from vitzoo.registry import get_entry
+from vitzoo.registry import count_parameters, get_entry
 
 # Only the built-in zoo: names other tests or plugins register are not this file's business.
 BUILTIN_NAMES = [name for name in vitzoo.list_models() if get_entry(name).origin == "built-in"]
