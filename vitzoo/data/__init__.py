@@ -1,0 +1,78 @@
+"""Datasets for fine-tuning: MNIST, Fashion-MNIST, the embedded MNIST sample and image folders,
+decoded once into uint8 tensors and augmented a batch at a time.
+
+    splits = vitzoo.data.load_data("mnist-sample")                 # offline, ships with vitzoo
+    splits = vitzoo.data.load_data("fashion-mnist", data_dir="~/data")
+    splits = vitzoo.data.load_data("folder", path="pets/", store_size=256)
+    train_tf = vitzoo.data.BatchTransform(spec=InputSpec.from_model(model), train=True)
+"""
+
+from __future__ import annotations
+
+import os
+
+from .augment import BatchTransform, InputSpec, convert_channels
+from .folder import CorruptImageError, FolderDataError, load_image_folder, store_size_for
+from .idx import IdxFormatError, read_idx, write_idx
+from .loader import BatchLoader
+from .mnist import (
+    DEFAULT_DATA_DIR,
+    FASHION_CLASSES,
+    MNIST_CLASSES,
+    SAMPLE_DIR,
+    DatasetNotFoundError,
+    load_mnist,
+    load_mnist_sample,
+)
+from .tensors import DataSplits, ImageTensors
+
+DATASETS = ("mnist-sample", "mnist", "fashion-mnist", "folder")
+
+
+def load_data(
+    name: str,
+    *,
+    path: str | os.PathLike[str] | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    download: bool = True,
+    store_size: int = 256,
+    val_split: float | None = None,
+    seed: int = 0,
+    strict: bool = False,
+) -> DataSplits:
+    """One entry point for every dataset name in DATASETS ("folder" needs `path`)."""
+    if name == "mnist-sample":
+        return load_mnist_sample()
+    if name in ("mnist", "fashion-mnist"):
+        return load_mnist(name, data_dir, download=download)
+    if name == "folder":
+        if path is None:
+            raise ValueError("dataset 'folder' needs a path: --data folder PATH")
+        return load_image_folder(path, store_size=store_size, val_split=val_split, seed=seed, strict=strict)
+    raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
+
+
+__all__ = [
+    "DATASETS",
+    "DEFAULT_DATA_DIR",
+    "FASHION_CLASSES",
+    "MNIST_CLASSES",
+    "SAMPLE_DIR",
+    "BatchLoader",
+    "BatchTransform",
+    "CorruptImageError",
+    "DataSplits",
+    "DatasetNotFoundError",
+    "FolderDataError",
+    "IdxFormatError",
+    "ImageTensors",
+    "InputSpec",
+    "convert_channels",
+    "load_data",
+    "load_image_folder",
+    "load_mnist",
+    "load_mnist_sample",
+    "read_idx",
+    "store_size_for",
+    "write_idx",
+]
