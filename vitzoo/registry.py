@@ -261,5 +261,11 @@ def model_info(name: str) -> dict[str, Any]:
 
 
 def _discover_plugins() -> None:
-    """Import the built-in zoo once (and, via plugins.py, third-party entry points)."""
+    """Import the built-in zoo once, then third-party entry points once (vitzoo/plugins.py)."""
     from . import zoo  # noqa: F401  (registers the built-in models on first import)
+
+    if len(_current_origin) > 1:
+        return  # the built-in zoo or a plugin is being imported: plugins come after it is complete
+    from . import plugins
+
+    plugins.discover()

@@ -1,0 +1,7 @@
+"""`python -m vitzoo ...` runs the `vitzoo` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

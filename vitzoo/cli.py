@@ -1,0 +1,424 @@
+"""The `vitzoo` command (also `python -m vitzoo`).
+
+    vitzoo list [PATTERN...] [--pretrained]       names, sizes, compute, origin
+    vitzoo info NAME[.TAG]                         config, parameters, GFLOPs, sources, preprocessing
+    vitzoo download NAME[.TAG]...                  fill the weights cache ahead of air-gapped use
+    vitzoo convert SRC DST [--to vitzoo|timm]      rewrite a checkpoint in another layout
+    vitzoo predict NAME IMAGE... [--weights SRC]   top-k labels and probabilities
+    vitzoo finetune / eval / viz ...               training and pictures (vitzoo.train, vitzoo.viz)
+
+Every subcommand has --help, prints a table for people and JSON with --json.
+Exit codes: 0 success, 2 bad usage (argparse's convention), 1 failure, with a one-line
+"vitzoo: error: ..." on stderr; --debug shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+PROG = "vitzoo"
+
+
+class UsageError(Exception):
+    """Arguments that parse but make no sense together: exit code 2, like argparse's own errors."""
+
+
+# ------------------------------------------------------------------------------------ output
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns, numbers right-aligned, two spaces apart."""
+    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(_is_number(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace(",", "").removesuffix("M"))
+    except ValueError:
+        return False
+    return True
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False) else text)
+
+
+def _human_count(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n:,}"
+
+
+def _size(input_size: Sequence[int] | None) -> str:
+    return "x".join(map(str, input_size)) if input_size else "?"
+
+
+# ------------------------------------------------------------------------------------ list / info
+def _pattern(p: str) -> str:
+    # A bare word is a substring search ("deit" finds every DeiT); shell wildcards are used as given.
+    return p if any(ch in p for ch in "*?[") else f"*{p}*"
+
+
+def _gflops_of(name: str, info: dict[str, Any]) -> float | None:
+    """GFLOPs of one image at the model's input size; None when it cannot be measured."""
+    from .flops import measure_flops, vit_flops
+    from .model import ViTConfig
+
+    if info["config"] is not None:
+        return vit_flops(ViTConfig.from_dict(info["config"])).total / 1e9
+    import torch
+
+    from .registry import get_entry
+
+    try:  # a builder that returns something other than our ViT: count it on the meta device
+        with torch.device("meta"):
+            model = get_entry(name).builder()
+        return measure_flops(model, tuple(info["preprocessing"]["input_size"])) / 1e9
+    except Exception:  # noqa: BLE001 — an unmeasurable third-party model shows "?" rather than failing
+        return None
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .registry import get_entry, list_models, model_info
+
+    patterns = [_pattern(p) for p in args.patterns] or ["*"]
+    names = list_models(patterns, pretrained=True if args.pretrained else None)
+    if not names:
+        what = " ".join(args.patterns) if args.patterns else "*"
+        kind = "pretrained model" if args.pretrained else "model"
+        raise LookupError(f"no {kind} matches {what!r} (run `vitzoo list` to see every name)")
+    if args.pretrained:
+        rows = []
+        for full in names:
+            entry = get_entry(full)
+            tag = full.split(".", 1)[1]
+            cfg = entry.pretrained[tag]
+            rows.append({
+                "name": full, "default": tag == entry.default_tag, "source": cfg.source,
+                "input_size": list(cfg.input_size), "num_classes": cfg.num_classes,
+                "license": cfg.license, "origin": entry.origin,
+            })
+        text = _table(
+            ["NAME.TAG", "DEFAULT", "SOURCE", "INPUT", "CLASSES", "LICENSE"],
+            [[r["name"], "*" if r["default"] else "", r["source"], _size(r["input_size"]), r["num_classes"], r["license"] or "-"] for r in rows],
+        )
+    else:
+        rows = []
+        for name in names:
+            info = model_info(name)
+            rows.append({
+                "name": name, "num_params": info["num_params"], "gflops": _gflops_of(name, info),
+                "input_size": list(info["preprocessing"]["input_size"]),
+                "pretrained": list(info["pretrained"]), "origin": info["origin"],
+            })
+        text = _table(
+            ["NAME", "PARAMS", "GFLOPS", "INPUT", "PRETRAINED", "ORIGIN"],
+            [[r["name"], _human_count(r["num_params"]), "?" if r["gflops"] is None else f"{r['gflops']:.3g}",
+              _size(r["input_size"]), len(r["pretrained"]) or "-", r["origin"]] for r in rows],
+        )
+    _emit(args, rows, text)
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .registry import model_info
+
+    info = model_info(args.name)
+    info["gflops"] = _gflops_of(args.name, info)
+    pre = info["preprocessing"]
+    lines = [info["name"] + (f" — {info['description']}" if info["description"] else "")]
+    flops = "unknown (this model cannot run on the meta device)" if info["gflops"] is None else (
+        f"{info['gflops']:.4g} at {_size(pre['input_size'])} (one image, multiply-add = 2 FLOPs)"
+    )
+    lines += [
+        f"  origin       {info['origin']}",
+        f"  parameters   {info['num_params']:,} ({_human_count(info['num_params'])})",
+        f"  GFLOPs       {flops}",
+    ]
+    if info["config"]:
+        lines.append("config")
+        lines += [f"  {key:<20} {value}" for key, value in info["config"].items()]
+    lines.append("pretrained sources" + (" (the first is the default)" if info["pretrained"] else ""))
+    if not info["pretrained"]:
+        lines.append("  none (random init; use --weights / vitzoo.create(..., weights=...) for your own)")
+    for tag, cfg in info["pretrained"].items():
+        lines.append(f"  {info['name']}.{tag}")
+        lines.append(f"      source   {cfg['source']}   license {cfg['license'] or '-'}")
+        if cfg["description"]:
+            lines.append(f"      about    {cfg['description']}")
+    which = f" ({info['name']}.{info['default_pretrained']})" if info["default_pretrained"] else ""
+    lines.append(f"preprocessing{which}")
+    labels = pre["label_names"]
+    label_text = f"{len(labels)} names: {', '.join(labels[:5])}{', ...' if len(labels) > 5 else ''}" if labels else "indices"
+    lines += [
+        f"  input_size     {_size(pre['input_size'])}",
+        f"  mean / std     {tuple(pre['mean'])} / {tuple(pre['std'])}",
+        f"  interpolation  {pre['interpolation']}, crop_pct {pre['crop_pct']}",
+        f"  classes        {pre['num_classes']} ({label_text})",
+    ]
+    _emit(args, info, "\n".join(lines))
+    return 0
+
+
+# ------------------------------------------------------------------------------------ weights
+def _weights_api(name: str) -> Callable[..., Any]:
+    from . import weights
+
+    fn = getattr(weights, name, None)
+    if fn is None:
+        raise RuntimeError(f"vitzoo.weights.{name} is not available in this installation of vitzoo")
+    return fn
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    download = _weights_api("download")
+    result: dict[str, list[str]] = {}
+    for name in args.names:
+        result[name] = [str(p) for p in download(name)]
+    rows = [[name, path] for name, paths in result.items() for path in paths]
+    _emit(args, result, _table(["NAME", "CACHED FILE"], rows))
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    if not Path(args.src).exists() and ":" not in args.src:
+        raise FileNotFoundError(f"checkpoint {args.src!r} does not exist (expected a file, a directory, hf-hub:... or timm:...)")
+    convert = _weights_api("convert")
+    written = convert(args.src, args.dst, to=args.to, model=args.model)
+    dst = str(written) if isinstance(written, (str, Path)) else args.dst
+    data = {"src": args.src, "dst": dst, "to": args.to, "model": args.model}
+    _emit(args, data, f"converted {args.src} -> {dst} ({args.to} layout)")
+    return 0
+
+
+# ------------------------------------------------------------------------------------ predict
+def _load_image(path: str) -> Any:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return img.copy()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"image {path!r} does not exist") from None
+    except (UnidentifiedImageError, OSError) as exc:
+        raise OSError(f"cannot read image {path!r}: {exc} (expected a PNG, JPEG or other PIL-readable image)") from None
+
+
+def _preprocess(img: Any, cfg: Any) -> Any:
+    """PIL image -> normalised (C, H, W) tensor as the weights expect: resize so that a centre
+    crop of `crop_pct` of the image gives the input size, crop, scale to [0, 1], normalise."""
+    import torch
+    import torchvision.transforms.functional as TF
+    from torchvision.transforms import InterpolationMode
+
+    channels, height, width = cfg.input_size
+    img = img.convert("L" if channels == 1 else "RGB")
+    interpolation = InterpolationMode(cfg.interpolation)
+    if height == width:
+        img = TF.resize(img, int(height / cfg.crop_pct), interpolation=interpolation)  # shorter side
+    else:
+        img = TF.resize(img, [int(height / cfg.crop_pct), int(width / cfg.crop_pct)], interpolation=interpolation)
+    x = TF.to_tensor(TF.center_crop(img, [height, width]))
+    if x.shape[0] != channels:  # e.g. a 2- or 4-channel model: repeat grey/RGB to fill it
+        x = x.repeat(-(-channels // x.shape[0]), 1, 1)[:channels]
+    return TF.normalize(x, list(cfg.mean), list(cfg.std)).to(torch.float32)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import torch
+
+    import vitzoo
+
+    if args.topk < 1:
+        raise UsageError(f"--topk must be >= 1, got {args.topk}")
+    images = [_load_image(p) for p in args.images]  # read everything first: fail before the model loads
+    if args.weights is None:
+        _, pcfg = vitzoo.registry.get_pretrained_cfg(args.name)
+        if pcfg is None:
+            raise UsageError(
+                f"model {args.name!r} has no pretrained weights; pass --weights FILE|DIR|hf-hub:... "
+                "(e.g. a directory written by model.save_pretrained)"
+            )
+        model = vitzoo.create(args.name, pretrained=True)
+    else:
+        if ":" not in args.weights and not Path(args.weights).exists():
+            raise FileNotFoundError(f"weights {args.weights!r} do not exist (expected a file, a directory, hf-hub:... or timm:...)")
+        model = vitzoo.create(args.name, weights=args.weights)
+    model.eval()
+    cfg = model.pretrained_cfg
+    if cfg.num_classes <= 0:
+        raise ValueError(f"model {args.name!r} has no classifier (num_classes=0), so it cannot predict labels")
+    batch = torch.stack([_preprocess(img, cfg) for img in images])
+    with torch.inference_mode():
+        probs = torch.softmax(model(batch).float(), dim=-1)
+    k = min(args.topk, probs.shape[-1])
+    top_p, top_i = probs.topk(k, dim=-1)
+    labels = cfg.label_names
+    results = []
+    for path, ps, idx in zip(args.images, top_p.tolist(), top_i.tolist()):
+        preds = [{"index": i, "label": labels[i] if labels else str(i), "probability": p} for p, i in zip(ps, idx)]
+        results.append({"image": path, "predictions": preds})
+    rows = [
+        [r["image"] if rank == 0 else "", rank + 1, f"{p['probability']:.4f}", p["index"], p["label"]]
+        for r in results for rank, p in enumerate(r["predictions"])
+    ]
+    _emit(args, results, _table(["IMAGE", "RANK", "PROB", "CLASS", "LABEL"], rows))
+    return 0
+
+
+# ------------------------------------------------------------------------------------ delegated
+# name -> (module, configure function, run function, help). These subcommands are other parts of
+# vitzoo; their modules are imported only when that subcommand is used, so `vitzoo list` never
+# pays for matplotlib or the training code.
+DELEGATED = {
+    "finetune": ("vitzoo.train", "configure_finetune_parser", "run_finetune", "fine-tune a model (vitzoo.train)"),
+    "eval": ("vitzoo.train", "configure_eval_parser", "run_eval", "evaluate a model: accuracy and confusion matrix"),
+    "viz": ("vitzoo.viz", "configure_viz_parser", "run_viz", "draw patches, embeddings and attention as PNGs"),
+}
+
+
+def _configure_delegated(parser: argparse.ArgumentParser, command: str) -> None:
+    import importlib
+
+    module_name, configure, run, _ = DELEGATED[command]
+    try:
+        module = importlib.import_module(module_name)
+        configure_fn, run_fn = getattr(module, configure), getattr(module, run)
+    except (ImportError, AttributeError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        # Accept any arguments so that the one-line error below is what the user sees.
+        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        parser.description = f"{parser.description} — not available in this installation ({reason})"
+
+        def unavailable(args: argparse.Namespace) -> int:
+            raise RuntimeError(f"`vitzoo {command}` is not available in this installation ({reason})")
+
+        parser.set_defaults(handler=unavailable)
+        return
+    configure_fn(parser)
+    parser.set_defaults(handler=run_fn)
+
+
+# ------------------------------------------------------------------------------------ parser
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    # SUPPRESS: the subcommand's absent --debug must not overwrite `vitzoo --debug CMD`.
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+    return common
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The full parser; a delegated subcommand's own options are added only when `command` is it."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="A Vision Transformer model zoo: list, inspect, download, convert, predict, fine-tune.",
+        epilog="Exit codes: 0 success, 1 failure, 2 bad usage. `vitzoo CMD --help` describes each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"vitzoo {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = [_common()]
+
+    p = sub.add_parser("list", parents=common, help="list registered models", description=(
+        "List registered models. PATTERN is a shell pattern (vit_*16); a bare word matches as a substring."))
+    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="shell-style pattern(s); a bare word matches anywhere")
+    p.add_argument("--pretrained", action="store_true", help="list NAME.TAG for every pretrained source instead")
+    p.set_defaults(handler=cmd_list)
+
+    p = sub.add_parser("info", parents=common, help="config, parameters, GFLOPs, sources, preprocessing, origin",
+                       description="Describe one model: its config, parameter count, GFLOPs at its input size, "
+                       "pretrained sources, preprocessing and origin (built-in, plugin or user code).")
+    p.add_argument("name", metavar="NAME[.TAG]", help="a registered model, optionally with a pretrained tag")
+    p.set_defaults(handler=cmd_info)
+
+    p = sub.add_parser("download", parents=common, help="fetch pretrained weights into the cache",
+                       description="Fetch weights into the Hugging Face cache ahead of time, for later offline use "
+                       "(HF_HUB_OFFLINE=1). Honours HF_ENDPOINT, HF_HOME and HF_HUB_CACHE.")
+    p.add_argument("names", nargs="+", metavar="NAME[.TAG]", help="models (their default source, or the tag's)")
+    p.set_defaults(handler=cmd_download)
+
+    p = sub.add_parser("convert", parents=common, help="convert a checkpoint between layouts",
+                       description="Read a checkpoint in any supported layout (timm, transformers, Google .npz, "
+                       "torchvision, vitzoo) and write it in vitzoo's layout (a save_pretrained directory) or timm's.")
+    p.add_argument("src", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name>")
+    p.add_argument("dst", metavar="DST", help="where to write the converted checkpoint")
+    p.add_argument("--to", choices=["vitzoo", "timm"], default="vitzoo", help="target layout (default: vitzoo)")
+    p.add_argument("--model", metavar="NAME", help="the vitzoo model the checkpoint belongs to (when it cannot be inferred)")
+    p.set_defaults(handler=cmd_convert)
+
+    p = sub.add_parser("predict", parents=common, help="classify images: top-k labels and probabilities",
+                       description="Classify images with a model's pretrained weights (or --weights), using the "
+                       "preprocessing those weights expect.")
+    p.add_argument("name", metavar="NAME[.TAG]", help="a registered model")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
+    p.add_argument("--weights", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name> instead of the default source")
+    p.add_argument("--topk", type=int, default=5, metavar="K", help="how many classes to show per image (default: 5)")
+    p.set_defaults(handler=cmd_predict)
+
+    for name, (_, _, _, help_text) in DELEGATED.items():
+        p = sub.add_parser(name, help=help_text, description=help_text, conflict_handler="resolve")
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+        if name == command:
+            _configure_delegated(p, name)
+    return parser
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named in argv: the first word that is not a top-level option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: Any = None, line: str | None = None) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; returns the exit code (the console script passes it to sys.exit)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_in(argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors (2)
+        return int(exc.code or 0)
+    debug = bool(getattr(args, "debug", False))
+    with warnings.catch_warnings():
+        if not debug:
+            warnings.showwarning = _one_line_warning
+        try:
+            return int(args.handler(args) or 0)
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # `vitzoo list | head`
+            sys.stderr.close()
+            return 0
+        except Exception as exc:  # noqa: BLE001 — the command's contract: one line, no traceback
+            if debug:
+                raise
+            code = 2 if isinstance(exc, UsageError) else 1
+            hint = f" (see `{PROG} {args.command} --help`)" if code == 2 else ""
+            print(f"{PROG}: error: {_one_line(exc)}{hint}", file=sys.stderr)
+            return code
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    # KeyError wraps its message in quotes; other exceptions' own words are clearer without a type.
+    return text.strip("'\"") if isinstance(exc, KeyError) else text
+
+
+if __name__ == "__main__":
+    sys.exit(main())

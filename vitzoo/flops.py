@@ -1,0 +1,104 @@
+"""How much compute one forward pass costs: FLOPs of a ViT at its input size.
+
+Convention (the same as `torch.utils.flop_counter.FlopCounterMode`): only matrix products count,
+and one multiply-add is 2 FLOPs. Element-wise work (LayerNorm, GELU, softmax, bias adds, residuals)
+is left out — it is a few percent of a ViT and depends on kernels rather than on the architecture.
+So a number here is twice the "GMACs" that some tables quote: ViT-B/16 at 224 is 35.1 GFLOPs =
+17.6 GMACs.
+
+For a `ViTConfig` the count is a closed formula (`vit_flops`), which needs no model at all.
+For any other module (a plugin's builder may return anything) `measure_flops` runs one forward
+pass on the "meta" device under FlopCounterMode: shapes only, no memory, no arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .layers import to_2tuple
+from .model import ViTConfig
+
+
+@dataclass(frozen=True)
+class FlopBreakdown:
+    """FLOPs of one image through a ViT, by part (all multiply-adds counted as 2)."""
+
+    patch_embed: int
+    qkv_proj: int  # the fused q, k, v projection and the output projection
+    attention: int  # q @ k^T and attn @ v
+    mlp: int
+    head: int  # representation layer and classifier(s)
+
+    @property
+    def total(self) -> int:
+        return self.patch_embed + self.qkv_proj + self.attention + self.mlp + self.head
+
+
+def vit_flops(config: ViTConfig) -> FlopBreakdown:
+    """FLOPs of one image of `config.img_size` through a VisionTransformer built from `config`."""
+    (h, w), (ph, pw) = to_2tuple(config.img_size), to_2tuple(config.patch_size)
+    num_patches = (h // ph) * (w // pw)
+    tokens = num_patches + config.num_prefix_tokens
+    d = config.embed_dim
+    hidden = int(d * config.mlp_ratio)  # the Mlp's hidden width, as the Block computes it
+
+    # The patch conv is one (C*ph*pw -> D) linear map per patch.
+    patch_embed = 2 * num_patches * config.in_chans * ph * pw * d
+    # Per block: qkv (D -> 3D) and proj (D -> D) on every token; q k^T and attn v are each
+    # (tokens x tokens x D) multiply-adds summed over heads; fc1 (D -> hidden) and fc2 back.
+    qkv_proj = config.depth * 2 * tokens * d * (3 * d + d)
+    attention = config.depth * 2 * (2 * tokens * tokens * d)
+    mlp = config.depth * 2 * tokens * (d * hidden + hidden * d)
+    # The head sees one pooled feature per classifier (two with a distillation token).
+    heads = 2 if config.distilled else 1
+    rep = config.representation_size
+    head = 0
+    if rep:
+        head += heads * 2 * d * rep
+    if config.num_classes > 0:
+        head += heads * 2 * (rep or d) * config.num_classes
+    return FlopBreakdown(patch_embed=patch_embed, qkv_proj=qkv_proj, attention=attention, mlp=mlp, head=head)
+
+
+def measure_flops(model: nn.Module, input_size: tuple[int, int, int]) -> int:
+    """FLOPs of one (C, H, W) input through any module, counted by FlopCounterMode.
+
+    The module is copied to the "meta" device first, so nothing is computed and no memory is used;
+    it must be one whose forward works on meta tensors (everything built from torch ops does)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    meta_model = model.to("meta") if _on_meta(model) else _meta_copy(model)
+    meta_model.eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        meta_model(torch.empty(1, *input_size, device="meta"))
+    return int(counter.get_total_flops())
+
+
+def _on_meta(model: nn.Module) -> bool:
+    return all(t.device.type == "meta" for t in [*model.parameters(), *model.buffers()])
+
+
+def _meta_copy(model: nn.Module) -> nn.Module:
+    import copy
+
+    # Deep-copying then moving keeps the caller's model untouched on its own device.
+    return copy.deepcopy(model).to("meta")
+
+
+def model_flops(model: nn.Module) -> int:
+    """FLOPs of one image at the model's own input size: the formula for a VisionTransformer,
+    a meta-device measurement for anything else (which then needs `model.pretrained_cfg`)."""
+    config = getattr(model, "config", None)
+    if isinstance(config, ViTConfig):
+        return vit_flops(config).total
+    cfg = getattr(model, "pretrained_cfg", None)
+    input_size = getattr(cfg, "input_size", None)
+    if input_size is None:
+        raise ValueError(
+            f"cannot tell the input size of {type(model).__name__}: it has no ViTConfig `config` and no "
+            "`pretrained_cfg.input_size`; call measure_flops(model, (C, H, W)) with the size instead"
+        )
+    return measure_flops(model, tuple(input_size))

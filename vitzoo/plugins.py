@@ -1,0 +1,162 @@
+"""Third-party models: packages that declare an entry point in the group "vitzoo.models".
+
+A plugin's pyproject.toml says
+
+    [project.entry-points."vitzoo.models"]
+    my_models = "my_package.models"             # a module that registers models when imported
+    more = "my_package.zoo:register_all"        # or a function called with no arguments
+
+and the registry imports every such entry point once, lazily, on its first use (the first
+`create`, `list_models`, `model_info`, ...), so that `import vitzoo` stays cheap and a broken
+plugin costs nothing until the zoo is used. Models registered while a plugin loads get the origin
+"plugin (<distribution name>)".
+
+What can go wrong, and what happens:
+* The plugin fails to import or its function raises: one `PluginWarning` naming the entry point,
+  its distribution and the error; whatever it had registered is rolled back and the rest of the zoo
+  keeps working.
+* The plugin registers a name that already exists (built-in or another plugin's) without
+  `override=True`: a `RegistryError` naming both origins. That is a conflict between two installed
+  packages which only the user can settle, so it is not swallowed: every registry call raises it
+  until one of the two packages is removed or renamed. The clashing plugin is rolled back whole.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+
+from . import registry
+from .registry import ModelEntry, RegistryError
+
+ENTRY_POINT_GROUP = "vitzoo.models"
+
+
+class PluginWarning(UserWarning):
+    """A plugin that could not be loaded (the zoo goes on without it)."""
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """What loading one entry point did."""
+
+    name: str  # the entry point's name
+    value: str  # "module" or "module:function"
+    distribution: str  # the distribution that declares it
+    models: tuple[str, ...]  # names it registered (empty when it failed)
+    error: str | None = None  # "ExceptionType: message" when it failed
+
+
+# Discovery state. `_lock` is re-entrant because a plugin's own `vitzoo.register(...)` call asks
+# the registry for plugins again while it is being loaded (it then returns at once).
+_lock = threading.RLock()
+_state: dict[str, object] = {"done": False, "running": False, "clash": None}
+_records: list[PluginRecord] = []
+# name -> (entry registered by a plugin, entry it replaced or None): lets `reset` undo plugins.
+_installed: dict[str, tuple[ModelEntry, ModelEntry | None]] = {}
+_imported_modules: set[str] = set()
+
+
+def discover() -> None:
+    """Load every "vitzoo.models" entry point once; a name clash is raised on every call."""
+    with _lock:
+        if _state["running"]:
+            return  # a plugin being loaded is registering: discovery is already underway
+        if not _state["done"]:
+            _state["running"] = True
+            try:
+                for ep in _entry_points():
+                    _load(ep)
+            finally:
+                _state["running"] = False
+                _state["done"] = True
+        clash = _state["clash"]
+        if clash is not None:
+            raise RegistryError(str(clash))
+
+
+def loaded_plugins() -> list[PluginRecord]:
+    """One record per entry point seen by discovery (it runs discovery if it has not run)."""
+    try:
+        discover()
+    except RegistryError:
+        pass  # the records say what clashed
+    return list(_records)
+
+
+def reset() -> None:
+    """Undo discovery: unregister plugin models (restoring what they overrode), forget the
+    plugins' modules, and let the next registry call discover again. For tests, and for an
+    interactive session after installing a plugin."""
+    with _lock:
+        for name, (entry, replaced) in _installed.items():
+            if registry._REGISTRY.get(name) is entry:
+                if replaced is None:
+                    del registry._REGISTRY[name]
+                else:
+                    registry._REGISTRY[name] = replaced
+        for module in _imported_modules:
+            for key in [k for k in sys.modules if k == module or k.startswith(module + ".")]:
+                del sys.modules[key]
+        _installed.clear()
+        _imported_modules.clear()
+        _records.clear()
+        _state.update(done=False, running=False, clash=None)
+        importlib.invalidate_caches()  # new distributions on sys.path become visible
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    # Sorted so that which of two clashing plugins is "first" does not depend on sys.path order.
+    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return sorted(eps, key=lambda ep: (_dist_name(ep), ep.name))
+
+
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return dist.metadata["Name"] if dist is not None and dist.metadata["Name"] else ep.value.split(":")[0]
+
+
+def _load(ep: importlib.metadata.EntryPoint) -> None:
+    dist = _dist_name(ep)
+    before = dict(registry._REGISTRY)
+    modules_before = set(sys.modules)
+    registry._current_origin.append(f"plugin ({dist})")
+    try:
+        target = ep.load()
+        if ep.attr is not None and callable(target):
+            target()
+    except RegistryError as exc:
+        _rollback(before)
+        _records.append(PluginRecord(ep.name, ep.value, dist, (), f"RegistryError: {exc}"))
+        if _state["clash"] is None:
+            _state["clash"] = exc
+        return
+    except Exception as exc:  # noqa: BLE001 — any failure inside third-party code means "skip it"
+        _rollback(before)
+        error = f"{type(exc).__name__}: {exc}"
+        _records.append(PluginRecord(ep.name, ep.value, dist, (), error))
+        warnings.warn(
+            f"vitzoo plugin {ep.name!r} ({ep.value}, distribution {dist!r}) failed to load and is "
+            f"skipped: {error}",
+            PluginWarning,
+            stacklevel=2,
+        )
+        return
+    finally:
+        registry._current_origin.pop()
+    # Only the plugin's own package is forgotten by `reset`, never the libraries it imported.
+    top = ep.module.split(".")[0]
+    _imported_modules.update(m for m in set(sys.modules) - modules_before if m.split(".")[0] == top)
+    added = [name for name, entry in registry._REGISTRY.items() if before.get(name) is not entry]
+    for name in added:
+        _installed[name] = (registry._REGISTRY[name], before.get(name))
+    _records.append(PluginRecord(ep.name, ep.value, dist, tuple(added)))
+
+
+def _rollback(before: dict[str, ModelEntry]) -> None:
+    # A plugin loads completely or not at all: a half-registered plugin would be worse than none.
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
