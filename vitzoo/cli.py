@@ -213,24 +213,24 @@ def _load_image(path: str) -> Any:
         raise OSError(f"cannot read image {path!r}: {exc} (expected a PNG, JPEG or other PIL-readable image)") from None
 
 
-def _preprocess(img: Any, cfg: Any) -> Any:
-    """PIL image -> normalised (C, H, W) tensor as the weights expect: resize so that a centre
-    crop of `crop_pct` of the image gives the input size, crop, scale to [0, 1], normalise."""
+def _prepare_batch(images: list[Any], model: Any) -> Any:
+    """PIL images -> the normalised batch the model's weights expect, through vitzoo.data's
+    evaluation transform (the one fine-tuning evaluates with): shorter side resized to
+    input / crop_pct, centre square, centre crop of the input size, channels converted, normalised."""
     import torch
-    import torchvision.transforms.functional as TF
-    from torchvision.transforms import InterpolationMode
+    import torchvision.transforms.v2.functional as TF
 
-    channels, height, width = cfg.input_size
-    img = img.convert("L" if channels == 1 else "RGB")
-    interpolation = InterpolationMode(cfg.interpolation)
-    if height == width:
-        img = TF.resize(img, int(height / cfg.crop_pct), interpolation=interpolation)  # shorter side
-    else:
-        img = TF.resize(img, [int(height / cfg.crop_pct), int(width / cfg.crop_pct)], interpolation=interpolation)
-    x = TF.to_tensor(TF.center_crop(img, [height, width]))
-    if x.shape[0] != channels:  # e.g. a 2- or 4-channel model: repeat grey/RGB to fill it
-        x = x.repeat(-(-channels // x.shape[0]), 1, 1)[:channels]
-    return TF.normalize(x, list(cfg.mean), list(cfg.std)).to(torch.float32)
+    from .data.augment import BatchTransform, InputSpec
+    from .data.folder import store_size_for
+
+    spec = InputSpec.from_model(model)
+    side = store_size_for(max(spec.size), spec.crop_pct)
+    squares = []
+    for img in images:
+        x = TF.pil_to_tensor(img.convert("RGB"))
+        x = TF.resize(x, [side], interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
+        squares.append(TF.center_crop(x, [side, side]))
+    return BatchTransform(spec=spec, train=False, kind="natural")(torch.stack(squares))
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -257,7 +257,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     cfg = model.pretrained_cfg
     if cfg.num_classes <= 0:
         raise ValueError(f"model {args.name!r} has no classifier (num_classes=0), so it cannot predict labels")
-    batch = torch.stack([_preprocess(img, cfg) for img in images])
+    batch = _prepare_batch(images, model)
     with torch.inference_mode():
         probs = torch.softmax(model(batch).float(), dim=-1)
     k = min(args.topk, probs.shape[-1])

@@ -1,0 +1,76 @@
+"""The FLOPs formula against torch's own counter (FlopCounterMode) on real forward passes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+import vitzoo
+from vitzoo.flops import measure_flops, model_flops, vit_flops
+from vitzoo.model import ViTConfig, VisionTransformer
+
+
+def counted(model: nn.Module, x: torch.Tensor) -> int:
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model.eval()(x)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        ViTConfig(img_size=32, patch_size=8, in_chans=3, num_classes=7, embed_dim=24, depth=2, num_heads=3),
+        # rectangular image and patches, avg pooling without class token, odd MLP ratio
+        ViTConfig(img_size=(24, 40), patch_size=(8, 4), num_classes=5, embed_dim=16, depth=3, num_heads=2,
+                  mlp_ratio=2.5, class_token=False, global_pool="avg"),
+        # distillation token (two heads) and the representation layer
+        ViTConfig(img_size=32, patch_size=16, num_classes=4, embed_dim=12, depth=1, num_heads=2,
+                  distilled=True, representation_size=20),
+        # no classifier: features only
+        ViTConfig(img_size=16, patch_size=4, in_chans=1, num_classes=0, embed_dim=8, depth=2, num_heads=2),
+    ],
+    ids=["plain", "rect-avg", "distilled-repr", "features"],
+)
+def test_formula_equals_flop_counter_on_cpu(config):
+    model = VisionTransformer(config)
+    h, w = (config.img_size, config.img_size) if isinstance(config.img_size, int) else config.img_size
+    assert vit_flops(config).total == counted(model, torch.randn(1, config.in_chans, h, w))
+
+
+def test_registered_models_match_flop_counter_on_meta():
+    """Every built-in config, counted at full size without allocating it (meta device)."""
+    for name in vitzoo.list_models():
+        with torch.device("meta"):
+            model = vitzoo.create(name)
+        model = model.to("meta")  # the sincos table is computed on the CPU even under a meta context
+        expected = counted(model, torch.empty(1, *model.pretrained_cfg.input_size, device="meta"))
+        assert vit_flops(model.config).total == expected, name
+        assert model_flops(model) == expected
+
+
+def test_known_figures():
+    # ViT-B/16 at 224 is the familiar 17.6 GMACs = 35.1 GFLOPs; DeiT-Ti 1.25 GMACs.
+    assert vit_flops(ViTConfig.from_dict(vitzoo.model_info("vit_b16")["config"])).total == 35_127_656_448
+    breakdown = vit_flops(ViTConfig(img_size=224, patch_size=16, embed_dim=192, depth=12, num_heads=3))
+    assert round(breakdown.total / 2e9, 2) == 1.25
+    assert breakdown.attention == 12 * 4 * 197 * 197 * 192
+
+
+def test_measure_flops_of_a_module_that_is_not_a_vit():
+    class TwoLayers(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3)
+            self.fc = nn.Linear(8, 10)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(self.conv(x).mean(dim=(2, 3)))
+
+    model = TwoLayers()
+    # conv: 8 outputs per position, 3*3*3 multiply-adds each, 6x6 positions; fc: 8 x 10.
+    assert measure_flops(model, (3, 8, 8)) == 2 * (6 * 6 * 8 * 27 + 8 * 10)
+    assert model.conv.weight.device.type == "cpu"  # the caller's model stays where it was
+    with pytest.raises(ValueError, match="cannot tell the input size of TwoLayers"):
+        model_flops(model)

@@ -1,0 +1,164 @@
+"""Plugins found through real entry-point discovery: each test writes a distribution (a module and
+its `.dist-info` with `entry_points.txt`) into a temporary directory, puts it on sys.path and lets
+`importlib.metadata` find it, exactly as for a pip-installed package."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo import plugins, registry
+from vitzoo.plugins import PluginWarning
+from vitzoo.registry import RegistryError
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "plugin_example"
+
+
+def write_dist(root: Path, dist: str, modules: dict[str, str], entry_points: dict[str, str]) -> None:
+    """A minimal installed distribution: modules at `root`, metadata in `<dist>-0.1.dist-info`."""
+    for name, source in modules.items():
+        (root / f"{name}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    lines = "\n".join(f"{name} = {value}" for name, value in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[vitzoo.models]\n{lines}\n")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A fresh directory on sys.path; plugin discovery is reset before and after the test."""
+    plugins.reset()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    plugins.reset()
+
+
+GOOD = """
+    import vitzoo
+    vitzoo.register("plug_tiny", base="vit_mnist_tiny", depth=1, description="from a plugin")
+
+    @vitzoo.register_model
+    def plug_builder(**overrides):
+        return vitzoo.VisionTransformer(vitzoo.ViTConfig(img_size=32, patch_size=16, in_chans=1,
+            num_classes=3, embed_dim=12, depth=1, num_heads=2).replace(**overrides))
+"""
+
+
+def test_plugin_models_are_discovered_lazily_with_their_origin(site):
+    write_dist(site, "good-plugin", {"good_plug": GOOD}, {"good": "good_plug"})
+    assert "good_plug" not in sys.modules  # nothing is imported before the registry is used
+    assert vitzoo.list_models("plug_*") == ["plug_builder", "plug_tiny"]
+    assert "good_plug" in sys.modules
+
+    info = vitzoo.model_info("plug_tiny")
+    assert info["origin"] == "plugin (good-plugin)"
+    assert info["config"]["depth"] == 1 and info["preprocessing"]["input_size"] == (1, 32, 32)  # inherited
+    assert vitzoo.model_info("plug_builder")["origin"] == "plugin (good-plugin)"
+    model = vitzoo.create("plug_builder", num_classes=5).eval()
+    assert model(torch.zeros(2, 1, 32, 32)).shape == (2, 5)
+    assert vitzoo.model_info("vit_mnist")["origin"] == "built-in"
+    [record] = plugins.loaded_plugins()
+    assert (record.distribution, record.models, record.error) == ("good-plugin", ("plug_tiny", "plug_builder"), None)
+
+    plugins.reset()  # unregisters the plugin's models
+    assert "plug_tiny" not in registry._REGISTRY
+
+
+def test_entry_point_can_name_a_function(site):
+    source = """
+        import vitzoo
+        def register_all():
+            vitzoo.register("plug_fn", base="vit_mnist_tiny", num_classes=4)
+    """
+    write_dist(site, "fn-plugin", {"fn_plug": source}, {"fn": "fn_plug:register_all"})
+    assert vitzoo.create("plug_fn")(torch.zeros(1, 1, 32, 32)).shape == (1, 4)
+    assert vitzoo.model_info("plug_fn")["origin"] == "plugin (fn-plugin)"
+
+
+def test_broken_plugin_warns_once_and_the_zoo_keeps_working(site):
+    broken = """
+        import vitzoo
+        vitzoo.register("plug_half", base="vit_mnist_tiny")  # registered before the failure...
+        import a_module_that_does_not_exist
+    """
+    write_dist(site, "broken-plugin", {"broken_plug": broken}, {"broken": "broken_plug"})
+    write_dist(site, "good-plugin", {"good_plug": GOOD}, {"good": "good_plug"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        names = vitzoo.list_models()
+        vitzoo.list_models()  # discovery runs once: no second warning
+    plugin_warnings = [w for w in caught if issubclass(w.category, PluginWarning)]
+    assert len(plugin_warnings) == 1
+    message = str(plugin_warnings[0].message)
+    assert "'broken'" in message and "broken-plugin" in message and "a_module_that_does_not_exist" in message
+    assert "plug_half" not in names  # ...and rolled back: a plugin loads whole or not at all
+    assert {"plug_tiny", "vit_b16"} <= set(names)  # the other plugin and the built-ins work
+
+
+def test_clash_with_a_builtin_is_an_error_naming_both_origins(site):
+    source = 'import vitzoo\nvitzoo.register("vit_s16", base="vit_mnist_tiny")\n'
+    write_dist(site, "clash-plugin", {"clash_plug": source}, {"clash": "clash_plug"})
+    for _ in range(2):  # not swallowed after the first call: the conflict stays visible
+        with pytest.raises(RegistryError, match=r"'vit_s16'.*built-in.*plugin \(clash-plugin\)"):
+            vitzoo.create("vit_mnist_tiny")
+    plugins.reset()
+    shutil.rmtree(next(site.glob("clash_plug*.dist-info")))
+    assert vitzoo.model_info("vit_s16")["num_params"] == 22_050_664  # the built-in was never replaced
+
+
+def test_clash_between_two_plugins_names_both(site):
+    write_dist(site, "first-plugin", {"first_plug": GOOD}, {"first": "first_plug"})
+    write_dist(site, "second-plugin", {"second_plug": 'import vitzoo\nvitzoo.register("plug_tiny")\n'}, {"second": "second_plug"})
+    with pytest.raises(RegistryError, match=r"plugin \(first-plugin\).*plugin \(second-plugin\)"):
+        vitzoo.list_models()
+
+
+def test_override_true_replaces_and_reset_restores(site):
+    source = 'import vitzoo\nvitzoo.register("vit_s16", base="vit_mnist_tiny", override=True)\n'
+    write_dist(site, "override-plugin", {"override_plug": source}, {"over": "override_plug"})
+    info = vitzoo.model_info("vit_s16")
+    assert info["origin"] == "plugin (override-plugin)" and info["num_params"] == 5_689
+    plugins.reset()
+    shutil.rmtree(next(site.glob("override_plug*.dist-info")))
+    assert vitzoo.model_info("vit_s16")["origin"] == "built-in"
+
+
+def test_user_code_origin():
+    try:
+        vitzoo.register("user_variant_test", base="vit_mnist_tiny", depth=2)
+        assert vitzoo.model_info("user_variant_test")["origin"] == "user code"
+        with pytest.raises(RegistryError, match=r"built-in.*user code"):
+            vitzoo.register("vit_mnist_tiny", base="vit_mnist_tiny")
+    finally:
+        registry._REGISTRY.pop("user_variant_test", None)
+
+
+def test_example_plugin_installed_with_pip(tmp_path, monkeypatch):
+    """The shipped example, really installed (pip --target) and then discovered."""
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         "--target", str(target), str(src)],
+        check=True, capture_output=True, timeout=120,
+    )
+    plugins.reset()
+    monkeypatch.syspath_prepend(str(target))
+    try:
+        assert vitzoo.list_models("example_*") == ["example_vit_cifar", "example_vit_mnist_shallow"]
+        info = vitzoo.model_info("example_vit_mnist_shallow")
+        assert info["origin"] == "plugin (vitzoo-plugin-example)" and info["config"]["depth"] == 3
+        model = vitzoo.create("example_vit_cifar").eval()
+        assert model(torch.zeros(1, 3, 64, 64)).shape == (1, 100)
+    finally:
+        plugins.reset()
