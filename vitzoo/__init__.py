@@ -14,7 +14,7 @@ from .registry import (
     register,
     register_model,
 )
-from .weights import PretrainedCfg
+from .weights import PretrainedCfg, convert, download, export, from_pretrained, load_weights, save_pretrained
 
 __version__ = "0.1.0"
 
@@ -24,9 +24,15 @@ __all__ = [
     "UnknownModelError",
     "ViTConfig",
     "VisionTransformer",
+    "convert",
     "create",
+    "download",
+    "export",
+    "from_pretrained",
+    "load_weights",
     "list_models",
     "model_info",
     "register",
     "register_model",
+    "save_pretrained",
 ]

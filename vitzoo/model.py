@@ -217,6 +217,13 @@ class VisionTransformer(nn.Module):
                 nn.init.zeros_(head.bias)
         self.pretrained_cfg = self.pretrained_cfg.replace(num_classes=num_classes, label_names=None)
 
+    def save_pretrained(self, directory: str) -> Any:
+        """Write config.json + model.safetensors into `directory` (atomically, see vitzoo.weights.save);
+        `vitzoo.from_pretrained(directory)` reads it back."""
+        from .weights.save import save_pretrained
+
+        return save_pretrained(self, directory)
+
     def no_weight_decay(self) -> set[str]:
         """Parameter names that an optimizer should not decay (tokens and position embedding)."""
         return {name for name in ("pos_embed", "cls_token", "dist_token") if isinstance(getattr(self, name), nn.Parameter)}

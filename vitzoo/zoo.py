@@ -20,14 +20,16 @@ def _timm_augreg(repo: str, description: str, **kw) -> PretrainedCfg:
     """A timm hub release of Google's AugReg weights (inputs normalised to [-1, 1])."""
     return PretrainedCfg(
         source=f"hf-hub:timm/{repo}", mean=INCEPTION_MEAN, std=INCEPTION_STD, crop_pct=0.9,
-        interpolation="bicubic", license="apache-2.0", description=description, **kw,
+        interpolation="bicubic", license="apache-2.0", description=description, label_set="imagenet-1k", **kw,
     )
 
 
 def _timm_deit(repo: str) -> PretrainedCfg:
+    # crop_pct 0.9 is what timm's release of these weights states in its config.json (the DeiT
+    # paper evaluated at 0.875); the source's own config wins, so the two must agree.
     return PretrainedCfg(
-        source=f"hf-hub:timm/{repo}", mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.875,
-        interpolation="bicubic", license="apache-2.0",
+        source=f"hf-hub:timm/{repo}", mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.9,
+        interpolation="bicubic", license="apache-2.0", label_set="imagenet-1k",
         description="DeiT (Touvron et al. 2021), ImageNet-1k, Facebook release",
     )
 
@@ -84,8 +86,10 @@ try:
         pretrained={
             "google_in21k": PretrainedCfg(
                 source="hf-hub:google/vit-base-patch16-224-in21k", mean=INCEPTION_MEAN, std=INCEPTION_STD,
-                interpolation="bilinear", crop_pct=1.0, num_classes=21843, license="apache-2.0",
-                description="Original ImageNet-21k ViT-B/16 (transformers layout; its pooler is the representation layer)",
+                # Google zeroed the 21k classifier of this release and transformers' ViTModel has none:
+                # the checkpoint is a feature extractor (num_classes=0) ending in the representation layer.
+                interpolation="bilinear", crop_pct=1.0, num_classes=0, license="apache-2.0",
+                description="Original ImageNet-21k ViT-B/16 (transformers layout; its pooler is the representation layer, no classifier)",
             )
         },
         description="ViT-B/16 with the 768-d representation layer of the original ImageNet-21k release",
@@ -104,7 +108,7 @@ try:
                 f"deit_{size}16{suffix}",
                 base=ViTConfig(img_size=224, patch_size=16, depth=12, distilled=distilled, **kw),
                 pretrained={"fb_in1k": _timm_deit(repo)},
-                default_cfg=_IMAGENET_CFG.replace(mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.875),
+                default_cfg=_IMAGENET_CFG.replace(mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.9),
                 description=f"DeiT-{size.upper()}/16{' with distillation token' if distilled else ''}, same shapes as timm's {repo.split('.')[0]}",
             )
 finally:

@@ -29,6 +29,9 @@ class PretrainedCfg:
     crop_pct: float = 0.9
     num_classes: int = 1000
     label_names: tuple[str, ...] | None = None
+    # A named label list resolved when weights are loaded ("imagenet-1k"), so that registry
+    # listings stay small; see `resolve_label_names`.
+    label_set: str | None = None
     # Where the weights come from: "hf-hub:org/repo[@rev]", "timm:<name>", a path, or None.
     source: str | None = None
     tag: str | None = None
@@ -50,3 +53,16 @@ class PretrainedCfg:
             if values.get(key) is not None:
                 values[key] = tuple(values[key])
         return cls(**values)
+
+
+def resolve_label_names(cfg: PretrainedCfg) -> tuple[str, ...] | None:
+    """The cfg's label names, from `label_names` or the named `label_set`."""
+    if cfg.label_names is not None:
+        return cfg.label_names
+    if cfg.label_set == "imagenet-1k":
+        from .imagenet_labels import IMAGENET1K_LABELS
+
+        return IMAGENET1K_LABELS
+    if cfg.label_set is not None:
+        raise ValueError(f"unknown label_set {cfg.label_set!r}; known: 'imagenet-1k'")
+    return None

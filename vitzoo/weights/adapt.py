@@ -1,0 +1,182 @@
+"""Fitting a checkpoint (already in vitzoo's names) to a model that differs from it.
+
+Three differences are adapted, each announced in a log line; anything else is an error:
+
+* num_classes: the classifier head(s) are initialised afresh (or dropped for num_classes=0);
+* img_size: the position embedding is resampled on its 2-D grid (bicubic), prefix tokens kept;
+* in_chans: the patch projection is adapted (1 channel: sum over RGB; otherwise tile and rescale).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .errors import WeightsMismatchError
+from .files import StateDict
+
+logger = logging.getLogger("vitzoo.weights")
+
+HEAD_KEYS = ("head.weight", "head.bias", "head_dist.weight", "head_dist.bias")
+
+
+@dataclass
+class FitReport:
+    """What `fit_state_dict` changed, for logs, tests and the CLI."""
+
+    adapted: list[str] = field(default_factory=list)  # human-readable notes, one per adaptation
+    missing: list[str] = field(default_factory=list)  # model keys the checkpoint lacks (strict=False)
+    unexpected: list[str] = field(default_factory=list)  # checkpoint keys the model lacks (strict=False)
+
+
+def resample_pos_embed(
+    pos_embed: torch.Tensor, *, old_grid: tuple[int, int], new_grid: tuple[int, int], num_prefix_tokens: int
+) -> torch.Tensor:
+    """(1, prefix + gh*gw, D) -> (1, prefix + GH*GW, D). The grid part is resized as a D-channel
+    image with bicubic interpolation (antialiased when shrinking, as timm does); the prefix tokens
+    (class, distillation) have no position on the grid and are kept as they are."""
+    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    dim = grid.shape[-1]
+    dtype = grid.dtype
+    image = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
+    image = F.interpolate(image, size=new_grid, mode="bicubic", align_corners=False, antialias=True)
+    grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim).to(dtype)
+    return torch.cat([prefix, grid], dim=1)
+
+
+def adapt_input_conv(weight: torch.Tensor, in_chans: int) -> torch.Tensor:
+    """(D, C_src, ph, pw) -> (D, in_chans, ph, pw). One channel: the sum over the source channels,
+    so a grey image x gives the response the RGB model gives to (x, x, x). More channels: the
+    source channels repeated and scaled by C_src / in_chans, keeping the output's expected size."""
+    src = weight.shape[1]
+    if in_chans == 1:
+        return weight.sum(dim=1, keepdim=True)
+    repeats = math.ceil(in_chans / src)
+    return weight.repeat(1, repeats, 1, 1)[:, :in_chans] * (src / in_chans)
+
+
+def _new_head(shape: torch.Size, key: str, dtype: torch.dtype) -> torch.Tensor:
+    # Same init as VisionTransformer.reset_classifier: truncated normal(0.02) weight, zero bias.
+    t = torch.empty(shape, dtype=dtype)
+    return nn.init.trunc_normal_(t, std=0.02) if key.endswith("weight") else t.zero_()
+
+
+def fit_state_dict(
+    state: StateDict,
+    model: nn.Module,
+    *,
+    file: str,
+    strict: bool = True,
+    src_grid: tuple[int, int] | None = None,
+) -> tuple[StateDict, FitReport]:
+    """Return a state dict with exactly the model's keys and shapes (strict) built from `state`.
+
+    `model` may live on the meta device: only its parameter names, shapes and dtypes are used.
+    `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids)."""
+    target = model.state_dict()
+    state = dict(state)
+    report = FitReport()
+    config = getattr(model, "config", None)
+
+    # ---- classifier: a different number of classes means a new head, not an error
+    model_head = target.get("head.weight")
+    ckpt_head = state.get("head.weight")
+    if model_head is not None and (ckpt_head is None or ckpt_head.shape[0] != model_head.shape[0]):
+        if ckpt_head is not None and ckpt_head.shape[1:] != model_head.shape[1:]:
+            raise WeightsMismatchError(
+                f"{file}: head.weight has {ckpt_head.shape[1]} input features, the model's head expects "
+                f"{model_head.shape[1]} (representation_size differs); expected shape {tuple(model_head.shape)}, "
+                f"found {tuple(ckpt_head.shape)}"
+            )
+        found = ckpt_head.shape[0] if ckpt_head is not None else 0
+        for key in HEAD_KEYS:
+            if key in target:
+                state[key] = _new_head(target[key].shape, key, target[key].dtype)
+        note = f"classifier head re-initialised: checkpoint has {found} classes, model has {model_head.shape[0]}"
+        report.adapted.append(note)
+        logger.warning("%s: %s", file, note)
+    elif model_head is None and ckpt_head is not None and "head.weight" not in target:
+        for key in HEAD_KEYS:
+            state.pop(key, None)
+        note = f"classifier head dropped: checkpoint has {ckpt_head.shape[0]} classes, model has num_classes=0"
+        report.adapted.append(note)
+        logger.warning("%s: %s", file, note)
+
+    # ---- position embedding on a different grid
+    if "pos_embed" in state and "pos_embed" in target and state["pos_embed"].shape != target["pos_embed"].shape:
+        old, new = state["pos_embed"], target["pos_embed"]
+        prefix = int("cls_token" in state) + int("dist_token" in state)
+        model_prefix = getattr(model, "num_prefix_tokens", prefix)
+        if prefix != model_prefix or old.shape[-1] != new.shape[-1]:
+            raise WeightsMismatchError(
+                f"{file}: key 'pos_embed' has shape {tuple(old.shape)} with {prefix} prefix token(s), the model "
+                f"expects {tuple(new.shape)} with {model_prefix}; only the patch grid can be resampled"
+            )
+        new_grid = tuple(config.grid_size) if config is not None else _square(new.shape[1] - prefix, "model", file)
+        old_grid = src_grid if src_grid is not None else _square(old.shape[1] - prefix, "checkpoint", file)
+        if old_grid[0] * old_grid[1] != old.shape[1] - prefix:
+            raise WeightsMismatchError(
+                f"{file}: 'pos_embed' has {old.shape[1] - prefix} grid positions, not the {old_grid} grid its config names"
+            )
+        state["pos_embed"] = resample_pos_embed(old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=prefix)
+        note = f"position embedding resampled (bicubic) from a {old_grid[0]}x{old_grid[1]} to a {new_grid[0]}x{new_grid[1]} grid"
+        report.adapted.append(note)
+        logger.info("%s: %s", file, note)
+
+    # ---- a different number of input channels
+    key = "patch_embed.proj.weight"
+    if key in state and key in target:
+        w, t = state[key], target[key]
+        if w.ndim == 4 and t.ndim == 4 and w.shape[1] != t.shape[1] and (w.shape[0], *w.shape[2:]) == (t.shape[0], *t.shape[2:]):
+            state[key] = adapt_input_conv(w, t.shape[1])
+            how = "summed over channels" if t.shape[1] == 1 else "tiled and rescaled"
+            note = f"patch projection adapted from {w.shape[1]} to {t.shape[1]} input channels ({how})"
+            report.adapted.append(note)
+            logger.info("%s: %s", file, note)
+
+    # ---- whatever still differs is an error
+    missing = sorted(k for k in target if k not in state)
+    unexpected = sorted(k for k in state if k not in target)
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"missing key(s) the model needs: {_listing(missing)}")
+        if unexpected:
+            parts.append(f"unexpected key(s) the model does not have: {_listing(unexpected)}")
+        raise WeightsMismatchError(
+            f"{file} does not fit {type(model).__name__}: " + "; ".join(parts)
+            + " (pass strict=False to load the keys that do fit)"
+        )
+    report.missing, report.unexpected = missing, unexpected
+    bad = [
+        f"{k}: expected {tuple(target[k].shape)}, found {tuple(state[k].shape)}"
+        for k in target
+        if k in state and tuple(state[k].shape) != tuple(target[k].shape)
+    ]
+    if bad:
+        raise WeightsMismatchError(f"{file}: tensor(s) of the wrong shape: " + "; ".join(bad[:20]))
+    out: StateDict = {}
+    for k in target:
+        if k in state:
+            v = state[k]
+            out[k] = v if v.dtype == target[k].dtype else v.to(target[k].dtype)
+    return out, report
+
+
+def _square(n: int, what: str, file: str) -> tuple[int, int]:
+    side = int(round(math.sqrt(n)))
+    if side * side != n:
+        raise WeightsMismatchError(
+            f"{file}: the {what}'s position embedding has {n} grid positions, which is not a square grid; "
+            "its img_size must be known (a config.json next to the weights) to resample it"
+        )
+    return side, side
+
+
+def _listing(keys: list[str], limit: int = 20) -> str:
+    return ", ".join(keys[:limit]) + (f" ... ({len(keys)} in all)" if len(keys) > limit else "")

@@ -1,0 +1,206 @@
+"""Reading checkpoint files into plain {key: tensor} dicts, and writing them back atomically.
+
+Safety rule: nothing in a weight file is ever executed. safetensors files are parsed as data;
+PyTorch pickles (.bin / .pth) only go through `torch.load(weights_only=True)`, which refuses any
+object that is not a tensor or a plain container; .npz archives are read with pickling disabled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import tempfile
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from .errors import WeightsFileError
+
+StateDict = dict[str, torch.Tensor]
+
+SAFETENSORS_SUFFIXES = (".safetensors",)
+TORCH_SUFFIXES = (".bin", ".pth", ".pt", ".ckpt")
+NPZ_SUFFIXES = (".npz",)
+# Training checkpoints often nest the weights; these are the wrappers we look inside, in order.
+_NESTED_KEYS = ("state_dict", "model", "module")
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> StateDict:
+    """Read a .safetensors, .bin/.pth/.pt or Google .npz file into a {key: tensor} dict on the CPU."""
+    path = Path(path)
+    if not path.is_file():
+        raise WeightsFileError(f"checkpoint file {str(path)!r} does not exist (or is not a file)")
+    kind = _sniff_kind(path)
+    if kind == "safetensors":
+        return _read_safetensors(path)
+    if kind == "torch":
+        return _read_torch(path)
+    if kind == "npz":
+        return _read_npz(path)
+    raise WeightsFileError(
+        f"{str(path)!r} is not a checkpoint vitzoo can read: expected a .safetensors file, a PyTorch "
+        f"state dict ({', '.join(TORCH_SUFFIXES)}) or a Google .npz archive"
+    )
+
+
+def _sniff_kind(path: Path) -> str | None:
+    """The file kind from its suffix, else from its first bytes (safetensors starts with an 8-byte
+    header length followed by '{'; torch and npz files are zip archives; old torch files are pickles)."""
+    suffix = path.suffix.lower()
+    if suffix in SAFETENSORS_SUFFIXES:
+        return "safetensors"
+    if suffix in TORCH_SUFFIXES:
+        return "torch"
+    if suffix in NPZ_SUFFIXES:
+        return "npz"
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if len(head) == 9 and head[8:9] == b"{":
+        return "safetensors"
+    if head[:2] == b"PK":
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except zipfile.BadZipFile:
+            return None
+        return "npz" if names and all(n.endswith(".npy") for n in names) else "torch"
+    if head[:1] == b"\x80":
+        return "torch"
+    return None
+
+
+def _read_safetensors(path: Path) -> StateDict:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            return {key: f.get_tensor(key) for key in f.keys()}
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise WeightsFileError(
+            f"{str(path)!r} is not a readable safetensors file (truncated or corrupt: {e}); "
+            "delete it and download or export it again"
+        ) from e
+
+
+def _read_torch(path: Path) -> StateDict:
+    try:
+        # mmap keeps the tensors file-backed instead of copying them (zip format only).
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+    except pickle.UnpicklingError as e:
+        raise WeightsFileError(
+            f"{str(path)!r} holds Python objects other than tensors, which vitzoo refuses to load "
+            f"(torch.load(weights_only=True) said: {str(e).splitlines()[0]}); convert the file to "
+            "safetensors in an environment you trust"
+        ) from e
+    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        raise WeightsFileError(f"{str(path)!r} is not a readable PyTorch checkpoint (truncated or corrupt: {e})") from e
+    return unwrap_state_dict(obj, file=str(path))
+
+
+def _read_npz(path: Path) -> StateDict:
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: torch.from_numpy(np.ascontiguousarray(archive[key])) for key in archive.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+        raise WeightsFileError(f"{str(path)!r} is not a readable .npz archive (truncated or corrupt: {e})") from e
+
+
+def unwrap_state_dict(obj: Any, *, file: str) -> StateDict:
+    """The {key: tensor} dict inside a torch.load result: the dict itself, or the one under a
+    training checkpoint's 'state_dict' / 'model' / 'module' key."""
+    for _ in range(3):
+        if isinstance(obj, dict) and not any(isinstance(v, torch.Tensor) for v in obj.values()):
+            inner = next((obj[k] for k in _NESTED_KEYS if isinstance(obj.get(k), dict)), None)
+            if inner is None:
+                break
+            obj = inner
+    if not isinstance(obj, dict) or not obj:
+        raise WeightsFileError(
+            f"{file!r} does not contain a state dict: expected a dict of tensors (or one under "
+            f"{', '.join(map(repr, _NESTED_KEYS))}), found {type(obj).__name__}"
+        )
+    tensors = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise WeightsFileError(f"{file!r} contains no tensors (keys: {', '.join(map(str, list(obj)[:8]))})")
+    # DistributedDataParallel saves every key with a 'module.' prefix.
+    if all(k.startswith("module.") for k in tensors):
+        tensors = {k[len("module."):]: v for k, v in tensors.items()}
+    return tensors
+
+
+# ----------------------------------------------------------------------------- atomic writes
+@contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; on success fsync it and rename it over `path`, on
+    failure delete it. Readers therefore see either the old file or the complete new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Make the rename itself durable; not every platform can open a directory.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_safetensors(path: str | os.PathLike[str], tensors: StateDict, metadata: dict[str, str] | None = None) -> Path:
+    """Write `tensors` as a safetensors file, atomically. Shared or strided tensors are copied
+    to contiguous ones first (safetensors stores each tensor as its own contiguous buffer)."""
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    clean: StateDict = {}
+    for key, t in tensors.items():
+        t = t.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        ptr = t.untyped_storage().data_ptr() if t.numel() else -1
+        if not t.is_contiguous() or ptr in seen:
+            t = t.clone(memory_format=torch.contiguous_format)
+        if ptr != -1:
+            seen.add(ptr)
+        clean[key] = t
+    with atomic_path(path) as tmp:
+        save_file(clean, str(tmp), metadata=metadata)
+    return Path(path)
+
+
+def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    return Path(path)
+
+
+def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WeightsFileError(f"{str(path)!r} is not a readable JSON config ({e})") from e
+    if not isinstance(data, dict):
+        raise WeightsFileError(f"{str(path)!r} should hold a JSON object, found {type(data).__name__}")
+    return data

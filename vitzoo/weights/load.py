@@ -1,0 +1,166 @@
+"""Putting weights into models: `load_weights`, `create_pretrained` (behind `vitzoo.create`) and
+`from_pretrained`.
+
+Models that receive a whole checkpoint are built on the meta device and the checkpoint tensors are
+assigned to them (`load_state_dict(assign=True)`): no random initialisation that would be
+overwritten, and no second copy of the weights in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+from torch import nn
+
+from .adapt import FitReport, fit_state_dict
+from .errors import WeightsError, WeightsMismatchError
+from .pretrained_cfg import PretrainedCfg, resolve_label_names
+from .sources import SourceData, load_source
+
+logger = logging.getLogger("vitzoo.weights")
+
+Source = str | os.PathLike[str]
+
+
+def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
+    """Load `source` (file, directory, "hf-hub:org/repo[@rev]" or "timm:<name>") into `model`.
+
+    The checkpoint is adapted to the model where the issue allows (num_classes, img_size,
+    in_chans, each logged); anything else that does not fit raises a WeightsMismatchError.
+    strict=False loads the keys that fit and reports the rest in the returned FitReport."""
+    data = load_source(source)
+    return _load_into(model, data, strict=strict, assign=_on_meta(model))
+
+
+def create_pretrained(
+    entry: Any, pcfg: PretrainedCfg | None, *, weights: Source | None = None, pretrained: bool = False, **overrides: Any
+) -> nn.Module:
+    """`vitzoo.create(name, pretrained=True | weights=...)`: build the entry's model on the meta
+    device and fill it from the source (the registry's default / tagged source, or `weights`)."""
+    if weights is None:
+        if pcfg is None or pcfg.source is None:
+            raise WeightsError(
+                f"model {entry.name!r} has no pretrained weights registered; pass weights=<file, directory, "
+                "'hf-hub:org/repo' or 'timm:<name>'> (vitzoo.list_models(pretrained=True) lists names with weights)"
+            )
+        source: Source = pcfg.source
+    else:
+        source = weights
+    data = load_source(source)
+    # The checkpoint decides what the user left open: its class count and its LayerNorm eps.
+    carried: dict[str, Any] = {}
+    if "num_classes" not in overrides:
+        carried["num_classes"] = data.config.get("num_classes", 0)
+    if "norm_eps" not in overrides and "norm_eps" in data.declared:
+        carried["norm_eps"] = data.config["norm_eps"]
+    with torch.device("meta"):
+        model = entry.builder(**overrides, **carried)
+    _load_into(model, data, strict=True, assign=True)
+    base = pcfg if (weights is None and pcfg is not None) else entry.default_cfg
+    model.pretrained_cfg = _pretrained_cfg(base, data, model)
+    model.architecture = entry.name  # recorded in save_pretrained's config.json
+    return model
+
+
+def from_pretrained(source: Source) -> nn.Module:
+    """A model rebuilt from a saved directory (vitzoo, transformers or timm layout), a file whose
+    layout names the architecture, or "hf-hub:org/repo[@rev]"; the config comes from the source."""
+    from ..model import ViTConfig, VisionTransformer
+
+    data = load_source(source)
+    fields = {k: v for k, v in data.config.items() if not k.startswith("_")}
+    if "num_heads" not in data.declared:
+        raise WeightsMismatchError(
+            f"{data.file}: the number of attention heads is not stated by this source (no config.json naming it); "
+            "use vitzoo.create('<registered name>', weights=...) to name the architecture"
+        )
+    try:
+        config = ViTConfig.from_dict(fields)
+    except (TypeError, ValueError) as e:
+        raise WeightsMismatchError(f"{data.file}: the source describes an invalid ViT config ({e})") from e
+    with torch.device("meta"):
+        model = VisionTransformer(config)
+    _load_into(model, data, strict=True, assign=True)
+    base: PretrainedCfg | None = None
+    if data.architecture:
+        from ..registry import UnknownModelError, get_entry
+
+        try:
+            base = get_entry(data.architecture).default_cfg
+        except UnknownModelError:
+            base = None
+        model.architecture = data.architecture
+    model.pretrained_cfg = _pretrained_cfg(base, data, model)
+    return model
+
+
+# ----------------------------------------------------------------------------- internals
+def _on_meta(model: nn.Module) -> bool:
+    return any(p.is_meta for p in model.parameters())
+
+
+def _load_into(model: nn.Module, data: SourceData, *, strict: bool, assign: bool) -> FitReport:
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "num_heads") and "num_heads" in data.declared:
+        if data.config["num_heads"] != config.num_heads:
+            # No tensor shape depends on the head count: loading would "work" and compute garbage.
+            raise WeightsMismatchError(
+                f"{data.file}: the checkpoint was trained with num_heads={data.config['num_heads']}, the model "
+                f"has num_heads={config.num_heads}; expected equal head counts"
+            )
+    if config is not None and "norm_eps" in data.declared and data.config["norm_eps"] != config.norm_eps:
+        _set_norm_eps(model, float(data.config["norm_eps"]))
+        logger.info("%s: LayerNorm eps set to the checkpoint's %g", data.file, data.config["norm_eps"])
+    state, report = fit_state_dict(data.state, model, file=data.file, strict=strict, src_grid=data.src_grid)
+    data.state = {}  # drop our reference: the model now owns the tensors
+    model.load_state_dict(state, strict=strict, assign=assign)
+    leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if leftover:
+        raise WeightsMismatchError(f"{data.file}: no values for {', '.join(leftover[:10])} (the model was built without data)")
+    if report.missing or report.unexpected:
+        logger.warning(
+            "%s: loaded non-strictly; missing: %s; unexpected: %s",
+            data.file, ", ".join(report.missing) or "none", ", ".join(report.unexpected) or "none",
+        )
+    if hasattr(model, "pretrained_cfg") and isinstance(model.pretrained_cfg, PretrainedCfg):
+        model.pretrained_cfg = _pretrained_cfg(model.pretrained_cfg, data, model)
+    return report
+
+
+def _set_norm_eps(model: nn.Module, eps: float) -> None:
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm):
+            module.eps = eps
+    if hasattr(model, "config") and hasattr(model.config, "replace"):
+        model.config = model.config.replace(norm_eps=eps)
+
+
+def _pretrained_cfg(base: PretrainedCfg | None, data: SourceData, model: nn.Module) -> PretrainedCfg:
+    """The checkpoint's preprocessing and labels (base cfg, then what the source states), fitted
+    to the model actually built: its input size, and labels only if the class count is the same."""
+    cfg = base or PretrainedCfg()
+    known = set(PretrainedCfg.__dataclass_fields__)
+    updates = {k: v for k, v in data.pretrained.items() if k in known}
+    for key in ("input_size", "mean", "std", "label_names"):
+        if updates.get(key) is not None:
+            updates[key] = tuple(updates[key])
+    if updates:
+        cfg = cfg.replace(**updates)
+    ckpt_classes = data.config.get("num_classes", cfg.num_classes)
+    config = getattr(model, "config", None)
+    if config is None:
+        return cfg
+    from ..layers import to_2tuple
+
+    labels = resolve_label_names(cfg)
+    if config.num_classes != ckpt_classes or (labels is not None and len(labels) != config.num_classes):
+        labels = None
+    return cfg.replace(
+        input_size=(config.in_chans, *to_2tuple(config.img_size)),
+        num_classes=config.num_classes,
+        label_names=labels,
+        source=cfg.source or data.file,
+    )
