@@ -1,0 +1,56 @@
+"""Seeing inside a Vision Transformer: patches, embeddings and attention as pictures.
+
+    from vitzoo import viz
+    model = vitzoo.create("vit_mnist", weights="run/best")        # any registered model
+    viz.plot_patches("digit.png", patch_size=4, out="patches.png")
+    viz.plot_patch_embedding(model, "digit.png", out="embedding.png")
+    viz.plot_position_embedding(model, out="posembed.png")
+    viz.plot_attention(model, "digit.png", layer=-1, out="attention.png")
+    viz.plot_curves("run/metrics.jsonl", out="curves.png")
+
+Every `plot_*` returns a matplotlib Figure and, given `out`, writes it as a PNG (atomically).
+The numbers behind the pictures are plain functions too (`patch_sequence`, `identity_patch_embed`,
+`filter_principal_components`, `position_similarity`, `attention_weights`, `attention_rollout`,
+...). matplotlib is an optional dependency, the `viz` extra: `pip install 'vitzoo[viz]'`; it is
+imported only when a picture is drawn. Modules: images (reading and fitting images), patches,
+patch_embedding, position_embedding, attention_maps, curves, command (`vitzoo viz ...`).
+"""
+
+from __future__ import annotations
+
+from .attention_maps import (
+    attention_rollout,
+    attention_weights,
+    class_token_attention,
+    plot_attention,
+    rollout_map,
+)
+from .command import configure_viz_parser, run_viz
+from .curves import plot_curves, read_metrics
+from .images import prepare_image, read_image, synthetic_image
+from .patch_embedding import filter_principal_components, identity_patch_embed, plot_patch_embedding, unpatchify
+from .patches import patch_sequence, plot_patches
+from .position_embedding import plot_position_embedding, position_similarity
+
+__all__ = [
+    "attention_rollout",
+    "attention_weights",
+    "class_token_attention",
+    "configure_viz_parser",
+    "filter_principal_components",
+    "identity_patch_embed",
+    "patch_sequence",
+    "plot_attention",
+    "plot_curves",
+    "plot_patch_embedding",
+    "plot_patches",
+    "plot_position_embedding",
+    "position_similarity",
+    "prepare_image",
+    "read_image",
+    "read_metrics",
+    "rollout_map",
+    "run_viz",
+    "synthetic_image",
+    "unpatchify",
+]

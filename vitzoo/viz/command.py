@@ -1,0 +1,153 @@
+"""`vitzoo viz KIND ...`: every picture one command away. vitzoo/cli.py owns the `vitzoo` command
+and hands the `viz` subparser to `configure_viz_parser`, then calls `run_viz` with the parsed
+arguments. Errors are raised (the command prints them as one line; --debug shows the traceback).
+
+    vitzoo viz patches   [NAME] [--image IMG] [--patch-size P] [--out PNG]
+    vitzoo viz embedding NAME [--image IMG] [--weights SRC | --pretrained] [--out PNG]
+    vitzoo viz posembed  NAME [--weights SRC | --pretrained] [--out PNG]
+    vitzoo viz attention NAME [--image IMG] [--weights SRC | --pretrained] [--layer L] [--head H]
+                              [--what both|heads|rollout] [--out PNG]
+    vitzoo viz curves    --metrics RUN/metrics.jsonl [--out PNG]
+
+Without --image, a synthetic test card is drawn. matplotlib is imported only when a picture is
+drawn, so `vitzoo viz --help` works without the [viz] extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ..layers import to_2tuple
+
+KINDS = {
+    "patches": "an image cut into its patch grid, and the flattened patch sequence",
+    "embedding": "the patch embedding: identity kernel, learned kernels, their principal components",
+    "posembed": "cosine similarity of the position embeddings on the patch grid",
+    "attention": "class-token attention per head of a layer, and attention rollout across layers",
+    "curves": "loss and accuracy curves from a fine-tuning run's metrics.jsonl",
+}
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
+    p.add_argument(
+        "model", metavar="NAME[.TAG]", nargs="?" if optional else None, default=None,
+        help="a registered model (`vitzoo list`); a .TAG loads those pretrained weights"
+        + (" — optional: without it the image is used at its own size" if optional else ""),
+    )
+    p.add_argument("--weights", metavar="SRC", help="weights to load: file, directory, hf-hub:org/repo or timm:<name>")
+    p.add_argument("--pretrained", action="store_true", help="load the model's default pretrained weights")
+
+
+def _add_output_args(p: argparse.ArgumentParser, kind: str) -> None:
+    p.add_argument("--out", metavar="PNG", default=f"viz_{kind}.png", help=f"where to write the picture (default: viz_{kind}.png)")
+    p.add_argument("--dpi", type=int, default=100, help="pixels per inch of the PNG (default: 100)")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+
+
+def _add_image_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--image", metavar="IMG", help="image file (PNG, JPEG, ...); default: a synthetic test card")
+
+
+def configure_viz_parser(parser: argparse.ArgumentParser) -> None:
+    """Add the KIND sub-commands and their options to the `vitzoo viz` parser."""
+    parser.description = "Draw what a Vision Transformer does as PNG pictures. KIND is one of: " + ", ".join(KINDS)
+    kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
+
+    p = kinds.add_parser("patches", help=KINDS["patches"], description=KINDS["patches"] + ".")
+    _add_model_args(p, optional=True)
+    _add_image_arg(p)
+    p.add_argument("--patch-size", type=int, metavar="P", help="patch side in pixels (default: the model's, else 16)")
+    _add_output_args(p, "patches")
+
+    p = kinds.add_parser("embedding", help=KINDS["embedding"], description=KINDS["embedding"] + ".")
+    _add_model_args(p)
+    _add_image_arg(p)
+    p.add_argument("--num-filters", type=int, default=32, metavar="K", help="learned filters to show (default: 32)")
+    p.add_argument("--num-components", type=int, default=28, metavar="K", help="principal components to show (default: 28)")
+    _add_output_args(p, "embedding")
+
+    p = kinds.add_parser("posembed", help=KINDS["posembed"], description=KINDS["posembed"] + ".")
+    _add_model_args(p)
+    _add_output_args(p, "posembed")
+
+    p = kinds.add_parser("attention", help=KINDS["attention"], description=KINDS["attention"] + ".")
+    _add_model_args(p)
+    _add_image_arg(p)
+    p.add_argument("--layer", type=int, default=-1, metavar="L", help="block whose heads to draw; negative counts from the end (default: -1, the last)")
+    p.add_argument("--head", type=int, default=None, metavar="H", help="draw only this head (default: all heads and their mean)")
+    p.add_argument("--what", choices=["both", "heads", "rollout"], default="both", help="per-head maps, rollout, or both (default)")
+    p.add_argument("--residual", type=float, default=0.5, metavar="R", help="share of the identity in rollout (default: 0.5)")
+    _add_output_args(p, "attention")
+
+    p = kinds.add_parser("curves", help=KINDS["curves"], description=KINDS["curves"] + ".")
+    p.add_argument("--metrics", metavar="JSONL", required=True, help="a run's metrics.jsonl, or the run directory that holds it")
+    p.add_argument("--title", help="figure title (default: the file name and record count)")
+    _add_output_args(p, "curves")
+
+
+def _create_model(args: argparse.Namespace) -> Any:
+    import vitzoo
+
+    model = vitzoo.create(args.model, pretrained=args.pretrained, weights=args.weights)
+    return model.eval()
+
+
+def _patches(args: argparse.Namespace) -> Any:
+    from .images import prepare_image, read_image, synthetic_image
+    from .patches import plot_patches
+
+    if args.model is not None:
+        model = _create_model(args)
+        image, _ = prepare_image(model, args.image)  # fitted to the model's input size
+        patch = args.patch_size or model.patch_embed.patch_size
+    else:
+        if args.weights or args.pretrained:
+            raise ValueError("--weights / --pretrained need a model NAME (`vitzoo viz patches NAME ...`)")
+        image = read_image(args.image) if args.image else synthetic_image(224)
+        patch = args.patch_size or 16
+        # Without a model any image size is fine: crop it to whole patches (centred).
+        ph, pw = to_2tuple(patch, "--patch-size")
+        h, w = image.shape[1:]
+        if ph <= 0 or pw <= 0 or ph > h or pw > w:
+            raise ValueError(f"--patch-size {patch} does not fit the {h}x{w} image; expected 1..{min(h, w)}")
+        top, left = (h % ph) // 2, (w % pw) // 2
+        image = image[:, top : top + h - h % ph, left : left + w - w % pw]
+    return plot_patches(image, patch, out=args.out, dpi=args.dpi)
+
+
+def run_viz(args: argparse.Namespace) -> int:
+    """Draw the picture `args.kind` asks for, write it to `args.out`, print where it went."""
+    from ._figure import require_matplotlib
+
+    require_matplotlib()  # fail before any model is built when the extra is missing
+    if args.kind == "patches":
+        fig = _patches(args)
+    elif args.kind == "embedding":
+        from .patch_embedding import plot_patch_embedding
+
+        fig = plot_patch_embedding(
+            _create_model(args), args.image, num_filters=args.num_filters, num_components=args.num_components,
+            out=args.out, dpi=args.dpi,
+        )
+    elif args.kind == "posembed":
+        from .position_embedding import plot_position_embedding
+
+        fig = plot_position_embedding(_create_model(args), out=args.out, dpi=args.dpi)
+    elif args.kind == "attention":
+        from .attention_maps import plot_attention
+
+        fig = plot_attention(
+            _create_model(args), args.image, layer=args.layer, head=args.head, what=args.what,
+            residual=args.residual, out=args.out, dpi=args.dpi,
+        )
+    elif args.kind == "curves":
+        from .curves import plot_curves
+
+        fig = plot_curves(args.metrics, out=args.out, dpi=args.dpi, title=args.title)
+    else:  # argparse's choices make this unreachable from the command line
+        raise ValueError(f"unknown picture kind {args.kind!r}; expected one of {', '.join(KINDS)}")
+    width, height = (round(v * args.dpi) for v in fig.get_size_inches())
+    print(f"wrote {Path(args.out)} ({width}x{height} px)")
+    return 0

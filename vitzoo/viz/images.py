@@ -1,0 +1,127 @@
+"""Images for the pictures: read a file (or draw a synthetic test card), fit it to a model's input
+and normalise it the way the model's weights expect.
+
+Two versions of an image travel together: the *display* image, (C, H, W) in [0, 1] at the model's
+input size, which the pictures show, and the *input*, the display image normalised with the
+model's mean / std with a batch dimension, which the model sees.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..layers import to_2tuple
+
+
+def read_image(path: str | os.PathLike[str], *, channels: int = 3) -> torch.Tensor:
+    """Read an image file into a (channels, H, W) float tensor in [0, 1] (1 channel: grayscale)."""
+    from PIL import Image, UnidentifiedImageError  # Pillow comes with torchvision
+
+    if channels not in (1, 3):
+        raise ValueError(f"channels={channels} is not supported; expected 1 (grayscale) or 3 (RGB)")
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image file '{path}' does not exist (or is not a file)")
+    try:
+        with Image.open(path) as img:
+            img = img.convert("L" if channels == 1 else "RGB")
+            data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
+            width, height = img.size
+    except (UnidentifiedImageError, OSError, ValueError) as err:
+        raise ValueError(
+            f"cannot read image '{path}': {err}; expected an image file Pillow can decode (PNG, JPEG, BMP, ...)"
+        ) from err
+    return data.reshape(height, width, channels).permute(2, 0, 1).float() / 255.0
+
+
+def synthetic_image(size: int | tuple[int, int] = 224, *, channels: int = 3) -> torch.Tensor:
+    """A deterministic test card, (channels, H, W) in [0, 1]: a soft gradient background, a bright
+    disc on the upper left and a dark square on the lower right, so patch borders, position and
+    attention have something to show without any image file."""
+    h, w = to_2tuple(size, "size")
+    y = torch.linspace(0, 1, h).unsqueeze(1).expand(h, w)
+    x = torch.linspace(0, 1, w).unsqueeze(0).expand(h, w)
+    background = 0.25 + 0.2 * x + 0.1 * y
+    disc = ((x - 0.33) ** 2 + (y - 0.35) ** 2) < 0.2**2
+    square = (x > 0.58) & (x < 0.85) & (y > 0.55) & (y < 0.82)
+    gray = torch.where(disc, torch.full_like(x, 0.95), background)
+    gray = torch.where(square, torch.full_like(x, 0.05), gray)
+    if channels == 1:
+        return gray.unsqueeze(0).contiguous()
+    if channels != 3:
+        raise ValueError(f"channels={channels} is not supported; expected 1 (grayscale) or 3 (RGB)")
+    red = torch.where(disc, torch.full_like(x, 0.95), gray)
+    green = torch.where(disc, torch.full_like(x, 0.55), gray * 0.9)
+    blue = torch.where(square, torch.full_like(x, 0.45), gray)
+    return torch.stack([red, green, blue]).clamp(0, 1)
+
+
+def fit_image(image: torch.Tensor, size: int | tuple[int, int], *, interpolation: str = "bilinear") -> torch.Tensor:
+    """Resize a (C, H, W) image so it covers `size`, keeping its aspect ratio, then centre-crop."""
+    th, tw = to_2tuple(size, "size")
+    _, h, w = image.shape
+    if (h, w) == (th, tw):
+        return image
+    scale = max(th / h, tw / w)
+    nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
+    mode = interpolation if interpolation in ("bilinear", "bicubic", "nearest") else "bilinear"
+    resized = torch.nn.functional.interpolate(
+        image.unsqueeze(0), size=(nh, nw), mode=mode, antialias=mode != "nearest", align_corners=False if mode != "nearest" else None
+    )[0]
+    top, left = (nh - th) // 2, (nw - tw) // 2
+    return resized[:, top : top + th, left : left + tw].clamp(0, 1)
+
+
+def model_input_size(model: nn.Module) -> tuple[int, int, int]:
+    """(C, H, W) a vitzoo model expects, from its config (or its patch embedding)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "img_size"):
+        return (config.in_chans, *to_2tuple(config.img_size))
+    patch_embed = getattr(model, "patch_embed", None)
+    if patch_embed is not None:
+        return (patch_embed.in_chans, *patch_embed.img_size)
+    raise ValueError(f"{type(model).__name__} is not a vitzoo VisionTransformer: it has no config or patch_embed")
+
+
+def normalise(image: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """Display image (C, H, W) in [0, 1] -> the model's (1, C, H, W) input (mean / std of its weights)."""
+    cfg = getattr(model, "pretrained_cfg", None)
+    c = image.shape[0]
+    mean = torch.tensor(cfg.mean if cfg is not None else (0.5,) * c, dtype=image.dtype)
+    std = torch.tensor(cfg.std if cfg is not None else (0.5,) * c, dtype=image.dtype)
+    if mean.numel() not in (1, c) or std.numel() not in (1, c):
+        raise ValueError(
+            f"the model's pretrained_cfg has mean {tuple(mean.tolist())} / std {tuple(std.tolist())} "
+            f"but the image has {c} channels; expected one value per channel"
+        )
+    return ((image - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)).unsqueeze(0)
+
+
+def prepare_image(
+    model: nn.Module, image: str | os.PathLike[str] | torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(display image, model input) for `model` from a path, a (C, H, W) tensor in [0, 1], or
+    None (the synthetic test card). The model's device and dtype are used for the input."""
+    c, h, w = model_input_size(model)
+    if image is None:
+        display = synthetic_image((h, w), channels=c)
+    else:
+        if isinstance(image, torch.Tensor):
+            if image.ndim != 3 or image.shape[0] != c:
+                raise ValueError(
+                    f"image tensor has shape {tuple(image.shape)}; expected ({c}, H, W) with values in [0, 1] for this model"
+                )
+            display = image.float()
+        else:
+            display = read_image(image, channels=c)
+        cfg = getattr(model, "pretrained_cfg", None)
+        display = fit_image(display, (h, w), interpolation=getattr(cfg, "interpolation", "bilinear"))
+    param = next(model.parameters(), None)
+    x = normalise(display, model)
+    if param is not None:
+        x = x.to(device=param.device, dtype=param.dtype)
+    return display, x
