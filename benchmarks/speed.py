@@ -1,0 +1,240 @@
+"""CPU inference speed of vitzoo against timm, and of both against the matmul bound.
+
+    python benchmarks/speed.py                      # ViT-B/16, batch 8, 224x224, fp32 and bf16
+    python benchmarks/speed.py --rounds 11 --json /tmp/speed.json
+
+Both models hold the same weights (timm's randomly initialised state dict, loaded key by key into
+vitzoo, logits checked equal) and run under `torch.inference_mode()`. Each round times vitzoo,
+timm and the matmul bound back to back, in an order that rotates from round to round, so that
+load from other processes and clock drift hit all three alike; the reported figure is the median
+over rounds. Ratios are only meaningful within one run: compare nothing across runs.
+
+The matmul bound: every GEMM the model performs (the patch embedding as a GEMM over flattened
+patches, qkv / proj / fc1 / fc2 of every block with the model's own weights, the two attention
+matmuls q k^T and attn v of every block as batched matmuls, and the head), run alone with
+torch.mm / torch.bmm at the model's shapes and dtype, in the same process. A model cannot be faster
+than its GEMMs, so `share = model img/s / bound img/s` says how much time goes to everything
+else (norms, GELU, softmax, copies, dtype casts, Python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+import vitzoo
+from vitzoo.zoo import TIMM_NAMES
+
+try:
+    from tqdm import tqdm
+except ImportError:  # progress is a nicety, not a requirement
+    tqdm = None
+
+
+@dataclass
+class Gemm:
+    """One matrix product of the forward pass: (batch x) (m, k) @ (k, n), and how to run it."""
+
+    name: str
+    run: Callable[[], torch.Tensor]
+    flops: int
+
+
+def build_models(name: str) -> tuple[nn.Module, nn.Module]:
+    """vitzoo's `name` and its timm counterpart with identical weights, both in eval mode."""
+    import timm
+
+    torch.manual_seed(0)
+    theirs = timm.create_model(TIMM_NAMES[name], pretrained=False).eval()
+    ours = vitzoo.create(name).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    x = torch.randn(2, *ours.pretrained_cfg.input_size)
+    with torch.inference_mode():
+        diff = (ours(x) - theirs(x)).abs().max().item()
+    if diff > 1e-4:
+        raise RuntimeError(f"vitzoo and timm disagree by {diff:.2e} with the same weights; benchmark aborted")
+    return ours, theirs
+
+
+def model_gemms(model: vitzoo.VisionTransformer, batch: int, dtype: torch.dtype) -> list[Gemm]:
+    """Every GEMM of one forward of `model` at `batch`, with the model's weights cast to `dtype`
+    once up front (the casts autocast does on every forward are not matmul work)."""
+    cfg = model.config
+    tokens = model.patch_embed.num_patches + model.num_prefix_tokens
+    heads, head_dim = cfg.num_heads, cfg.embed_dim // cfg.num_heads
+    gen = torch.Generator().manual_seed(0)
+    inputs: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def act(*shape: int) -> torch.Tensor:  # one random activation per shape, reused
+        if shape not in inputs:
+            inputs[shape] = torch.randn(*shape, generator=gen).to(dtype)
+        return inputs[shape]
+
+    def linear(name: str, rows: int, weight: torch.Tensor) -> Gemm:
+        w = weight.detach().reshape(weight.shape[0], -1).to(dtype)  # (out, in), as nn.Linear stores it
+        x = act(rows, w.shape[1])
+        return Gemm(name, lambda: torch.mm(x, w.t()), 2 * rows * w.shape[0] * w.shape[1])
+
+    def attention(name: str) -> list[Gemm]:
+        q = act(batch * heads, tokens, head_dim)
+        k_t = act(batch * heads, head_dim, tokens)
+        attn = act(batch * heads, tokens, tokens)
+        flops = 2 * batch * heads * tokens * tokens * head_dim
+        return [Gemm(f"{name}.qk", lambda: torch.bmm(q, k_t), flops), Gemm(f"{name}.av", lambda: torch.bmm(attn, q), flops)]
+
+    rows = batch * tokens
+    gemms = [linear("patch_embed", batch * model.patch_embed.num_patches, model.patch_embed.proj.weight)]
+    for i, block in enumerate(model.blocks):
+        gemms.append(linear(f"blocks.{i}.qkv", rows, block.attn.qkv.weight))
+        gemms += attention(f"blocks.{i}.attn")
+        gemms.append(linear(f"blocks.{i}.proj", rows, block.attn.proj.weight))
+        gemms.append(linear(f"blocks.{i}.fc1", rows, block.mlp.fc1.weight))
+        gemms.append(linear(f"blocks.{i}.fc2", rows, block.mlp.fc2.weight))
+    heads = {"pre_logits.fc": getattr(model.pre_logits, "fc", None), "head": model.head, "head_dist": model.head_dist}
+    for head_name, module in heads.items():
+        if isinstance(module, nn.Linear):  # Identity / None when the model has no such layer
+            gemms.append(linear(head_name, batch, module.weight))
+    return gemms
+
+
+def time_per_call(fn: Callable[[], object], calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int, dtypes: list[str]) -> dict:
+    ours, theirs = build_models(name)
+    x = torch.randn(batch, *ours.pretrained_cfg.input_size, generator=torch.Generator().manual_seed(1))
+    results: dict[str, dict] = {}
+    for dtype_name in dtypes:
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+        gemms = model_gemms(ours, batch, dtype)
+
+        def autocast() -> contextlib.AbstractContextManager:
+            if dtype is torch.float32:
+                return contextlib.nullcontext()
+            return torch.autocast("cpu", dtype=dtype)
+
+        def run_ours() -> None:
+            with autocast():
+                ours(x)
+
+        def run_theirs() -> None:
+            with autocast():
+                theirs(x)
+
+        def run_gemms() -> None:
+            for gemm in gemms:
+                gemm.run()
+
+        contestants = {"vitzoo": run_ours, "timm": run_theirs, "matmul_bound": run_gemms}
+        seconds: dict[str, list[float]] = {key: [] for key in contestants}
+        with torch.inference_mode():
+            for fn in contestants.values():
+                time_per_call(fn, warmup)
+            order = list(contestants)
+            progress = tqdm(range(rounds), desc=f"{name} {dtype_name}", file=sys.stderr) if tqdm else range(rounds)
+            for r in progress:
+                # Rotate who goes first so that no contestant always follows the same neighbour.
+                for key in order[r % 3 :] + order[: r % 3]:
+                    seconds[key].append(time_per_call(contestants[key], calls))
+        img_s = {key: batch / statistics.median(values) for key, values in seconds.items()}
+        per_round_ratio = [t / o for o, t in zip(seconds["vitzoo"], seconds["timm"])]
+        gflop = sum(g.flops for g in gemms) / 1e9
+        results[dtype_name] = {
+            "img_per_s": img_s,
+            "ratio_vitzoo_over_timm": img_s["vitzoo"] / img_s["timm"],
+            "median_per_round_ratio": statistics.median(per_round_ratio),
+            "per_round_ratio_quartiles": _quartiles(per_round_ratio),
+            "share_of_matmul_bound": {k: img_s[k] / img_s["matmul_bound"] for k in ("vitzoo", "timm")},
+            "gemm_gflop_per_forward": gflop,
+            "matmul_bound_gflop_per_s": gflop * img_s["matmul_bound"] / batch,
+            "seconds_per_round": seconds,
+        }
+    return results
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return (values[0], values[0])
+    q = statistics.quantiles(values, n=4)
+    return (q[0], q[2])
+
+
+def conditions() -> dict:
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu": _cpu_name(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="vit_b16", choices=sorted(TIMM_NAMES), help="vitzoo name (timm counterpart is implied)")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; the median is reported")
+    parser.add_argument("--calls", type=int, default=1, help="forward calls timed per round and contestant")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--json", help="also write the results (with every round's timings) to this file")
+    args = parser.parse_args(argv)
+
+    before = conditions()
+    results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes)
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+    print(f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
+          f"median of {args.rounds} interleaved rounds x {args.calls} calls")
+    print(f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
+          f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after")
+    print(f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"
+          f"{'per-round [IQR]':>24}{'vitzoo share':>14}{'timm share':>12}")
+    for dtype_name, r in results.items():
+        img = r["img_per_s"]
+        print(f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
+              f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
+              f"{'[%.3f, %.3f]' % r['per_round_ratio_quartiles']:>14}"
+              f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}")
+    for dtype_name, r in results.items():
+        print(f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "
+              f"bound runs them at {r['matmul_bound_gflop_per_s']:.0f} GFLOP/s")
+    if args.json:
+        payload = {"args": vars(args), "conditions": before | {"loadavg_1min_after": load_after}, "results": results}
+        tmp = f"{args.json}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(payload, f, indent=2)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, args.json)
+
+
+if __name__ == "__main__":
+    main()
