@@ -157,7 +157,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     which = f" ({info['name']}.{info['default_pretrained']})" if info["default_pretrained"] else ""
     lines.append(f"preprocessing{which}")
     labels = pre["label_names"]
-    label_text = f"{len(labels)} names: {', '.join(labels[:5])}{', ...' if len(labels) > 5 else ''}" if labels else "indices"
+    if labels:
+        label_text = f"{len(labels)} names: {', '.join(labels[:5])}{', ...' if len(labels) > 5 else ''}"
+    else:  # a named set (resolved when weights load) or none: predictions show class indices
+        label_text = f"{pre['label_set']} label names" if pre.get("label_set") else "no names: class indices"
     lines += [
         f"  input_size     {_size(pre['input_size'])}",
         f"  mean / std     {tuple(pre['mean'])} / {tuple(pre['std'])}",
