@@ -103,6 +103,13 @@ def test_reset_classifier_and_num_classes_zero_give_features():
     assert not any("head" in name for name, _ in features_model.named_parameters())
 
 
+def test_reset_classifier_keeps_the_model_dtype():
+    model = _tiny(distilled=True).to(torch.bfloat16).eval()
+    model.reset_classifier(4)
+    assert model.head.weight.dtype == model.head_dist.weight.dtype == torch.bfloat16
+    assert model(_input(model.config).to(torch.bfloat16)).shape == (2, 4)
+
+
 def test_no_weight_decay_names_tokens_and_learned_position_embedding():
     assert _tiny().no_weight_decay() == {"pos_embed", "cls_token"}
     assert _tiny(distilled=True).no_weight_decay() == {"pos_embed", "cls_token", "dist_token"}

@@ -207,10 +207,11 @@ class VisionTransformer(nn.Module):
         if global_pool is not None:
             self.config = self.config.replace(global_pool=global_pool)
         self.config = self.config.replace(num_classes=num_classes)
-        device = self.patch_embed.proj.weight.device
-        self.head = self._new_head(num_classes).to(device)
+        # The new head lives where the model lives, in its dtype (a bf16 model gets a bf16 head).
+        like = self.patch_embed.proj.weight
+        self.head = self._new_head(num_classes).to(device=like.device, dtype=like.dtype)
         if self.config.distilled:
-            self.head_dist = self._new_head(num_classes).to(device)
+            self.head_dist = self._new_head(num_classes).to(device=like.device, dtype=like.dtype)
         for head in (self.head, self.head_dist):
             if isinstance(head, nn.Linear):
                 nn.init.trunc_normal_(head.weight, std=0.02)
