@@ -93,6 +93,10 @@ def normalise(image: torch.Tensor, model: nn.Module) -> torch.Tensor:
     c = image.shape[0]
     mean = torch.tensor(cfg.mean if cfg is not None else (0.5,) * c, dtype=image.dtype)
     std = torch.tensor(cfg.std if cfg is not None else (0.5,) * c, dtype=image.dtype)
+    if c == 1 and mean.numel() == 3 and std.numel() == 3:
+        # A gray model built from an RGB default (e.g. VisionTransformer(in_chans=1)) keeps the RGB
+        # statistics; a gray pixel is the mean of its channels, so use the mean statistics.
+        mean, std = mean.mean().reshape(1), std.mean().reshape(1)
     if mean.numel() not in (1, c) or std.numel() not in (1, c):
         raise ValueError(
             f"the model's pretrained_cfg has mean {tuple(mean.tolist())} / std {tuple(std.tolist())} "
