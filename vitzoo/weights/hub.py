@@ -17,6 +17,13 @@ from pathlib import Path
 
 from .errors import WeightsDownloadError, WeightsNotCachedError, WeightsNotFoundError
 
+try:  # the HTTP client huggingface_hub uses (httpx2 in huggingface_hub 1.x+, httpx before)
+    import httpx2 as _httpx
+except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
+    import httpx as _httpx
+
+NETWORK_ERRORS = (OSError, _httpx.HTTPError)
+
 HF_PREFIX = "hf-hub:"
 TIMM_PREFIX = "timm:"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference (safetensors first)
@@ -111,8 +118,9 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
             return None
         raise WeightsNotFoundError(f"{where}: the repository has no file {filename!r}") from None
     except HfHubHTTPError as e:
+        _remove_incomplete(ref)
         raise WeightsDownloadError(f"{where}: download failed with HTTP {_status(e)} ({_first_line(e)})") from None
-    except OSError as e:  # connection broken mid-transfer, disk full, ...
+    except NETWORK_ERRORS as e:  # connection broken mid-transfer, disk full, ...
         _remove_incomplete(ref)
         raise WeightsDownloadError(f"{where}: download failed ({type(e).__name__}: {_first_line(e)})") from None
     return Path(path)

@@ -1,0 +1,195 @@
+"""Test-suite-wide setup: no test can reach the real Hugging Face Hub.
+
+At import time, before any test module (or timm / transformers) imports huggingface_hub, which
+reads these variables once:
+
+* HF_HOME / HF_HUB_CACHE point into a fresh temporary directory;
+* HF_ENDPOINT points at `FakeHub`, an HTTP server on 127.0.0.1 (port chosen by the OS) that
+  answers the Hub's file requests `/{org}/{repo}/resolve/{revision}/{filename}` (HEAD and GET,
+  with X-Repo-Commit, ETag and Content-Length) for repos that tests publish to it, and 404s for
+  everything else - so a stray download fails at once instead of retrying against huggingface.co;
+* HF_HUB_OFFLINE is cleared and tokens are removed, so the user's environment cannot leak in.
+
+Fixtures:
+    fake_hub   the server; `fake_hub.publish("org/repo", {"model.safetensors": path_or_bytes})`,
+               `fake_hub.publish_dir("org/repo", directory)`, `fake_hub.requests` (method, path)
+               log, `fake_hub.fail_with("org/repo", 500)`, `fake_hub.truncate("org/repo")`
+    hf_cache   an empty hub cache directory for one test (HF_HUB_CACHE points at it)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+from urllib.parse import unquote
+
+import pytest
+
+
+class FakeHub:
+    """A minimal Hugging Face Hub: published repos, file resolution, failure injection."""
+
+    def __init__(self) -> None:
+        # repo_id -> revision name or commit -> (commit, {filename: bytes})
+        self.repos: dict[str, dict[str, tuple[str, dict[str, bytes]]]] = {}
+        self.requests: list[tuple[str, str]] = []
+        self.failures: dict[str, int] = {}  # repo_id -> HTTP status answered to every request
+        self.truncated: set[str] = set()  # repos whose GETs break off half-way
+        self._lock = threading.Lock()
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
+                hub._answer(self, body=False)
+
+            def do_GET(self) -> None:  # noqa: N802
+                hub._answer(self, body=True)
+
+            def log_message(self, *args: object) -> None:  # keep test output clean
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, name="fake-hub", daemon=True)
+        self.thread.start()
+
+    # ---------------------------------------------------------------- publishing
+    def publish(self, repo_id: str, files: dict[str, bytes | str | os.PathLike[str]], *, revision: str = "main") -> str:
+        """Publish `files` as `revision` of `repo_id` (replacing what was there); returns the commit."""
+        data = {name: (Path(v).read_bytes() if not isinstance(v, bytes) else v) for name, v in files.items()}
+        digest = hashlib.sha1(repr(sorted((n, hashlib.sha256(b).hexdigest()) for n, b in data.items())).encode())
+        commit = digest.hexdigest()
+        with self._lock:
+            revisions = self.repos.setdefault(repo_id, {})
+            revisions[revision] = (commit, data)
+            revisions[commit] = (commit, data)
+        return commit
+
+    def publish_dir(self, repo_id: str, directory: str | os.PathLike[str], *, revision: str = "main") -> str:
+        files = {p.name: p for p in Path(directory).iterdir() if p.is_file()}
+        return self.publish(repo_id, files, revision=revision)
+
+    def fail_with(self, repo_id: str, status: int) -> None:
+        self.failures[repo_id] = status
+
+    def truncate(self, repo_id: str) -> None:
+        """The next GET of the repo breaks off half-way; every request after it gets HTTP 500."""
+        self.truncated.add(repo_id)
+
+    def gets(self, filename: str | None = None) -> list[str]:
+        """Paths of the GET requests seen (for one file name, if given)."""
+        return [p for m, p in self.requests if m == "GET" and (filename is None or p.endswith("/" + filename))]
+
+    def reset(self) -> None:
+        with self._lock:
+            self.repos.clear()
+            self.requests.clear()
+            self.failures.clear()
+            self.truncated.clear()
+
+    # ---------------------------------------------------------------- serving
+    def _answer(self, handler: BaseHTTPRequestHandler, *, body: bool) -> None:
+        path = unquote(handler.path.split("?", 1)[0])
+        with self._lock:
+            self.requests.append((handler.command, path))
+        parts = path.lstrip("/").split("/")
+        # /{org}/{repo}/resolve/{revision}/{filename...}; revisions with '/' arrive URL-encoded.
+        if len(parts) < 5 or parts[2] != "resolve":
+            return self._send(handler, 404, b"not found", {"X-Error-Code": "RepoNotFound"}, body)
+        repo_id, revision, filename = f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:])
+        if repo_id in self.failures:
+            return self._send(handler, self.failures[repo_id], b"injected server error", {}, body)
+        revisions = self.repos.get(repo_id)
+        if revisions is None:
+            return self._send(handler, 404, b"Repository not found", {"X-Error-Code": "RepoNotFound"}, body)
+        if revision not in revisions:
+            return self._send(handler, 404, b"Revision not found", {"X-Error-Code": "RevisionNotFound"}, body)
+        commit, files = revisions[revision]
+        if filename not in files:
+            headers = {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit}
+            return self._send(handler, 404, b"Entry not found", headers, body)
+        data = files[filename]
+        headers = {
+            "X-Repo-Commit": commit,
+            "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+            "Content-Type": "application/octet-stream",
+        }
+        if body and repo_id in self.truncated:  # announce the full size, send half, hang up;
+            self.truncated.discard(repo_id)  # the client's resume attempt then meets a server error
+            self.failures[repo_id] = 500
+            handler.send_response(200)
+            for k, v in headers.items():
+                handler.send_header(k, v)
+            handler.send_header("Content-Length", str(len(data)))
+            handler.send_header("Connection", "close")
+            handler.end_headers()
+            handler.wfile.write(data[: len(data) // 2])
+            handler.wfile.flush()
+            handler.close_connection = True
+            return None
+        return self._send(handler, 200, data, headers, body)
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers: dict[str, str], body: bool) -> None:
+        handler.send_response(status)
+        for k, v in headers.items():
+            handler.send_header(k, v)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        if body:
+            handler.wfile.write(data)
+
+
+# ------------------------------------------------------------------ environment, set at import
+_HF_HOME = Path(tempfile.mkdtemp(prefix="vitzoo-tests-hf-"))
+FAKE_HUB = FakeHub()
+for _var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE"):
+    os.environ.pop(_var, None)
+os.environ.update(
+    {
+        "HF_HOME": str(_HF_HOME),
+        "HF_HUB_CACHE": str(_HF_HOME / "hub"),
+        "HF_ENDPOINT": FAKE_HUB.url,
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "HF_HUB_DISABLE_XET": "1",  # the fake hub serves plain HTTP files
+        "HF_HUB_ETAG_TIMEOUT": "5",
+        "HF_HUB_DOWNLOAD_TIMEOUT": "5",
+    }
+)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    FAKE_HUB.server.shutdown()
+    shutil.rmtree(_HF_HOME, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_hub() -> Iterator[FakeHub]:
+    """The local Hub; its repos and request log are emptied after each test."""
+    FAKE_HUB.requests.clear()
+    yield FAKE_HUB
+    FAKE_HUB.reset()
+
+
+@pytest.fixture
+def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty hub cache for one test. huggingface_hub read HF_HUB_CACHE at import, so its
+    constant is patched too (timm and transformers call it without a cache_dir)."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    return cache

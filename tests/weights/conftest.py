@@ -1,0 +1,31 @@
+"""Helpers shared by the weights tests: small timm checkpoints in timm's hub layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def timm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """`timm_checkpoint("vit_tiny_patch16_224", depth=2)`: a timm model with random weights saved
+    in timm's hub layout (config.json + model.safetensors); cached per arguments for the session."""
+    from timm.models._hub import save_for_hf
+    import timm
+
+    made: dict[tuple, Path] = {}
+
+    def make(timm_name: str, **kwargs: object) -> Path:
+        key = (timm_name, tuple(sorted(kwargs.items())))
+        if key not in made:
+            torch.manual_seed(len(made))
+            model = timm.create_model(timm_name, **kwargs)
+            out = tmp_path_factory.mktemp(timm_name)
+            save_for_hf(model, out, safe_serialization=True)
+            made[key] = out
+        return made[key]
+
+    return make
