@@ -324,5 +324,3 @@ def test_installed_console_script():
     proc = run_process("list", "mnist", "--json", script=True)
     assert proc.returncode == 0, proc.stderr
     assert [r["name"] for r in json.loads(proc.stdout)] == ["vit_mnist", "vit_mnist_tiny"]
-    proc = run_process("lst", script=True)
-    assert proc.returncode == 2 and "invalid choice: 'lst'" in proc.stderr

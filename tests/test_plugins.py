@@ -162,3 +162,34 @@ def test_example_plugin_installed_with_pip(tmp_path, monkeypatch):
         assert model(torch.zeros(1, 3, 64, 64)).shape == (1, 100)
     finally:
         plugins.reset()
+
+
+def test_register_custom_example(tmp_path, capsys):
+    """examples/register_custom.py: a config variant, a builder, and a shallow model made from the
+    first blocks of a saved base (a local copy, as on an air-gapped machine)."""
+    import runpy
+
+    torch.manual_seed(0)
+    base = vitzoo.create("vit_mnist").eval()  # a small base keeps the test fast; the example defaults to vit_s16
+    base.save_pretrained(tmp_path / "base")
+    added = ["vit_mnist_deep", "vit_fashion_wide", "vit_mnist_first2"]
+    try:
+        example = runpy.run_path(str(EXAMPLE.parent / "register_custom.py"), run_name="example")
+        example["main"](["--base", "vit_mnist", "--depth", "2", "--base-weights", str(tmp_path / "base"),
+                         "--out", str(tmp_path / "shallow")])
+        out = capsys.readouterr().out
+        assert "vit_mnist_deep: " in out and "origin: user code" in out
+
+        assert vitzoo.model_info("vit_mnist_deep")["config"]["depth"] == 12
+        assert vitzoo.create("vit_fashion_wide", num_classes=5)(torch.zeros(1, 1, 28, 28)).shape == (1, 5)
+        assert "vit_mnist_first2.first_blocks" in vitzoo.list_models(pretrained=True)
+        shallow = vitzoo.create("vit_mnist_first2", pretrained=True).eval()
+        assert shallow.config.depth == 2 and vitzoo.model_info("vit_mnist_first2")["origin"] == "user code"
+        base_state = base.state_dict()
+        for key, value in shallow.state_dict().items():
+            assert torch.equal(value, base_state[key]), key  # every tensor is the base's own
+        with pytest.raises(ValueError, match="depth must be in 1..6"):
+            example["first_blocks"](base, 7)
+    finally:
+        for name in added:
+            registry._REGISTRY.pop(name, None)
