@@ -4,14 +4,11 @@ console script); a few run the real thing in a subprocess: `python -m vitzoo` an
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +18,7 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 import vitzoo
-from vitzoo import cli, plugins, registry
+from vitzoo import cli, registry
 from vitzoo.flops import vit_flops
 from vitzoo.model import ViTConfig
 
@@ -218,62 +215,12 @@ def test_convert_bare_file_to_vitzoo_and_timm(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------ download
-class FakeHub(BaseHTTPRequestHandler):
-    """Answers the Hub's `/{org}/{repo}/resolve/{revision}/{file}` (HEAD and GET) from `files`."""
-
-    files: dict[str, bytes] = {}
-    commit = "0123456789abcdef0123456789abcdef01234567"
-
-    def _answer(self, body: bool) -> None:
-        parts = self.path.split("?")[0].strip("/").split("/")
-        if len(parts) < 5 or parts[2] != "resolve":
-            self.send_response(404)
-            self.end_headers()
-            return
-        repo, filename = "/".join(parts[:2]), "/".join(parts[4:])
-        data = self.files.get(f"{repo}/{filename}")
-        if data is None:
-            self.send_response(404)
-            self.send_header("X-Error-Code", "EntryNotFound" if any(k.startswith(repo + "/") for k in self.files) else "RepoNotFound")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        self.send_response(200)
-        self.send_header("X-Repo-Commit", self.commit)
-        self.send_header("ETag", '"' + hashlib.sha256(data).hexdigest() + '"')
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if body:
-            self.wfile.write(data)
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._answer(body=False)
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._answer(body=True)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def fake_hub(tmp_path, monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    yield FakeHub
-    server.shutdown()
-    FakeHub.files = {}
-
-
-def test_download_fills_the_cache(tmp_path, fake_hub, capsys, monkeypatch):
+def test_download_fills_the_cache(tmp_path, fake_hub, hf_cache, capsys, monkeypatch):
+    """`vitzoo download` through the local fake Hub (tests/conftest.py), then offline use."""
     torch.manual_seed(0)
-    model = vitzoo.create("vit_mnist_tiny")
+    model = vitzoo.create("vit_mnist_tiny").eval()
     save_file(model.state_dict(), tmp_path / "w.safetensors")
-    fake_hub.files = {"acme/tiny-digits/model.safetensors": (tmp_path / "w.safetensors").read_bytes()}
+    fake_hub.publish("acme/tiny-digits", {"model.safetensors": tmp_path / "w.safetensors"})
     vitzoo.register(
         "cli_hub_variant", base="vit_mnist_tiny",
         pretrained={"acme": vitzoo.PretrainedCfg(source="hf-hub:acme/tiny-digits", input_size=(1, 32, 32), num_classes=10)},
@@ -282,14 +229,19 @@ def test_download_fills_the_cache(tmp_path, fake_hub, capsys, monkeypatch):
         code, out, err = run(capsys, "download", "cli_hub_variant", "--json")
         assert code == 0, err
         [path] = json.loads(out)["cli_hub_variant"]
-        assert Path(path).is_file() and str(tmp_path / "cache") in path
-        assert all(torch.equal(a, b) for a, b in zip(load_file(path).values(), load_file(tmp_path / "w.safetensors").values()))
+        assert Path(path).is_file() and Path(path).is_relative_to(hf_cache)
+        assert Path(path).read_bytes() == (tmp_path / "w.safetensors").read_bytes()
+        assert len(fake_hub.gets("model.safetensors")) == 1
 
-        fake_hub.files = {}  # the server forgets the file: the cache now serves it, offline
+        fake_hub.reset()  # the Hub forgets the repo: from now on only the cache can serve it
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         loaded = vitzoo.create("cli_hub_variant", pretrained=True).eval()
         x = torch.randn(1, 1, 32, 32)
-        assert torch.equal(loaded(x), model.eval()(x))
+        assert torch.equal(loaded(x), model(x))
+        # predict without --weights takes the model's own (now cached) source
+        code, out, err = run(capsys, "predict", "cli_hub_variant", str(digit_images(tmp_path)[0]), "--json")
+        assert code == 0, err
+        assert sum(p["probability"] for p in json.loads(out)[0]["predictions"]) <= 1 + 1e-6
 
         code, _, err = run(capsys, "download", "vit_mnist_tiny")
         assert code == 1 and "has no pretrained weights" in err
