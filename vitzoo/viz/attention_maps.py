@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
-from ..layers.attention import capture_attention
+from ..layers.attention import Attention, capture_attention
 from ._figure import finish, new_figure, show_image
 from .images import prepare_image
 
@@ -144,7 +144,7 @@ def plot_attention(
         raise ValueError(f"what={what!r} is invalid; expected 'both', 'heads' or 'rollout'")
     num_prefix, grid, has_cls = _model_layout(model)
     name = type(model).__name__
-    depth = len([m for m in model.modules() if hasattr(m, "attn_sink")])
+    depth = sum(isinstance(m, Attention) for m in model.modules())
     layer = check_index(layer, depth, what="layer", context=f"the {name} has {depth} blocks")
     if what != "rollout" and not has_cls:
         raise ValueError(
