@@ -276,3 +276,54 @@ def test_installed_console_script():
     proc = run_process("list", "mnist", "--json", script=True)
     assert proc.returncode == 0, proc.stderr
     assert [r["name"] for r in json.loads(proc.stdout)] == ["vit_mnist", "vit_mnist_tiny"]
+
+
+# ------------------------------------------------------------------------------------ delegated
+def test_delegated_subcommands_take_their_options_from_their_modules(capsys):
+    """finetune / eval / viz are configured by vitzoo.train and vitzoo.viz: every option those
+    modules define shows in `vitzoo CMD --help`."""
+    import argparse
+    import importlib
+
+    for cmd, (module, configure, _, _) in cli.DELEGATED.items():
+        reference = argparse.ArgumentParser()
+        getattr(importlib.import_module(module), configure)(reference)
+        options = {s for action in reference._actions for s in action.option_strings if s.startswith("--")}
+        code, out, _ = run(capsys, cmd, "--help")
+        assert code == 0 and options, cmd
+        assert all(option in out for option in options), (cmd, sorted(o for o in options if o not in out))
+
+
+def test_delegated_subcommand_runs(tmp_path, capsys):
+    code, out, err = run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(tmp_path / "p.png"))
+    assert code == 0, err
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_missing_delegated_module_is_a_one_line_error(capsys, monkeypatch):
+    monkeypatch.setitem(cli.DELEGATED, "viz", ("vitzoo.no_such_module", "configure_viz_parser", "run_viz", "draw"))
+    code, out, err = run(capsys, "viz", "patches", "--out", "x.png")
+    assert (code, out) == (1, "")
+    assert err == ("vitzoo: error: `vitzoo viz` is not available in this installation "
+                   "(ModuleNotFoundError: No module named 'vitzoo.no_such_module')\n")
+
+
+def test_info_of_a_builder_that_is_not_a_vit(capsys):
+    """GFLOPs of any module a builder returns are counted on the meta device."""
+    from torch import nn
+
+    @vitzoo.register_model(name="cli_convnet", default_cfg=vitzoo.PretrainedCfg(input_size=(3, 16, 16), num_classes=10))
+    def build(**overrides):
+        return nn.Sequential(nn.Conv2d(3, 4, 4, stride=4), nn.Flatten(), nn.Linear(64, 10))
+
+    try:
+        code, out, err = run(capsys, "info", "cli_convnet", "--json")
+        assert code == 0, err
+        info = json.loads(out)
+        assert info["config"] is None and info["num_params"] == 3 * 4 * 16 + 4 + 64 * 10 + 10
+        # conv: 16 positions x 4 filters x 48 multiply-adds; linear: 64 x 10
+        assert info["gflops"] * 1e9 == pytest.approx(2 * (16 * 4 * 48 + 64 * 10))
+        code, out, _ = run(capsys, "list", "cli_conv")
+        assert code == 0 and "cli_convnet" in out and "user code" in out
+    finally:
+        registry._REGISTRY.pop("cli_convnet")
