@@ -1,0 +1,133 @@
+"""vitzoo.weights.files: every kind of bad file gives a clear error naming it, nothing in a weight
+file is executed, and writes are atomic."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import vitzoo
+from vitzoo.weights import WeightsFileError
+from vitzoo.weights.files import read_checkpoint, write_safetensors
+
+
+@pytest.fixture
+def tiny_state():
+    torch.manual_seed(0)
+    return vitzoo.create("vit_ti16", depth=1, num_classes=3).state_dict()
+
+
+def test_reads_safetensors_bin_and_npz(tmp_path, tiny_state):
+    save_file(tiny_state, tmp_path / "a.safetensors")
+    torch.save({"state_dict": tiny_state, "epoch": 3}, tmp_path / "b.pth")  # a training checkpoint
+    np.savez(tmp_path / "c.npz", w=np.ones((2, 3), np.float32))
+    assert torch.equal(read_checkpoint(tmp_path / "a.safetensors")["head.weight"], tiny_state["head.weight"])
+    assert torch.equal(read_checkpoint(tmp_path / "b.pth")["head.weight"], tiny_state["head.weight"])
+    assert read_checkpoint(tmp_path / "c.npz")["w"].shape == (2, 3)
+
+
+def test_format_sniffed_when_suffix_is_unusual(tmp_path, tiny_state):
+    save_file(tiny_state, tmp_path / "weights.data")
+    torch.save(tiny_state, tmp_path / "weights.torch")
+    assert set(read_checkpoint(tmp_path / "weights.data")) == set(tiny_state)
+    assert set(read_checkpoint(tmp_path / "weights.torch")) == set(tiny_state)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".bin", ".npz"])
+def test_truncated_file_is_named(tmp_path, tiny_state, suffix):
+    path = tmp_path / f"model{suffix}"
+    if suffix == ".safetensors":
+        save_file(tiny_state, path)
+    elif suffix == ".bin":
+        torch.save(tiny_state, path)
+    else:
+        np.savez(path, **{k.replace(".", "/"): v.numpy() for k, v in tiny_state.items()})
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(WeightsFileError, match=rf"{path.name}'.*truncated or corrupt"):
+        vitzoo.create("vit_ti16", weights=str(path), depth=1)
+
+
+def test_garbage_and_missing_files(tmp_path):
+    junk = tmp_path / "notes.txt"
+    junk.write_text("hello")
+    with pytest.raises(WeightsFileError, match=r"notes\.txt' is not a checkpoint vitzoo can read"):
+        read_checkpoint(junk)
+    with pytest.raises(WeightsFileError, match="does not exist"):
+        read_checkpoint(tmp_path / "nope.safetensors")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}")
+    with pytest.raises(WeightsFileError, match=r"bad\.safetensors' is not a readable safetensors file"):
+        read_checkpoint(bad)
+
+
+class _Exploit:
+    """A pickle payload: unpickling it would run os.system (and create a marker file)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_pickled_code_is_never_executed(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.bin"
+    with open(path, "wb") as f:
+        torch.save({"head.weight": torch.zeros(2, 2), "payload": _Exploit(marker)}, f)
+    with pytest.raises(WeightsFileError, match=r"evil\.bin' holds Python objects other than tensors"):
+        vitzoo.load_weights(vitzoo.create("vit_ti16", depth=1), path)
+    assert not marker.exists()
+    # A raw pickle (not a torch zip file) too.
+    raw = tmp_path / "evil.pth"
+    raw.write_bytes(pickle.dumps({"w": _Exploit(marker)}))
+    with pytest.raises(WeightsFileError, match=r"evil\.pth'"):
+        read_checkpoint(raw)
+    assert not marker.exists()
+
+
+def test_object_npz_is_refused(tmp_path):
+    path = tmp_path / "obj.npz"
+    np.savez(path, w=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(WeightsFileError, match=r"obj\.npz"):
+        read_checkpoint(path)
+
+
+def test_checkpoint_without_tensors(tmp_path):
+    path = tmp_path / "empty.bin"
+    torch.save({"epoch": 3, "lr": 0.1}, path)
+    with pytest.raises(WeightsFileError, match=r"empty\.bin' does not contain a state dict|contains no tensors"):
+        read_checkpoint(path)
+
+
+def test_failed_write_leaves_old_file_and_no_temp(tmp_path, tiny_state, monkeypatch):
+    target = tmp_path / "model.safetensors"
+    write_safetensors(target, {"a": torch.ones(3)})
+    before = target.read_bytes()
+
+    import safetensors.torch as st
+
+    def half_write_then_fail(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(st, "save_file", half_write_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_safetensors(target, tiny_state)
+    assert target.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+
+
+def test_shared_and_strided_tensors_are_written(tmp_path):
+    base = torch.arange(12.0).reshape(3, 4)
+    path = write_safetensors(tmp_path / "s.safetensors", {"a": base, "b": base.T, "c": base[1]})
+    back = read_checkpoint(path)
+    assert torch.equal(back["b"], base.T) and torch.equal(back["c"], base[1])
