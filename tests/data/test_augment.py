@@ -1,0 +1,65 @@
+"""vitzoo/data/augment.py: transforms from pretrained_cfg, channel conversion, batch augmentation."""
+
+from __future__ import annotations
+
+import torch
+
+import vitzoo
+from vitzoo.data import BatchTransform, InputSpec, convert_channels
+
+
+def test_spec_comes_from_the_models_pretrained_cfg() -> None:
+    spec = InputSpec.from_model(vitzoo.create("vit_mnist_tiny"))
+    assert spec.channels == 1 and spec.size == (32, 32) and spec.mean == (0.1307,)
+    deit = vitzoo.create("deit_ti16", img_size=64, depth=1)
+    rgb = InputSpec.from_model(deit)
+    assert rgb.channels == 3 and rgb.size == (64, 64)
+    cfg = deit.pretrained_cfg
+    assert (rgb.mean, rgb.crop_pct, rgb.interpolation) == (tuple(cfg.mean), cfg.crop_pct, cfg.interpolation)
+
+
+def test_eval_resizes_and_normalises_exactly() -> None:
+    spec = InputSpec(channels=1, size=(28, 28), mean=(0.5,), std=(0.25,))
+    images = torch.full((2, 1, 28, 28), 255, dtype=torch.uint8)
+    out = BatchTransform(spec=spec, train=False)(images)
+    assert torch.allclose(out, torch.full_like(out, 2.0))  # (1 - 0.5) / 0.25
+    bigger = BatchTransform(spec=InputSpec(channels=1, size=(32, 32), mean=(0.0,), std=(1.0,)), train=False)(images)
+    assert bigger.shape == (2, 1, 32, 32) and torch.allclose(bigger, torch.ones_like(bigger))
+
+
+def test_channel_conversion_both_ways() -> None:
+    gray = torch.rand(2, 1, 4, 4)
+    assert torch.equal(convert_channels(gray, 3)[:, 2], gray[:, 0])
+    rgb = torch.zeros(1, 3, 2, 2)
+    rgb[:, 1] = 1.0  # pure green -> luma 0.587
+    assert torch.allclose(convert_channels(rgb, 1), torch.full((1, 1, 2, 2), 0.587))
+    spec = InputSpec(channels=3, size=(8, 8), mean=(0, 0, 0), std=(1, 1, 1))
+    assert BatchTransform(spec=spec, train=True)(torch.zeros(3, 1, 8, 8, dtype=torch.uint8), torch.Generator()).shape == (3, 3, 8, 8)
+
+
+def test_digit_augmentation_is_per_image_seeded_and_mild() -> None:
+    spec = InputSpec(channels=1, size=(28, 28), mean=(0.0,), std=(1.0,))
+    tf = BatchTransform(spec=spec, train=True, kind="digits")
+    digit = torch.zeros(1, 1, 28, 28, dtype=torch.uint8)
+    digit[..., 8:20, 12:16] = 255  # a bar in the middle
+    batch = digit.expand(4, -1, -1, -1)
+    a = tf(batch, torch.Generator().manual_seed(0))
+    b = tf(batch, torch.Generator().manual_seed(0))
+    assert torch.equal(a, b)  # same generator state -> same batch
+    assert not torch.equal(a[0], a[1])  # but each image gets its own transform
+    # mild: the mass of the bar is roughly preserved and stays inside the frame
+    mass = a.sum(dim=(1, 2, 3)) / (12 * 4)
+    assert ((mass > 0.7) & (mass < 1.4)).all()
+
+
+def test_natural_train_crop_flip_randaugment_shapes_and_determinism() -> None:
+    spec = InputSpec(channels=3, size=(16, 16), mean=(0.5,) * 3, std=(0.5,) * 3, interpolation="bicubic", crop_pct=0.875)
+    tf = BatchTransform(spec=spec, train=True, kind="natural", hflip=True)
+    images = torch.randint(0, 256, (5, 3, 18, 18), dtype=torch.uint8)
+    a = tf(images, torch.Generator().manual_seed(3))
+    b = tf(images, torch.Generator().manual_seed(3))
+    assert a.shape == (5, 3, 16, 16) and torch.equal(a, b)
+    assert a.min() >= -1.0 and a.max() <= 1.0
+    center = BatchTransform(spec=spec, train=False, kind="natural")(images)
+    expected = (images[:, :, 1:17, 1:17].float() / 255 - 0.5) / 0.5
+    assert torch.allclose(center, expected)

@@ -1,0 +1,138 @@
+"""Training checkpoints: ONE safetensors file holding everything needed to resume.
+
+    model.<key>                       the model's state dict
+    optimizer.<param index>.<name>    optimizer state tensors (AdamW: exp_avg, exp_avg_sq, step)
+    rng.torch / rng.cuda              the global RNG states (dropout, stochastic depth)
+    metadata["vitzoo.train"]          JSON: epoch, step, optimizer hyper-parameters, schedule,
+                                      partial epoch sums, best accuracy, the run's settings
+
+One file written with an atomic rename means a reader (or a `--resume` after `kill -9`) sees
+either the previous complete checkpoint or the new complete one, never a mix of the two. Nothing
+is unpickled on load: safetensors is data only, the rest is JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..weights.files import write_safetensors
+
+CHECKPOINT_NAME = "checkpoint.safetensors"
+_META_KEY = "vitzoo.train"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from; the message names the file and the reason."""
+
+
+@dataclass
+class TrainState:
+    """Where a run is: the next (epoch, step) to run, running sums of the current epoch, best so far."""
+
+    epoch: int = 0
+    step: int = 0  # next step inside `epoch`
+    global_step: int = 0
+    epoch_loss_sum: float = 0.0
+    epoch_correct: int = 0
+    epoch_seen: int = 0
+    epoch_time: float = 0.0
+    best_acc: float = -1.0
+    best_epoch: int = -1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def save_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    state: TrainState,
+    run_info: dict[str, Any],
+) -> Path:
+    tensors: dict[str, torch.Tensor] = {f"model.{k}": v for k, v in model.state_dict().items()}
+    opt = optimizer.state_dict()
+    per_param_scalars: dict[str, dict[str, Any]] = {}
+    for index, values in opt["state"].items():
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"optimizer.{index}.{name}"] = value
+            else:
+                per_param_scalars.setdefault(str(index), {})[name] = value
+    tensors["rng.torch"] = torch.get_rng_state()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        tensors["rng.cuda"] = torch.cuda.get_rng_state()
+    meta = {
+        "format": 1,
+        "state": state.__dict__,
+        "scheduler": scheduler.state_dict(),
+        "param_groups": opt["param_groups"],
+        "optimizer_scalars": per_param_scalars,
+        "run": run_info,
+    }
+    return write_safetensors(path, tensors, metadata={_META_KEY: json.dumps(meta)})
+
+
+def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get(_META_KEY)
+    except Exception as err:  # safetensors raises its own error types for bad headers
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    if raw is None:
+        raise CheckpointError(f"{path} is a safetensors file but not a vitzoo training checkpoint (no '{_META_KEY}' metadata)")
+    return json.loads(raw)
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str],
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+) -> tuple[TrainState, dict[str, Any]]:
+    """Restore model, optimizer, scheduler and RNG from `path`; returns the TrainState and run info."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}; nothing to resume (expected {CHECKPOINT_NAME} in the run directory)")
+    meta = read_checkpoint_meta(path)
+    tensors = load_file(str(path))
+    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    missing, unexpected = model.load_state_dict(model_state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"checkpoint {path} does not fit this model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}; "
+            "resume with the same model and settings the run was started with"
+        )
+    opt_state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            opt_state.setdefault(int(index), {})[name] = value
+    for index, scalars in meta["optimizer_scalars"].items():
+        opt_state.setdefault(int(index), {}).update(scalars)
+    groups = meta["param_groups"]
+    if len(groups) != len(optimizer.param_groups) or any(
+        len(g["params"]) != len(h["params"]) for g, h in zip(groups, optimizer.param_groups)
+    ):
+        raise CheckpointError(
+            f"checkpoint {path} was written with different optimizer parameter groups "
+            "(linear probe / layer decay settings changed?); resume with the original settings"
+        )
+    optimizer.load_state_dict({"state": opt_state, "param_groups": groups})
+    scheduler.load_state_dict(meta["scheduler"])
+    torch.set_rng_state(tensors["rng.torch"])
+    if "rng.cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state(tensors["rng.cuda"])
+    return TrainState(**meta["state"]), meta["run"]

@@ -1,0 +1,245 @@
+"""`vitzoo finetune` and `vitzoo eval`: argument parsers and their run functions.
+
+vitzoo/cli.py mounts these four functions as sub-commands; the example scripts call them too,
+so every way of training goes through the same engine (engine.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..data import DATASETS, DataSplits, load_data, store_size_for
+from .engine import BEST_DIR, TrainConfig, evaluate_split, fit
+from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
+
+RUNS_DIR = Path("runs")
+
+# Recipe defaults per situation; any flag given on the command line wins.
+# From scratch on digits: measured on 2 shared CPU cores (see benchmarks/accuracy.py).
+_SCRATCH_DIGITS = dict(epochs=15, batch_size=128, lr=2e-3, weight_decay=0.05, warmup_epochs=1.0, layer_decay=None)
+_SCRATCH_FULL = dict(_SCRATCH_DIGITS, epochs=10)
+# Pretrained ImageNet models: smaller lr, layer-wise decay, short schedule.
+_PRETRAINED = dict(epochs=10, batch_size=32, lr=5e-4, weight_decay=0.05, warmup_epochs=1.0, layer_decay=0.75)
+_SCRATCH_FOLDER = dict(epochs=30, batch_size=64, lr=1e-3, weight_decay=0.05, warmup_epochs=3.0, layer_decay=None)
+
+
+def recipe_defaults(data: str, from_pretrained: bool) -> dict[str, Any]:
+    if from_pretrained:
+        return dict(_PRETRAINED)
+    if data == "mnist-sample":
+        return dict(_SCRATCH_DIGITS)
+    if data in ("mnist", "fashion-mnist"):
+        return dict(_SCRATCH_FULL)
+    return dict(_SCRATCH_FOLDER)
+
+
+# ----------------------------------------------------------------------------- shared arguments
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("data")
+    group.add_argument(
+        "--data", nargs="+", metavar="NAME [PATH]", default=["mnist-sample"],
+        help="mnist-sample (default: the real-MNIST sample shipped with vitzoo, offline), mnist, "
+        "fashion-mnist, or 'folder PATH' for an ImageNet-style folder (train/ and val/, or class folders)",
+    )
+    group.add_argument("--data-dir", default=None, help="where MNIST / Fashion-MNIST raw IDX files are (plain or .gz) or get downloaded")
+    group.add_argument("--no-download", action="store_true", help="never download; fail if --data-dir lacks the files")
+    group.add_argument("--val-split", type=float, default=None, help="folder without val/: seeded validation fraction (default 0.2)")
+    group.add_argument("--strict", action="store_true", help="folder: stop at the first unreadable image instead of skipping it")
+
+
+def _parse_data(values: list[str]) -> tuple[str, str | None]:
+    name, rest = values[0], values[1:]
+    if name not in DATASETS:
+        if len(values) == 1 and Path(name).is_dir():
+            return "folder", name  # a bare directory means an image folder
+        raise ValueError(f"--data {name!r} is unknown; expected one of {', '.join(DATASETS)} (folder needs a PATH)")
+    if name == "folder":
+        if len(rest) != 1:
+            raise ValueError("--data folder needs exactly one PATH: --data folder path/to/images")
+        return name, rest[0]
+    if rest:
+        raise ValueError(f"--data {name} takes no path (got {' '.join(rest)}); use --data-dir for where its files are")
+    return name, None
+
+
+def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int) -> DataSplits:
+    name, path = _parse_data(args.data)
+    store = 256
+    if name == "folder":
+        cfg = model.pretrained_cfg
+        store = store_size_for(max(cfg.input_size[1:]), cfg.crop_pct)
+    return load_data(
+        name, path=path, data_dir=args.data_dir, download=not args.no_download, store_size=store,
+        val_split=args.val_split, seed=seed, strict=args.strict,
+    )
+
+
+def _peek_classes(args: argparse.Namespace) -> int:
+    """Number of classes without decoding anything (the model must be built before the folder
+    is decoded, because the model's input size decides the stored size)."""
+    name, path = _parse_data(args.data)
+    if name != "folder":
+        return 10
+    from ..data.folder import FolderDataError
+
+    root = Path(path).expanduser()
+    base = root / "train" if (root / "train").is_dir() else root
+    if not base.is_dir():
+        raise FolderDataError(f"image folder {root} does not exist or is not a directory")
+    return sum(1 for e in base.iterdir() if e.is_dir() and not e.name.startswith("."))
+
+
+# ----------------------------------------------------------------------------- finetune
+def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `vitzoo finetune MODEL ...`."""
+    parser.add_argument("model", help="a registered model name, e.g. vit_mnist, vit_ti16, deit_s16 (vitzoo list)")
+    _add_data_arguments(parser)
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--pretrained", action="store_true", help="start from the model's default pretrained weights")
+    src.add_argument("--weights", default=None, help="start from these weights: a file, a directory, hf-hub:org/repo or timm:<name>")
+    rec = parser.add_argument_group("recipe (defaults depend on data and on --pretrained)")
+    rec.add_argument("--epochs", type=int, default=None)
+    rec.add_argument("--batch-size", type=int, default=None, help="global batch size (split over torchrun processes)")
+    rec.add_argument("--lr", type=float, default=None, help="peak learning rate after warmup")
+    rec.add_argument("--weight-decay", type=float, default=None)
+    rec.add_argument("--warmup-epochs", type=float, default=None)
+    rec.add_argument("--label-smoothing", type=float, default=0.1)
+    rec.add_argument("--clip-grad", type=float, default=1.0, help="max gradient norm (0 disables)")
+    rec.add_argument("--layer-decay", type=float, default=None, help="layer-wise lr decay, e.g. 0.75 (default with pretrained weights)")
+    rec.add_argument("--linear-probe", action="store_true", help="freeze the backbone, train only the classifier head")
+    rec.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate of the model")
+    rec.add_argument("--img-size", type=int, default=None, help="model input size (pretrained position embeddings are resampled)")
+    rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
+    rec.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
+    rec.add_argument("--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout")
+    run = parser.add_argument_group("run")
+    run.add_argument("--out", default=None, help="run directory (default runs/<model>-<data>-<time>)")
+    run.add_argument("--resume", action="store_true", help="continue the run in --out (or the latest matching run in runs/)")
+    run.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars (epoch lines still print)")
+
+
+def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
+    if args.out is not None:
+        return Path(args.out)
+    prefix = f"{args.model.replace('.', '-')}-{data_name}"
+    if args.resume:
+        candidates = sorted(p for p in RUNS_DIR.glob(f"{prefix}-*") if (p / "checkpoint.safetensors").is_file())
+        if not candidates:
+            raise FileNotFoundError(f"--resume: no run of {prefix} with a checkpoint under {RUNS_DIR}/; pass --out RUN_DIR")
+        return candidates[-1]
+    return RUNS_DIR / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def build_model(args: argparse.Namespace, num_classes: int) -> nn.Module:
+    import vitzoo
+
+    overrides: dict[str, Any] = {"num_classes": num_classes}
+    if args.img_size is not None:
+        overrides["img_size"] = args.img_size
+    if getattr(args, "drop_path", None) is not None:
+        overrides["drop_path_rate"] = args.drop_path
+    if args.weights is not None:
+        return vitzoo.create(args.model, weights=args.weights, **overrides)
+    return vitzoo.create(args.model, pretrained=args.pretrained, **overrides)
+
+
+def run_finetune(args: argparse.Namespace) -> int:
+    """Fine-tune (or train from scratch) and report where the results went. Returns an exit code."""
+    data_name, _ = _parse_data(args.data)
+    from_pretrained = bool(args.pretrained or args.weights or "." in args.model)
+    recipe = recipe_defaults(data_name, from_pretrained)
+    for key in ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "layer_decay"):
+        if getattr(args, key, None) is not None:
+            recipe[key] = getattr(args, key)
+    config = TrainConfig(
+        **recipe, label_smoothing=args.label_smoothing, clip_grad=args.clip_grad or None,
+        linear_probe=args.linear_probe, amp=args.amp, seed=args.seed, randaugment=not args.no_randaugment,
+        progress=not args.no_progress, device=args.device,
+    )
+    out_dir = _run_dir(args, data_name)
+    torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
+    model = build_model(args, _peek_classes(args))
+    splits = _load_splits(args, model, args.seed)
+    if splits.train.num_classes != model.config.num_classes:  # e.g. a folder class without images
+        model.reset_classifier(splits.train.num_classes)
+    rank0 = int(__import__("os").environ.get("RANK", "0")) == 0
+    if rank0:
+        n_params = sum(p.numel() for p in model.parameters())
+        print(
+            f"fine-tuning {args.model} ({n_params:,} parameters) on {splits.name}: {len(splits.train)} train / "
+            f"{len(splits.val)} val images, {splits.train.num_classes} classes, {config.epochs} epochs -> {out_dir}",
+            flush=True,
+        )
+    result = fit(
+        model, splits, config=config, out_dir=out_dir, resume=args.resume,
+        run_info={"model": args.model, "weights": args.weights, "pretrained": args.pretrained},
+    )
+    if not rank0:
+        return 0
+    if result.interrupted:
+        print(f"interrupted; resume with: vitzoo finetune {args.model} --out {out_dir} --resume (plus the same options)")
+        return 130
+    print(
+        f"done in {result.train_seconds:.0f} s of training: best val accuracy {100 * result.best_acc:.2f}% "
+        f"(epoch {result.best_epoch + 1}), final {100 * result.final_acc:.2f}%\n"
+        f"  run directory  {out_dir}\n"
+        f"  best model     {out_dir / BEST_DIR}   (vitzoo.create({args.model.split('.')[0]!r}, weights={str(out_dir / BEST_DIR)!r}))\n"
+        f"  metrics        {out_dir / METRICS_NAME}\n"
+        f"  curves         {out_dir / CURVES_NAME}\n"
+        f"  evaluate with  vitzoo eval {args.model.split('.')[0]} --weights {out_dir / BEST_DIR}"
+        + (f" --data {' '.join(args.data)}" if data_name != "mnist-sample" else "")
+    )
+    return 0
+
+
+# ----------------------------------------------------------------------------- eval
+def configure_eval_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `vitzoo eval MODEL --weights SRC ...`."""
+    parser.add_argument("model", help="the registered model name the weights belong to, e.g. vit_mnist")
+    parser.add_argument("--weights", required=True, help="a run's best/ directory, a weights file, hf-hub:org/repo or timm:<name>")
+    _add_data_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the folder split (must match training)")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _saved_overrides(weights: str) -> dict[str, Any]:
+    """num_classes / img_size / in_chans of a saved vitzoo directory, so the model is rebuilt as
+    trained instead of with the registered defaults."""
+    config = Path(weights) / "config.json"
+    if not config.is_file():
+        return {}
+    fields = json.loads(config.read_text(encoding="utf-8")).get("config", {})
+    return {k: fields[k] for k in ("num_classes", "img_size", "in_chans") if k in fields}
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Accuracy and confusion matrix of `--weights` on the evaluation split of `--data`."""
+    import vitzoo
+
+    overrides = _saved_overrides(args.weights) or {"num_classes": _peek_classes(args)}
+    model = vitzoo.create(args.model, weights=args.weights, **overrides)
+    splits = _load_splits(args, model, args.seed)
+    if model.config.num_classes != splits.val.num_classes:
+        raise ValueError(
+            f"the weights {args.weights} predict {model.config.num_classes} classes but {splits.val.source} has "
+            f"{splits.val.num_classes}; evaluate on the data the model was trained for"
+        )
+    result = evaluate_split(model, splits.val, kind=splits.kind, batch_size=args.batch_size, device=args.device)
+    if args.json:
+        print(json.dumps({"accuracy": result.accuracy, "loss": result.loss, "count": result.count,
+                          "confusion": result.confusion.tolist(), "classes": list(splits.classes)}))
+        return 0
+    print(f"{args.model} with {args.weights} on {splits.val.source}")
+    print(f"accuracy {100 * result.accuracy:.2f}% ({int(result.confusion.trace())}/{result.count}), loss {result.loss:.4f}")
+    print(format_confusion(result.confusion, splits.classes))
+    return 0

@@ -1,0 +1,61 @@
+"""Multi-process training under `torchrun --nproc_per_node=N`.
+
+torchrun sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT for every process; we
+join the process group from those (gloo on CPU, nccl on GPU). Each rank trains on its own slice
+of every epoch (vitzoo/data/loader.py), DistributedDataParallel averages the gradients, so all
+ranks apply identical updates. Logging, metrics and checkpoints happen on rank 0 only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup(device_type: str) -> DistInfo:
+    """Join the process group if launched by torchrun (WORLD_SIZE > 1); otherwise a single process."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return DistInfo()
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if not dist.is_initialized():
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank)
+
+
+def teardown(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
+    """Sum `tensor` over ranks (in place; a no-op on one process)."""
+    if info.enabled:
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()

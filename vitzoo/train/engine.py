@@ -1,0 +1,429 @@
+"""The training engine: `fit` trains a model on `DataSplits`, `evaluate` measures it.
+
+One engine serves the CLI (`vitzoo finetune`, `vitzoo eval`) and the example scripts:
+
+* AdamW with decoupled weight decay off for norms, biases, tokens, position embedding
+  (optim.py), per-step warmup + cosine schedule, label smoothing, gradient-norm clipping;
+* optional linear probe (frozen backbone) and layer-wise lr decay for pretrained models;
+* bf16 autocast only where it helps: on CUDA; on CPU `amp="auto"` stays fp32, because bf16
+  autocast makes these small models several times slower there (benchmarks/accuracy.py measures it);
+* `seed` fixes initial order, augmentation and dropout: a run is repeatable, and a run resumed
+  from a checkpoint reaches bit-identical weights (batches are a function of (seed, epoch, step)
+  and the checkpoint holds optimizer, schedule and RNG state);
+* evaluation after every epoch, `metrics.jsonl` + `curves.png`, an atomic checkpoint every
+  epoch and on Ctrl-C (first Ctrl-C: finish the step, save, stop; second: abort), the best
+  model exported as a loadable pretrained directory (`best/`);
+* under torchrun: DistributedDataParallel, each rank its own data slice, rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputSpec
+from ..weights.files import write_json
+from . import distributed
+from .checkpoint import CHECKPOINT_NAME, TrainState, load_checkpoint, save_checkpoint
+from .export import export_pretrained
+from .metrics import CURVES_NAME, METRICS_NAME, plot_curves, read_metrics, write_metrics
+from .optim import WarmupCosine, freeze_backbone, param_groups
+
+BEST_DIR = "best"
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """The recipe. Defaults are the from-scratch recipe tuned for vit_mnist on 2 CPU cores."""
+
+    epochs: int = 10
+    batch_size: int = 128  # global: split over ranks under torchrun
+    lr: float = 2e-3  # peak lr (after warmup)
+    min_lr_ratio: float = 0.01  # cosine floor, as a fraction of the peak
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    label_smoothing: float = 0.1
+    clip_grad: float | None = 1.0  # max global gradient norm; None: no clipping
+    layer_decay: float | None = None  # layer-wise lr decay (e.g. 0.75) for pretrained models
+    linear_probe: bool = False  # train only the classifier head
+    amp: str = "auto"  # "auto": bf16 on CUDA only, "bf16", or "off"
+    seed: int = 0
+    eval_batch_size: int = 500
+    randaugment: bool = True  # for folder data
+    progress: bool = True
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.epochs >= 1, "epochs", "an int >= 1"),
+            (self.batch_size >= 1, "batch_size", "an int >= 1"),
+            (self.lr > 0, "lr", "a positive float"),
+            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "a float in [0, 1]"),
+            (self.weight_decay >= 0, "weight_decay", "a float >= 0"),
+            (self.warmup_epochs >= 0, "warmup_epochs", "a float >= 0"),
+            (0 <= self.label_smoothing < 1, "label_smoothing", "a float in [0, 1)"),
+            (self.clip_grad is None or self.clip_grad > 0, "clip_grad", "None or a positive float"),
+            (self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "None or a float in (0, 1]"),
+            (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
+            (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
+        ]
+        for ok, name, expected in checks:
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {expected}")
+
+
+@dataclass
+class EvalResult:
+    accuracy: float
+    loss: float
+    confusion: torch.Tensor  # (num_classes, num_classes) int64, rows = true class
+    count: int
+
+
+@dataclass
+class FitResult:
+    out_dir: Path
+    best_acc: float
+    best_epoch: int
+    final_acc: float
+    history: list[dict[str, Any]]
+    interrupted: bool
+    best_dir: Path | None
+    train_seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- building blocks
+def resolve_device(name: str, info: distributed.DistInfo | None = None) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and info is not None and info.enabled:
+        return torch.device("cuda", info.local_rank)
+    return torch.device(name)
+
+
+def use_bf16(amp: str, device: torch.device) -> bool:
+    if amp == "bf16":
+        return True
+    if amp == "auto":  # on CPU bf16 autocast is measured to be much slower for these models
+        return device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return False
+
+
+def build_transforms(model: nn.Module, splits: DataSplits, *, randaugment: bool = True) -> tuple[BatchTransform, BatchTransform]:
+    """Train and eval transforms for this model and data: the model's pretrained_cfg decides
+    size, normalisation, interpolation and channels; the data's kind decides the augmentation."""
+    spec = InputSpec.from_model(model)
+    kind = "digits" if splits.kind == "digits" else "natural"
+    hflip = splits.name == "fashion-mnist" or kind == "natural"  # digits are not mirror-symmetric
+    train_tf = BatchTransform(spec=spec, train=True, kind=kind, hflip=hflip, randaugment=randaugment)
+    eval_tf = BatchTransform(spec=spec, train=False, kind=kind)
+    return train_tf, eval_tf
+
+
+def classification_loss(output: torch.Tensor | tuple[torch.Tensor, ...], target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    """Cross-entropy; a DeiT in training mode returns (cls logits, dist logits): without a
+    teacher both heads learn the labels, as in DeiT fine-tuning."""
+    if isinstance(output, tuple):
+        return sum(F.cross_entropy(o.float(), target, label_smoothing=smoothing) for o in output) / len(output)
+    return F.cross_entropy(output.float(), target, label_smoothing=smoothing)
+
+
+def _logits(output: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    return (output[0] + output[1]) / 2 if isinstance(output, tuple) else output
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: BatchLoader,
+    *,
+    num_classes: int,
+    device: torch.device | str = "cpu",
+    bf16: bool = False,
+    info: distributed.DistInfo | None = None,
+) -> EvalResult:
+    """Accuracy, mean loss and confusion matrix over the loader (summed over ranks)."""
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    confusion = torch.zeros(num_classes * num_classes, dtype=torch.float64)
+    loss_sum = torch.zeros(1, dtype=torch.float64)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    for x, y in loader.iterate(0):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast:
+            logits = _logits(model(x)).float()
+        if logits.shape[-1] != num_classes:
+            raise ValueError(
+                f"the model predicts {logits.shape[-1]} classes but the data has {num_classes}; "
+                "create the model with num_classes matching the data"
+            )
+        loss_sum += F.cross_entropy(logits, y, reduction="sum").double().cpu()
+        pred = logits.argmax(dim=-1)
+        confusion += torch.bincount((y * num_classes + pred).cpu(), minlength=num_classes * num_classes).double()
+    model.train(was_training)
+    if info is not None:
+        distributed.all_reduce_sum(confusion, info)
+        distributed.all_reduce_sum(loss_sum, info)
+    confusion = confusion.round().long().view(num_classes, num_classes)
+    count = int(confusion.sum())
+    return EvalResult(
+        accuracy=float(confusion.trace()) / max(count, 1), loss=float(loss_sum) / max(count, 1),
+        confusion=confusion, count=count,
+    )
+
+
+class _StopFlag:
+    """First SIGINT: finish the current step, checkpoint, stop. Second: the usual KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        tqdm.write("\ninterrupt: finishing this step and saving a checkpoint (Ctrl-C again to abort)")
+
+    def __enter__(self) -> "_StopFlag":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+# ----------------------------------------------------------------------------- fit
+def fit(
+    model: nn.Module,
+    splits: DataSplits,
+    *,
+    config: TrainConfig,
+    out_dir: str | os.PathLike[str],
+    resume: bool = False,
+    run_info: dict[str, Any] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+) -> FitResult:
+    """Train `model` on `splits.train`, evaluating on `splits.val` after every epoch.
+
+    `out_dir` receives checkpoint.safetensors, metrics.jsonl, curves.png, run.json and best/.
+    `resume=True` continues from out_dir's checkpoint. `on_step(epoch, step)` is called after
+    every optimizer step (progress hooks, tests)."""
+    info = distributed.setup(resolve_device(config.device).type)
+    device = resolve_device(config.device, info)
+    out_dir = Path(out_dir)
+    ckpt_path = out_dir / CHECKPOINT_NAME
+    if info.is_main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if ckpt_path.exists() and not resume:
+            raise FileExistsError(
+                f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
+            )
+    if config.batch_size % info.world_size:
+        raise ValueError(
+            f"batch_size={config.batch_size} is not divisible by the {info.world_size} processes; "
+            "expected a multiple of the process count (it is the global batch)"
+        )
+    num_classes = splits.train.num_classes
+    head = getattr(getattr(model, "config", None), "num_classes", num_classes)
+    if head != num_classes:
+        raise ValueError(
+            f"the model has {head} output classes but {splits.train.source} has {num_classes}; "
+            f"create it with num_classes={num_classes}"
+        )
+
+    torch.manual_seed(config.seed)
+    if config.linear_probe:
+        freeze_backbone(model)
+    model.to(device)
+    bf16 = use_bf16(config.amp, device)
+    train_tf, eval_tf = build_transforms(model, splits, randaugment=config.randaugment)
+    per_rank_batch = config.batch_size // info.world_size
+    train_loader = BatchLoader(
+        splits.train, batch_size=per_rank_batch, transform=train_tf, shuffle=True, seed=config.seed,
+        rank=info.rank, world_size=info.world_size,
+    )
+    val_loader = BatchLoader(
+        splits.val, batch_size=config.eval_batch_size, transform=eval_tf, shuffle=False,
+        rank=info.rank, world_size=info.world_size,
+    )
+    steps_per_epoch = len(train_loader)
+    groups = param_groups(model, weight_decay=config.weight_decay, layer_decay=config.layer_decay)
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999))
+    scheduler = WarmupCosine(
+        optimizer, peak_lr=config.lr, warmup_steps=round(config.warmup_epochs * steps_per_epoch),
+        total_steps=config.epochs * steps_per_epoch, min_lr_ratio=config.min_lr_ratio,
+    )
+    trainable = [p for g in groups for p in g["params"]]
+
+    run = {
+        **(run_info or {}),
+        "data": splits.name,
+        "classes": list(splits.classes),
+        "train_images": len(splits.train),
+        "val_images": len(splits.val),
+        "world_size": info.world_size,
+        "device": str(device),
+        "bf16": bf16,
+        "train_config": dataclasses.asdict(config),
+        "model_config": model.config.to_dict() if hasattr(model, "config") else None,
+    }
+    state = TrainState()
+    history: list[dict[str, Any]] = []
+    if resume:
+        state, _ = load_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler)
+        history = [r for r in read_metrics(out_dir / METRICS_NAME) if r["epoch"] < state.epoch]
+        if info.is_main:
+            tqdm.write(f"resuming {out_dir} at epoch {state.epoch + 1}, step {state.step} of {steps_per_epoch}")
+    if info.is_main:
+        write_json(out_dir / "run.json", run)
+
+    ddp_model: nn.Module = model
+    if info.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    def checkpoint() -> None:
+        if info.is_main:
+            save_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, state=state, run_info=run)
+
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+    interrupted = False
+    best_dir: Path | None = out_dir / BEST_DIR if (out_dir / BEST_DIR).is_dir() else None
+    train_seconds = sum(r.get("epoch_time_s", 0.0) for r in history)
+    with _StopFlag() as stop:
+        while state.epoch < config.epochs and not interrupted:
+            epoch = state.epoch
+            ddp_model.train()
+            bar = tqdm(
+                total=steps_per_epoch, initial=state.step, desc=f"epoch {epoch + 1}/{config.epochs}", unit="step",
+                disable=not (config.progress and info.is_main), leave=False, dynamic_ncols=True,
+            )
+            started = time.perf_counter()
+            for x, y in train_loader.iterate(epoch, start_step=state.step):
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                with autocast():
+                    output = ddp_model(x)
+                    loss = classification_loss(output, y, config.label_smoothing)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if config.clip_grad is not None:
+                    torch.nn.utils.clip_grad_norm_(trainable, config.clip_grad)
+                optimizer.step()
+                scheduler.step()
+                with torch.no_grad():
+                    correct = int((_logits(output).argmax(-1) == y).sum())
+                loss_value = float(loss.detach())
+                state.step += 1
+                state.global_step += 1
+                state.epoch_loss_sum += loss_value * len(y)
+                state.epoch_correct += correct
+                state.epoch_seen += len(y)
+                bar.update(1)
+                if state.step % 10 == 0 or state.step == steps_per_epoch:
+                    bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{scheduler.lr:.2e}", refresh=False)
+                if on_step is not None:
+                    on_step(epoch, state.step)
+                if _should_stop(stop.requested, info) and state.step < steps_per_epoch:
+                    interrupted = True
+                    break
+            bar.close()
+            state.epoch_time += time.perf_counter() - started
+            if interrupted:
+                checkpoint()
+                if info.is_main:
+                    tqdm.write(f"stopped at epoch {epoch + 1}, step {state.step}; checkpoint saved to {ckpt_path} (continue with --resume)")
+                break
+
+            # ---------------------------------------------------------------- end of epoch
+            val = evaluate(model, val_loader, num_classes=num_classes, device=device, bf16=bf16, info=info)
+            sums = torch.tensor([state.epoch_loss_sum, state.epoch_correct, state.epoch_seen], dtype=torch.float64)
+            distributed.all_reduce_sum(sums, info)
+            train_seconds += state.epoch_time
+            record = {
+                "epoch": epoch,
+                "step": state.global_step,
+                "train_loss": float(sums[0] / sums[2]),
+                "train_acc": float(sums[1] / sums[2]),
+                "val_loss": val.loss,
+                "val_acc": val.accuracy,
+                "lr": scheduler.lr,
+                "epoch_time_s": round(state.epoch_time, 3),
+                "train_images_per_s": round(float(sums[2]) / max(state.epoch_time, 1e-9), 1),
+            }
+            history.append(record)
+            improved = val.accuracy > state.best_acc
+            if improved:
+                state.best_acc, state.best_epoch = val.accuracy, epoch
+            state.epoch, state.step = epoch + 1, 0
+            state.epoch_loss_sum, state.epoch_correct, state.epoch_seen, state.epoch_time = 0.0, 0, 0, 0.0
+            if info.is_main:
+                tqdm.write(
+                    f"epoch {epoch + 1:>3}/{config.epochs}  train loss {record['train_loss']:.4f} acc {100 * record['train_acc']:.2f}%"
+                    f"  val loss {val.loss:.4f} acc {100 * val.accuracy:.2f}%  ({record['epoch_time_s']:.1f} s, "
+                    f"{record['train_images_per_s']:.0f} img/s)"
+                )
+                write_metrics(out_dir / METRICS_NAME, history)
+                plot_curves(history, out_dir / CURVES_NAME, title=f"{run.get('model', 'model')} on {splits.name}")
+                if improved:
+                    best_dir = export_pretrained(
+                        model, out_dir / BEST_DIR, classes=splits.classes,
+                        extra={"val_acc": val.accuracy, "epoch": epoch, "data": splits.name},
+                    )
+            checkpoint()
+            distributed.barrier(info)
+            if _should_stop(stop.requested, info):
+                interrupted = state.epoch < config.epochs
+                if interrupted and info.is_main:
+                    tqdm.write(f"stopped after epoch {epoch + 1}; checkpoint saved to {ckpt_path} (continue with --resume)")
+
+    distributed.teardown(info)
+    return FitResult(
+        out_dir=out_dir, best_acc=state.best_acc, best_epoch=state.best_epoch,
+        final_acc=history[-1]["val_acc"] if history else math.nan, history=history,
+        interrupted=interrupted, best_dir=best_dir, train_seconds=train_seconds,
+    )
+
+
+def _should_stop(requested: bool, info: distributed.DistInfo) -> bool:
+    """Every rank must stop at the same step (DDP all-reduces each step): agree on it."""
+    if not info.enabled:
+        return requested
+    flag = torch.tensor([1.0 if requested else 0.0])
+    distributed.all_reduce_sum(flag, info)
+    return bool(flag.item() > 0)
+
+
+def load_run_info(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(out_dir) / "run.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def evaluate_split(
+    model: nn.Module, data: ImageTensors, *, kind: str, batch_size: int = 500, device: str = "auto"
+) -> EvalResult:
+    """Evaluate `model` on one split with the eval transform its pretrained_cfg implies."""
+    dev = resolve_device(device)
+    model.to(dev)
+    transform = BatchTransform(spec=InputSpec.from_model(model), train=False, kind=kind)
+    loader = BatchLoader(data, batch_size=batch_size, transform=transform, shuffle=False)
+    return evaluate(model, loader, num_classes=data.num_classes, device=dev)

@@ -1,0 +1,33 @@
+"""Exporting the best model of a run as a pretrained directory that `vitzoo.create(name,
+weights=DIR)` (and `vitzoo eval`, `vitzoo predict`) load: config.json + model.safetensors in
+vitzoo's save_pretrained layout, with the dataset's class names as label names, plus
+train_result.json (accuracy, epoch, data) next to them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from ..weights.files import write_json
+
+RESULT_NAME = "train_result.json"
+
+
+def export_pretrained(
+    model: nn.Module, directory: str | os.PathLike[str], *, classes: tuple[str, ...], extra: dict[str, Any]
+) -> Path:
+    directory = Path(directory)
+    pcfg = getattr(model, "pretrained_cfg", None)
+    if pcfg is not None:  # the labels travel with the weights (predict prints them)
+        model.pretrained_cfg = pcfg.replace(num_classes=len(classes), label_names=tuple(classes))
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(directory)
+    else:
+        from ..weights.save import save_pretrained
+
+        save_pretrained(model, directory)
+    write_json(directory / RESULT_NAME, extra)
+    return directory
