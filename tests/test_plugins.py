@@ -132,6 +132,17 @@ def test_override_true_replaces_and_reset_restores(site):
     assert vitzoo.model_info("vit_s16")["origin"] == "built-in"
 
 
+def test_user_code_registers_after_plugins(site):
+    """Registering in user code first loads the plugins, so a clash names the user code as the
+    newcomer instead of breaking plugin discovery later."""
+    write_dist(site, "good-plugin", {"good_plug": GOOD}, {"good": "good_plug"})
+    with pytest.raises(RegistryError, match=r"origin: plugin \(good-plugin\)\); the new registration \(origin: user code\)"):
+        @vitzoo.register_model
+        def plug_tiny(**overrides):
+            return vitzoo.VisionTransformer(**overrides)
+    assert vitzoo.model_info("plug_tiny")["origin"] == "plugin (good-plugin)"
+
+
 def test_user_code_origin():
     try:
         vitzoo.register("user_variant_test", base="vit_mnist_tiny", depth=2)

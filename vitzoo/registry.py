@@ -98,6 +98,7 @@ def register_model(
     """Decorator registering a builder `fn(**overrides) -> nn.Module` under its name."""
 
     def decorate(builder: Builder) -> Builder:
+        _discover_plugins()  # as in `register`: user code comes after the built-ins and plugins
         entry = ModelEntry(
             name=name or builder.__name__,
             builder=builder,
