@@ -109,9 +109,18 @@ def reset() -> None:
 
 
 def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    # Sorted so that which of two clashing plugins is "first" does not depend on sys.path order.
-    eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    return sorted(eps, key=lambda ep: (_dist_name(ep), ep.name))
+    try:
+        eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+        # Sorted so that which of two clashing plugins is "first" does not depend on sys.path order.
+        return sorted(eps, key=lambda ep: (_dist_name(ep), ep.name))
+    except Exception as exc:  # noqa: BLE001 — e.g. a malformed entry_points.txt of some package
+        warnings.warn(
+            f"vitzoo could not read the installed packages' entry points, so no plugin is loaded: "
+            f"{type(exc).__name__}: {exc}",
+            PluginWarning,
+            stacklevel=2,
+        )
+        return []
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
