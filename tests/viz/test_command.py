@@ -25,8 +25,9 @@ def test_parser_offers_every_kind_with_its_options():
     assert args.model is None and args.patch_size == 7 and args.out == "viz_patches.png"
     args = parser.parse_args(["curves", "--metrics", "run/metrics.jsonl"])
     assert args.metrics == "run/metrics.jsonl"
-    with pytest.raises(SystemExit):
-        parser.parse_args(["wobble"])
+    for bad in (["wobble"], ["patches", "--patch-size", "0"], ["posembed", "vit_mnist", "--dpi", "-3"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
 
 
 @pytest.mark.parametrize(

@@ -168,10 +168,10 @@ def plot_attention(
 
     ncols = _HEADS_PER_ROW  # fixed, so every panel has the same size whatever the head count
     top_rows = -(-(len(panels_top) + 1) // ncols) if panels_top else 0
-    height = 2.2 * top_rows + (3.6 if what != "heads" else 0.0)
-    fig = new_figure(12, height)
-    subfigs = fig.subfigures(2 if top_rows and what == "both" else 1, 1, height_ratios=[2.2 * top_rows, 3.6] if top_rows and what == "both" else None)
-    subfigs = list(subfigs) if isinstance(subfigs, (list, tuple)) or hasattr(subfigs, "__len__") else [subfigs]
+    # Rows of 2.2 inches for the heads (input first), 3.6 inches for the rollout row.
+    heights = ([2.2 * top_rows] if panels_top else []) + ([3.6] if what != "heads" else [])
+    fig = new_figure(12, sum(heights))
+    subfigs = fig.subfigures(len(heights), 1, squeeze=False, height_ratios=heights)[:, 0]
 
     if panels_top:
         axes = subfigs[0].subplots(top_rows, ncols, squeeze=False).ravel()

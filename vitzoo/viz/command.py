@@ -30,6 +30,17 @@ KINDS = {
 }
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an int >= 1 (a patch size, a count, a dpi)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {value}")
+    return value
+
+
 def _add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
     p.add_argument(
         "model", metavar="NAME[.TAG]", nargs="?" if optional else None, default=None,
@@ -42,7 +53,7 @@ def _add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> No
 
 def _add_output_args(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--out", metavar="PNG", default=f"viz_{kind}.png", help=f"where to write the picture (default: viz_{kind}.png)")
-    p.add_argument("--dpi", type=int, default=100, help="pixels per inch of the PNG (default: 100)")
+    p.add_argument("--dpi", type=_positive_int, default=100, help="pixels per inch of the PNG (default: 100)")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
 
 
@@ -58,14 +69,14 @@ def configure_viz_parser(parser: argparse.ArgumentParser) -> None:
     p = kinds.add_parser("patches", help=KINDS["patches"], description=KINDS["patches"] + ".")
     _add_model_args(p, optional=True)
     _add_image_arg(p)
-    p.add_argument("--patch-size", type=int, metavar="P", help="patch side in pixels (default: the model's, else 16)")
+    p.add_argument("--patch-size", type=_positive_int, metavar="P", help="patch side in pixels (default: the model's, else 16)")
     _add_output_args(p, "patches")
 
     p = kinds.add_parser("embedding", help=KINDS["embedding"], description=KINDS["embedding"] + ".")
     _add_model_args(p)
     _add_image_arg(p)
-    p.add_argument("--num-filters", type=int, default=32, metavar="K", help="learned filters to show (default: 32)")
-    p.add_argument("--num-components", type=int, default=28, metavar="K", help="principal components to show (default: 28)")
+    p.add_argument("--num-filters", type=_positive_int, default=32, metavar="K", help="learned filters to show (default: 32)")
+    p.add_argument("--num-components", type=_positive_int, default=28, metavar="K", help="principal components to show (default: 28)")
     _add_output_args(p, "embedding")
 
     p = kinds.add_parser("posembed", help=KINDS["posembed"], description=KINDS["posembed"] + ".")
@@ -110,7 +121,7 @@ def _patches(args: argparse.Namespace) -> Any:
         # Without a model any image size is fine: crop it to whole patches (centred).
         ph, pw = to_2tuple(patch, "--patch-size")
         h, w = image.shape[1:]
-        if ph <= 0 or pw <= 0 or ph > h or pw > w:
+        if ph > h or pw > w:
             raise ValueError(f"--patch-size {patch} does not fit the {h}x{w} image; expected 1..{min(h, w)}")
         top, left = (h % ph) // 2, (w % pw) // 2
         image = image[:, top : top + h - h % ph, left : left + w - w % pw]
