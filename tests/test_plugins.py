@@ -104,6 +104,13 @@ def test_broken_plugin_warns_once_and_the_zoo_keeps_working(site):
     assert {"plug_tiny", "vit_b16"} <= set(names)  # the other plugin and the built-ins work
 
 
+def test_unreadable_entry_point_metadata_warns(site):
+    write_dist(site, "good-plugin", {"good_plug": GOOD}, {"good": "good_plug"})
+    (next(site.glob("good_plugin*.dist-info")) / "entry_points.txt").write_text("[vitzoo.models]\nnot an entry point\n")
+    with pytest.warns(PluginWarning, match="could not read the installed packages' entry points"):
+        assert "vit_b16" in vitzoo.list_models()
+
+
 def test_clash_with_a_builtin_is_an_error_naming_both_origins(site):
     source = 'import vitzoo\nvitzoo.register("vit_s16", base="vit_mnist_tiny")\n'
     write_dist(site, "clash-plugin", {"clash_plug": source}, {"clash": "clash_plug"})
