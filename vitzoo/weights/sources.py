@@ -176,7 +176,7 @@ def _timm_config(cfg: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[
         fields["img_size"] = tuple(pcfg["input_size"][1:])
     if cfg.get("global_pool") in ("token", "avg"):
         fields["global_pool"] = cfg["global_pool"]
-    keep = ("input_size", "mean", "std", "interpolation", "crop_pct", "num_classes", "label_names", "license", "tag")
+    keep = ("input_size", "mean", "std", "interpolation", "crop_pct", "num_classes", "label_names", "license")
     pretrained = {k: pcfg[k] for k in keep if pcfg.get(k) is not None}
     if "label_names" not in pretrained and cfg.get("label_names"):
         pretrained["label_names"] = cfg["label_names"]
@@ -214,7 +214,7 @@ def _from_timm(name: str) -> SourceData:
     img = tuple(model.patch_embed.img_size)
     fields["img_size"] = img
     pcfg = dict(model.pretrained_cfg)
-    keep = ("input_size", "mean", "std", "interpolation", "crop_pct", "num_classes", "label_names", "license", "tag")
+    keep = ("input_size", "mean", "std", "interpolation", "crop_pct", "num_classes", "label_names", "license")
     pretrained = {k: pcfg[k] for k in keep if pcfg.get(k) is not None}
     pretrained["source"] = label
     fields["_declared"] = ["num_heads", "norm_eps", "global_pool", "img_size"]

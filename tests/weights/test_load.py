@@ -1,0 +1,96 @@
+"""vitzoo.weights.load end to end: `create(name, pretrained=True)` through the registry's sources
+on the local fake Hub, tags, `timm:` sources, the in21k transformers source, and errors."""
+
+from __future__ import annotations
+
+import pytest
+import timm
+import torch
+
+import vitzoo
+from vitzoo.weights import WeightsError
+from vitzoo.weights.imagenet_labels import IMAGENET1K_LABELS
+
+ATOL = 1e-5
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def test_pretrained_true_uses_the_default_source_and_carries_preprocessing(fake_hub, hf_cache, timm_checkpoint):
+    ckpt = timm_checkpoint("vit_tiny_patch16_224", depth=2)
+    fake_hub.publish_dir("timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", ckpt)
+    model = vitzoo.create("vit_ti16", pretrained=True, depth=2).eval()
+    reference = timm.create_model("vit_tiny_patch16_224", pretrained=True, depth=2,
+                                  pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors"))).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert max_diff(model(x), reference(x)) <= ATOL
+    cfg = model.pretrained_cfg
+    assert cfg.source == "hf-hub:timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+    assert (cfg.mean, cfg.std, cfg.crop_pct, cfg.interpolation) == ((0.5,) * 3, (0.5,) * 3, 0.9, "bicubic")
+    assert cfg.label_names == IMAGENET1K_LABELS and cfg.label_names[0] == "tench"
+    assert model.architecture == "vit_ti16"
+    assert not any(p.is_meta for p in model.parameters())
+
+
+def test_tag_selects_another_source(fake_hub, hf_cache, timm_checkpoint):
+    ckpt = timm_checkpoint("vit_base_patch16_224", depth=1)
+    repo = "timm/vit_base_patch16_224.augreg_in21k_ft_in1k"
+    fake_hub.publish_dir(repo, ckpt)
+    assert "vit_b16.augreg_in21k_ft_in1k" in vitzoo.list_models(pretrained=True)
+    model = vitzoo.create("vit_b16.augreg_in21k_ft_in1k", depth=1)  # a tag means "these weights"
+    assert model.pretrained_cfg.tag == "augreg_in21k_ft_in1k"
+    assert {p.split("/resolve/")[0] for _, p in fake_hub.requests} == {"/" + repo}
+
+
+def test_timm_source_takes_timms_own_loader(fake_hub, hf_cache, timm_checkpoint):
+    # timm:<name> asks timm to load its pretrained weights (from the fake Hub here), full size.
+    ckpt = timm_checkpoint("vit_tiny_patch16_224")
+    fake_hub.publish_dir("timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", ckpt)
+    model = vitzoo.create("vit_ti16", weights="timm:vit_tiny_patch16_224.augreg_in21k_ft_in1k").eval()
+    reference = timm.create_model("vit_tiny_patch16_224.augreg_in21k_ft_in1k", pretrained=True).eval()
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert max_diff(model(x), reference(x)) <= ATOL
+    assert model.pretrained_cfg.source == "timm:vit_tiny_patch16_224.augreg_in21k_ft_in1k"
+    paths = vitzoo.weights.download("timm:vit_tiny_patch16_224.augreg_in21k_ft_in1k")
+    assert paths[0].name == "model.safetensors"
+
+
+def test_in21k_source_is_a_transformers_vit_model_with_pooler(fake_hub, hf_cache, tmp_path):
+    from transformers import ViTConfig, ViTModel
+
+    hf = ViTModel(ViTConfig(num_hidden_layers=1), add_pooling_layer=True).eval()  # ViT-B/16 shapes, 1 layer
+    hf.save_pretrained(tmp_path)
+    fake_hub.publish_dir("google/vit-base-patch16-224-in21k", tmp_path)
+    model = vitzoo.create("vit_b16_in21k", pretrained=True, depth=1).eval()
+    assert model.config.num_classes == 0 and model.config.representation_size == 768
+    assert model.config.norm_eps == 1e-12
+    assert model.pretrained_cfg.interpolation == "bilinear"
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert max_diff(model(x), hf(pixel_values=x).pooler_output) <= ATOL
+
+
+def test_load_weights_into_an_existing_model(tmp_path, timm_checkpoint):
+    ckpt = timm_checkpoint("vit_tiny_patch16_224", depth=2)
+    model = vitzoo.create("vit_ti16", depth=2, num_classes=1000)
+    report = vitzoo.load_weights(model, ckpt)
+    assert report.adapted == [] and report.missing == [] and report.unexpected == []
+    reference = timm.create_model("vit_tiny_patch16_224", pretrained=True, depth=2,
+                                  pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")))
+    assert torch.equal(model.pos_embed, reference.pos_embed)
+
+
+def test_model_without_registered_weights(hf_cache):
+    with pytest.raises(WeightsError, match="'vit_mnist' has no pretrained weights registered; pass weights="):
+        vitzoo.create("vit_mnist", pretrained=True)
+
+
+def test_nonexistent_local_source(tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither an existing file or directory"):
+        vitzoo.create("vit_ti16", weights=str(tmp_path / "missing.safetensors"))
+    with pytest.raises(FileNotFoundError, match="has no weights file"):
+        vitzoo.create("vit_ti16", weights=str(tmp_path))
