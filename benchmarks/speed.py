@@ -144,7 +144,8 @@ def benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int, dtype
         seconds: dict[str, list[float]] = {key: [] for key in contestants}
         with torch.inference_mode():
             for fn in contestants.values():
-                time_per_call(fn, warmup)
+                for _ in range(warmup):
+                    fn()
             order = list(contestants)
             progress = tqdm(range(rounds), desc=f"{name} {dtype_name}", file=sys.stderr) if tqdm else range(rounds)
             for r in progress:
@@ -204,8 +205,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=1, help="forward calls timed per round and contestant")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (default: torch's choice, one per core); 1 is steadier on a busy machine")
     parser.add_argument("--json", help="also write the results (with every round's timings) to this file")
     args = parser.parse_args(argv)
+    for flag, value, low in (("--batch", args.batch, 1), ("--rounds", args.rounds, 1), ("--calls", args.calls, 1),
+                             ("--warmup", args.warmup, 0), ("--threads", args.threads or 1, 1)):
+        if value < low:
+            parser.error(f"{flag} must be >= {low}, got {value}")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     before = conditions()
     results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes)
@@ -221,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
         img = r["img_per_s"]
         print(f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
               f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
-              f"{'[%.3f, %.3f]' % r['per_round_ratio_quartiles']:>14}"
+              f"{' [%.3f, %.3f]' % r['per_round_ratio_quartiles']:>14}"
               f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}")
     for dtype_name, r in results.items():
         print(f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "

@@ -1,0 +1,69 @@
+"""benchmarks/speed.py end to end on a small model: it runs, checks the two models agree, writes
+its JSON atomically, and its matmul bound covers exactly the model's GEMMs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo.flops import vit_flops
+
+pytest.importorskip("timm")
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed.py"
+
+
+@pytest.fixture(scope="module")
+def speed():
+    spec = importlib.util.spec_from_file_location("vitzoo_benchmark_speed", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop(spec.name, None)
+
+
+@pytest.mark.parametrize("name", ["vit_ti16", "deit_ti16_distilled", "vit_b16_in21k"])
+def test_matmul_bound_has_every_gemm_of_the_model(speed, name):
+    with torch.device("meta"):  # shapes only: the GEMM list is built, not run
+        model = vitzoo.create(name)
+    gemms = speed.model_gemms(model, batch=3, dtype=torch.float32)
+    depth = model.config.depth
+    assert len(gemms) == 1 + 6 * depth + sum(
+        isinstance(m, torch.nn.Linear) for m in (getattr(model.pre_logits, "fc", None), model.head, model.head_dist)
+    )
+    # The FLOPs of the GEMMs timed equal vitzoo.flops' closed formula for the model (x batch).
+    assert sum(g.flops for g in gemms) == 3 * vit_flops(model.config).total
+
+
+def test_benchmark_runs_end_to_end(speed, tmp_path, capsys):
+    out = tmp_path / "speed.json"
+    threads = torch.get_num_threads()
+    try:  # one thread: steady on a busy machine; restored so that later tests keep theirs
+        speed.main(["--model", "vit_ti16", "--batch", "1", "--rounds", "2", "--warmup", "0", "--dtypes", "fp32",
+                    "bf16", "--threads", "1", "--json", str(out)])
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert "vit_ti16 vs timm vit_tiny_patch16_224" in printed and "vitzoo/timm" in printed
+    data = json.loads(out.read_text())
+    assert not list(tmp_path.glob("*.tmp"))
+    assert data["args"]["model"] == "vit_ti16"
+    for dtype in ("fp32", "bf16"):
+        result = data["results"][dtype]
+        rates = result["img_per_s"]
+        assert set(rates) == {"vitzoo", "timm", "matmul_bound"} and all(v > 0 for v in rates.values())
+        assert result["ratio_vitzoo_over_timm"] == pytest.approx(rates["vitzoo"] / rates["timm"])
+        assert all(len(v) == 2 for v in result["seconds_per_round"].values())
+    assert data["conditions"]["threads"] == 1
+
+
+def test_bad_arguments_exit_with_a_message(speed, capsys):
+    with pytest.raises(SystemExit):
+        speed.main(["--rounds", "0"])
+    assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
