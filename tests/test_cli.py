@@ -183,7 +183,7 @@ def test_predict_bad_input(tmp_path, capsys):
     code, _, err = run(capsys, "predict", "vit_mnist_tiny", str(tmp_path / "missing.png"))
     assert code == 1 and "image" in err and "missing.png' does not exist" in err
     code, _, err = run(capsys, "predict", "vit_mnist_tiny", str(good), "--weights", str(tmp_path / "nowhere"))
-    assert code == 1 and "nowhere' do not exist" in err
+    assert code == 1 and f"weights source {str(tmp_path / 'nowhere')!r} is neither an existing file" in err
     code, _, err = run(capsys, "predict", "vit_mnist_tiny", str(good))
     assert code == 2 and "has no pretrained weights; pass --weights" in err
     code, _, err = run(capsys, "predict", "not_a_model", str(good))
@@ -210,7 +210,7 @@ def test_convert_bare_file_to_vitzoo_and_timm(tmp_path, capsys):
     assert all(torch.equal(timm_state[k], v) for k, v in model.state_dict().items())
 
     code, _, err = run(capsys, "convert", str(tmp_path / "absent.safetensors"), str(tmp_path / "x"))
-    assert code == 1 and "absent.safetensors' does not exist" in err
+    assert code == 1 and "absent.safetensors' is neither an existing file" in err
     assert not (tmp_path / "x").exists()
 
 
