@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import warnings
 from typing import Any, Sequence
@@ -54,6 +55,15 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
 
 def _human_count(n: int) -> str:
     return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n:,}"
+
+
+def _significant(x: float | None, digits: int = 3) -> str:
+    """`digits` significant digits without scientific notation: 123, 35.1, 0.0236, 0.0000505."""
+    if x is None:
+        return "?"
+    if x <= 0:
+        return "0"
+    return f"{x:.{max(0, digits - 1 - math.floor(math.log10(x)))}f}"
 
 
 def _size(input_size: Sequence[int] | None) -> str:
@@ -120,7 +130,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             })
         text = _table(
             ["NAME", "PARAMS", "GFLOPS", "INPUT", "PRETRAINED", "ORIGIN"],
-            [[r["name"], _human_count(r["num_params"]), "?" if r["gflops"] is None else f"{r['gflops']:.3g}",
+            [[r["name"], _human_count(r["num_params"]), _significant(r["gflops"]),
               _size(r["input_size"]), len(r["pretrained"]) or "-", r["origin"]] for r in rows],
         )
     _emit(args, rows, text)
@@ -135,11 +145,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     pre = info["preprocessing"]
     lines = [info["name"] + (f" — {info['description']}" if info["description"] else "")]
     flops = "unknown (this model cannot run on the meta device)" if info["gflops"] is None else (
-        f"{info['gflops']:.4g} at {_size(pre['input_size'])} (one image, multiply-add = 2 FLOPs)"
+        f"{_significant(info['gflops'], 4)} at {_size(pre['input_size'])} (one image, multiply-add = 2 FLOPs)"
     )
     lines += [
         f"  origin       {info['origin']}",
-        f"  parameters   {info['num_params']:,} ({_human_count(info['num_params'])})",
+        f"  parameters   {info['num_params']:,}" + (f" ({_human_count(info['num_params'])})" if info["num_params"] >= 1e5 else ""),
         f"  GFLOPs       {flops}",
     ]
     if info["config"]:
