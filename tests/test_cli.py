@@ -86,6 +86,9 @@ def test_list_table_json_and_patterns(capsys):
     assert lines[0].split() == ["NAME", "PARAMS", "GFLOPS", "INPUT", "PRETRAINED", "ORIGIN"]
     assert [line.split()[0] for line in lines[1:]] == vitzoo.list_models("deit*")
 
+    code, out, _ = run(capsys, "list", "mnist")  # tiny figures stay readable: no scientific notation
+    assert out.splitlines()[2].split()[:4] == ["vit_mnist_tiny", "5,689", "0.0000505", "1x32x32"]
+
     code, out, _ = run(capsys, "list", "vit_?16", "--json")
     rows = json.loads(out)
     assert [r["name"] for r in rows] == ["vit_b16", "vit_l16", "vit_s16"]
