@@ -383,13 +383,14 @@ def fit(
                     f"{record['train_images_per_s']:.0f} img/s)"
                 )
                 write_metrics(out_dir / METRICS_NAME, history)
-                plot_curves(history, out_dir / CURVES_NAME, title=f"{run.get('model', 'model')} on {splits.name}")
-                if improved:
+                if improved:  # before the checkpoint: a resumed run must not skip an export
                     best_dir = export_pretrained(
                         model, out_dir / BEST_DIR, classes=splits.classes,
                         extra={"val_acc": val.accuracy, "epoch": epoch, "data": splits.name},
                     )
             checkpoint()
+            if info.is_main:
+                plot_curves(history, out_dir / CURVES_NAME, title=f"{run.get('model', 'model')} on {splits.name}")
             distributed.barrier(info)
             if _should_stop(stop.requested, info):
                 interrupted = state.epoch < config.epochs

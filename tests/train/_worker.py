@@ -1,0 +1,52 @@
+"""Subprocess entry point for tests that need a real process: `kill -9` and torchrun.
+
+    python _worker.py cli  <finetune args>      registers `test_tiny_vit`, runs run_finetune
+    python -m torch.distributed.run --nproc_per_node=2 _worker.py ddp OUT_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+import vitzoo
+from vitzoo.data import DataSplits, load_mnist_sample
+from vitzoo.train import TrainConfig, configure_finetune_parser, fit, run_finetune
+
+TINY = dict(patch_size=7, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
+
+
+def register_tiny() -> None:
+    vitzoo.register("test_tiny_vit", base="vit_mnist", override=True, **TINY)
+
+
+def main(argv: list[str]) -> int:
+    mode, rest = argv[0], argv[1:]
+    register_tiny()
+    if mode == "cli":
+        parser = argparse.ArgumentParser()
+        configure_finetune_parser(parser)
+        return run_finetune(parser.parse_args(rest))
+    if mode == "ddp":
+        from safetensors.torch import save_file
+        import os
+
+        out = rest[0]
+        full = load_mnist_sample()
+        splits = DataSplits(train=full.train.subset(torch.arange(600)), val=full.val.subset(torch.arange(200)),
+                            name="mnist-sample", kind="digits")
+        torch.manual_seed(0)
+        model = vitzoo.create("test_tiny_vit")
+        if os.environ.get("RANK") == "1":
+            # A different start on purpose: DDP must broadcast rank 0's weights at wrap time.
+            torch.nn.init.normal_(model.head.weight)
+        fit(model, splits, config=TrainConfig(epochs=2, batch_size=64, progress=False), out_dir=out)
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, f"{out}/rank{os.environ['RANK']}.safetensors")
+        return 0
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

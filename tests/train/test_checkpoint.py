@@ -1,0 +1,84 @@
+"""vitzoo/train/checkpoint.py: one atomic safetensors file restores model, optimizer, schedule, RNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+from vitzoo.train import CheckpointError, TrainState, WarmupCosine, load_checkpoint, param_groups, save_checkpoint
+
+from conftest import tiny_model
+
+
+def _setup(seed: int):
+    model = tiny_model(seed)
+    opt = torch.optim.AdamW(param_groups(model, weight_decay=0.05), lr=1e-3)
+    sched = WarmupCosine(opt, peak_lr=1e-3, warmup_steps=3, total_steps=20)
+    return model, opt, sched
+
+
+def _step(model, opt, sched) -> None:
+    x, y = torch.randn(4, 1, 28, 28), torch.arange(4)
+    F.cross_entropy(model(x), y).backward()
+    opt.step()
+    opt.zero_grad()
+    sched.step()
+
+
+def test_round_trip_continues_identically(tmp_path: Path) -> None:
+    model, opt, sched = _setup(0)
+    for _ in range(3):
+        _step(model, opt, sched)
+    state = TrainState(epoch=2, step=5, global_step=17, epoch_loss_sum=1.5, best_acc=0.5, best_epoch=1)
+    path = save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=state,
+                           run_info={"model": "tiny"})
+    assert [p.name for p in tmp_path.iterdir()] == ["ck.safetensors"]  # no temp file left behind
+
+    model2, opt2, sched2 = _setup(1)
+    loaded, run = load_checkpoint(path, model=model2, optimizer=opt2, scheduler=sched2)
+    assert loaded == state and run == {"model": "tiny"} and sched2.step_count == 3
+    torch.manual_seed(99)
+    _step(model, opt, sched)  # the same next step from the original...
+    after = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(99)
+    _step(model2, opt2, sched2)  # ...and from the restored copy
+    assert all(torch.equal(after[k], v) for k, v in model2.state_dict().items())
+
+
+def test_rng_state_is_restored(tmp_path: Path) -> None:
+    model, opt, sched = _setup(0)
+    torch.manual_seed(5)
+    save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={})
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    load_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_plain_safetensors_is_not_a_checkpoint(tmp_path: Path) -> None:
+    save_file({"x": torch.zeros(1)}, tmp_path / "w.safetensors")
+    model, opt, sched = _setup(0)
+    with pytest.raises(CheckpointError, match="not a vitzoo training checkpoint"):
+        load_checkpoint(tmp_path / "w.safetensors", model=model, optimizer=opt, scheduler=sched)
+
+
+def test_other_model_is_refused(tmp_path: Path) -> None:
+    model, opt, sched = _setup(0)
+    save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={})
+    other = tiny_model(depth=1)
+    other_opt = torch.optim.AdamW(param_groups(other, weight_decay=0.05), lr=1e-3)
+    with pytest.raises(CheckpointError, match="does not fit this model.*unexpected.*blocks.1"):
+        load_checkpoint(tmp_path / "ck.safetensors", model=other, optimizer=other_opt,
+                        scheduler=WarmupCosine(other_opt, peak_lr=1e-3, warmup_steps=0, total_steps=1))
+
+
+def test_truncated_file_is_a_clear_error(tmp_path: Path) -> None:
+    model, opt, sched = _setup(0)
+    path = save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={})
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(CheckpointError, match="cannot read checkpoint"):
+        load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)

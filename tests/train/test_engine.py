@@ -1,0 +1,130 @@
+"""vitzoo/train/engine.py: fit end to end, determinism, Ctrl-C + exact resume, linear probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo.data import DataSplits
+from vitzoo.train import CHECKPOINT_NAME, TrainConfig, evaluate_split, fit
+
+from conftest import tiny_model
+
+CONFIG = dict(epochs=2, batch_size=32, lr=3e-3, progress=False, seed=7)
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory, small_splits: DataSplits):
+    """One uninterrupted 2-epoch run that several tests compare against."""
+    out = tmp_path_factory.mktemp("reference")
+    model = tiny_model()
+    result = fit(model, small_splits, config=TrainConfig(**CONFIG), out_dir=out)
+    return model, result, out
+
+
+def test_fit_learns_and_writes_the_run_directory(reference, small_splits: DataSplits) -> None:
+    model, result, out = reference
+    assert not result.interrupted and len(result.history) == 2
+    assert result.best_acc > 0.2  # 10 classes: chance is 0.10 (26 steps of a 2-block model; seeded)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [0, 1]
+    assert records[-1]["train_loss"] < records[0]["train_loss"]
+    assert {"val_acc", "val_loss", "lr", "train_images_per_s"} <= set(records[0])
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    run = json.loads((out / "run.json").read_text())
+    assert run["classes"] == list("0123456789") and run["train_config"]["epochs"] == 2
+    # the checkpoint is resumable state for "after the last epoch"
+    from vitzoo.train.checkpoint import read_checkpoint_meta
+
+    meta = read_checkpoint_meta(out / CHECKPOINT_NAME)
+    assert meta["state"]["epoch"] == 2 and meta["state"]["step"] == 0
+
+
+def test_best_model_is_exported_loadable_with_labels(reference, small_splits: DataSplits) -> None:
+    _, result, out = reference
+    best = out / "best"
+    assert (best / "model.safetensors").is_file() and (best / "config.json").is_file()
+    reloaded = vitzoo.create("vit_mnist", weights=str(best), patch_size=7, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
+    assert reloaded.pretrained_cfg.label_names == tuple("0123456789")
+    accuracy = evaluate_split(reloaded, small_splits.val, kind="digits").accuracy
+    assert accuracy == pytest.approx(result.best_acc)
+    assert json.loads((best / "train_result.json").read_text())["val_acc"] == pytest.approx(result.best_acc)
+
+
+def test_same_seed_same_weights_other_seed_differs(reference, small_splits: DataSplits, tmp_path: Path) -> None:
+    model, _, _ = reference
+    again = tiny_model()
+    fit(again, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "a")
+    assert _same_weights(model, again)
+    other = tiny_model()
+    fit(other, small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1, "seed": 8}), out_dir=tmp_path / "b")
+    assert not _same_weights(model, other)
+
+
+def test_ctrl_c_mid_epoch_then_resume_reaches_identical_weights(reference, small_splits: DataSplits, tmp_path: Path) -> None:
+    ref_model, ref_result, _ = reference
+
+    def interrupt(epoch: int, step: int) -> None:
+        if (epoch, step) == (1, 3):
+            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does; the engine finishes the step
+
+    first = tiny_model()
+    stopped = fit(first, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path, on_step=interrupt)
+    assert stopped.interrupted and len(stopped.history) == 1
+
+    resumed = tiny_model(seed=123)  # a different init: everything must come from the checkpoint
+    result = fit(resumed, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path, resume=True)
+    assert not result.interrupted
+    assert _same_weights(ref_model, resumed)
+    # the epoch split across the interruption reports the same numbers as the uninterrupted one
+    for a, b in zip(result.history, ref_result.history):
+        assert (a["train_loss"], a["val_acc"], a["step"]) == (b["train_loss"], b["val_acc"], b["step"])
+
+
+def test_existing_run_needs_resume(reference, small_splits: DataSplits) -> None:
+    _, _, out = reference
+    with pytest.raises(FileExistsError, match="--resume"):
+        fit(tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=out)
+
+
+def test_resume_without_checkpoint_is_a_clear_error(small_splits: DataSplits, tmp_path: Path) -> None:
+    from vitzoo.train import CheckpointError
+
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        fit(tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path, resume=True)
+
+
+def test_linear_probe_trains_only_the_head(small_splits: DataSplits, tmp_path: Path) -> None:
+    model = tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fit(model, small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1, "linear_probe": True}), out_dir=tmp_path)
+    after = model.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == {"head.weight", "head.bias"}
+
+
+def test_distilled_model_and_layer_decay(small_splits: DataSplits, tmp_path: Path) -> None:
+    model = tiny_model(distilled=True)
+    result = fit(model, small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1, "layer_decay": 0.75}), out_dir=tmp_path)
+    assert 0.0 <= result.final_acc <= 1.0 and not model.head_dist.weight.isnan().any()
+
+
+def test_class_count_mismatch_is_reported(small_splits: DataSplits, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="5 output classes.*10.*num_classes=10"):
+        fit(tiny_model(num_classes=5), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path)
+
+
+def test_bad_config_names_the_field() -> None:
+    with pytest.raises(ValueError, match="amp='fp8'"):
+        TrainConfig(amp="fp8")

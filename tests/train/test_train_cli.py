@@ -1,0 +1,136 @@
+"""vitzoo/train/cli.py: `finetune` / `eval` argument handling and runs end to end, including a
+run killed with SIGKILL and resumed to the same weights as an uninterrupted one."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+
+import vitzoo
+from vitzoo import registry
+from vitzoo.data import load_mnist_sample, write_idx
+from vitzoo.train import configure_eval_parser, configure_finetune_parser, run_eval, run_finetune
+from vitzoo.train.checkpoint import read_checkpoint_meta
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _worker import register_tiny  # noqa: E402  (the same tiny model the subprocess registers)
+
+
+@pytest.fixture(autouse=True)
+def tiny_models():
+    register_tiny()
+    vitzoo.register("test_tiny_rgb", base="deit_ti16", override=True, img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
+    yield
+    for name in ("test_tiny_vit", "test_tiny_rgb"):
+        registry._REGISTRY.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def mnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 + 200 real digits written as a raw MNIST directory (.gz), for `--data mnist --data-dir`."""
+    root = tmp_path_factory.mktemp("mnist")
+    sample = load_mnist_sample()
+    write_idx(root / "train-images-idx3-ubyte.gz", sample.train.images[:600, 0])
+    write_idx(root / "train-labels-idx1-ubyte.gz", sample.train.labels[:600].to(torch.uint8))
+    write_idx(root / "t10k-images-idx3-ubyte.gz", sample.val.images[:200, 0])
+    write_idx(root / "t10k-labels-idx1-ubyte.gz", sample.val.labels[:200].to(torch.uint8))
+    return root
+
+
+def _finetune(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    configure_finetune_parser(parser)
+    return run_finetune(parser.parse_args(list(argv)))
+
+
+def _eval(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    configure_eval_parser(parser)
+    return run_eval(parser.parse_args(list(argv)))
+
+
+def test_finetune_then_eval_prints_accuracy_and_confusion(mnist_dir: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
+    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--batch-size", "32", "--out", str(out), "--no-progress") == 0
+    printed = capsys.readouterr().out
+    assert f"run directory  {out}" in printed and "best model" in printed and "curves" in printed
+    best = json.loads((out / "best" / "train_result.json").read_text())
+
+    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args) == 0
+    printed = capsys.readouterr().out
+    assert f"accuracy {100 * best['val_acc']:.2f}%" in printed
+    assert "confusion matrix" in printed and "recall" in printed
+    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args, "--json") == 0
+    result = json.loads(capsys.readouterr().out)
+    assert sum(map(sum, result["confusion"])) == 200 and result["accuracy"] == pytest.approx(best["val_acc"])
+
+
+def test_folder_data_with_rgb_model(tmp_path: Path, capsys) -> None:
+    for split, n in (("train", 6), ("val", 2)):
+        for c, color in enumerate([(250, 20, 20), (20, 20, 250)]):
+            for i in range(n):
+                path = tmp_path / "imgs" / split / f"class{c}" / f"{i}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.new("RGB", (40 + i, 36), color).save(path)
+    out = tmp_path / "run"
+    code = _finetune("test_tiny_rgb", "--data", "folder", str(tmp_path / "imgs"), "--epochs", "1", "--batch-size", "4",
+                     "--lr", "1e-3", "--out", str(out), "--no-progress")
+    assert code == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["classes"] == ["class0", "class1"] and run["train_images"] == 12 and run["val_images"] == 4
+    assert json.loads((out / "best" / "config.json").read_text())["pretrained_cfg"]["label_names"] == ["class0", "class1"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--data", "cifar"], "--data 'cifar' is unknown"),
+        (["--data", "folder"], "needs exactly one PATH"),
+        (["--data", "mnist", "x"], "takes no path"),
+    ],
+)
+def test_bad_data_arguments(argv: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=message):
+        _finetune("test_tiny_vit", *argv, "--out", str(tmp_path))
+
+
+def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist_dir: Path, tmp_path: Path) -> None:
+    common = ["--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--epochs", "6", "--batch-size", "16",
+              "--seed", "3", "--no-progress"]
+    killed = tmp_path / "killed"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    proc = subprocess.Popen([sys.executable, str(HERE / "_worker.py"), "cli", "test_tiny_vit", *common, "--out", str(killed)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and proc.poll() is None and not (killed / "checkpoint.safetensors").is_file():
+        time.sleep(0.01)
+    time.sleep(0.3)  # land somewhere inside a later epoch (or inside a checkpoint write)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    meta = read_checkpoint_meta(killed / "checkpoint.safetensors")  # intact: loads and parses
+    assert 1 <= meta["state"]["epoch"] < 6
+
+    torch.set_num_threads(1)
+    assert _finetune("test_tiny_vit", *common, "--out", str(killed), "--resume") == 0
+    reference = tmp_path / "reference"
+    assert _finetune("test_tiny_vit", *common, "--out", str(reference)) == 0
+    a, b = load_file(killed / "checkpoint.safetensors"), load_file(reference / "checkpoint.safetensors")
+    model_keys = [k for k in a if k.startswith("model.")]
+    assert model_keys and all(torch.equal(a[k], b[k]) for k in model_keys)
+    assert [json.loads(l)["val_acc"] for l in (killed / "metrics.jsonl").read_text().splitlines()] == [
+        json.loads(l)["val_acc"] for l in (reference / "metrics.jsonl").read_text().splitlines()
+    ]
