@@ -183,6 +183,11 @@ class VisionTransformer(nn.Module):
     def init_weights(self) -> None:
         """timm's default init: truncated normal(0.02) for Linears and the position embedding,
         tiny normal for the prefix tokens, LeCun-normal-like fan-in init for the patch conv."""
+        if self.patch_embed.proj.weight.is_meta:
+            # Built on the meta device (to count parameters, or to receive a checkpoint by
+            # assignment): there is no data to initialise, and random init on meta tensors goes
+            # through torch's Python reference ops, whose first use imports torch._dynamo (~3 s).
+            return
         def init_linear(m: nn.Module) -> None:
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)

@@ -1,0 +1,184 @@
+"""Load-time benchmark: `vitzoo.create("vit_b16", pretrained=True)` from a warm Hugging Face cache
+against `timm.create_model("vit_base_patch16_224", pretrained=True,
+pretrained_cfg_overlay=dict(file=...))` reading the same file.
+
+There is no internet here, so the weights are timm's ViT-B/16 with random values (same shapes,
+same bytes on disk as the real release: 86.6M float32 parameters). They are published to a
+throw-away local Hub server on 127.0.0.1 and downloaded through huggingface_hub into a temporary
+HF cache, which is then used with HF_HUB_OFFLINE=1 (a warm cache, no network at all).
+
+Each load runs in a fresh Python process, alternating vitzoo / timm so that background load
+affects both alike. Reported per side (median over --repeats):
+    wall      the child process's whole life (interpreter start, imports, model creation)
+    create    the create call alone, timed inside the child
+    +forward  the create call and a first forward pass (memory-mapped weights are read on first use)
+    peak RSS  the child's maximum resident set size (after that forward pass), total and above its
+              RSS after the imports (torch alone is ~0.7 GiB here)
+Usage: python benchmarks/load.py [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+REPO = "timm/vit_base_patch16_224.augreg2_in21k_ft_in1k"  # vit_b16's default source
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+which = sys.argv[1]
+def rss_mb():  # current RSS from /proc (ru_maxrss only gives the peak)
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS")) / 1024
+if which == "vitzoo":
+    import torch, vitzoo
+    base = rss_mb(); t1 = time.perf_counter()
+    model = vitzoo.create("vit_b16", pretrained=True)
+else:
+    import torch, timm
+    base = rss_mb(); t1 = time.perf_counter()
+    model = timm.create_model("vit_base_patch16_224", pretrained=True, pretrained_cfg_overlay=dict(file=sys.argv[2]))
+t2 = time.perf_counter()
+# One forward pass touches every weight: memory-mapped weights are only read (and counted in
+# RSS) when used, so both sides are compared after first use.
+with torch.no_grad():
+    model.eval()(torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(0)))
+t3 = time.perf_counter()
+params = sum(p.numel() for p in model.parameters())
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps({"import_s": t1 - t0, "create_s": t2 - t1, "first_s": t3 - t1, "base_rss_mb": base,
+                  "peak_rss_mb": peak, "params": params}))
+"""
+
+
+def serve_repo(files: dict[str, Path]) -> tuple[ThreadingHTTPServer, str]:
+    """A one-repo Hub: answers /{REPO}/resolve/{rev}/{file} with the headers huggingface_hub needs."""
+    blobs = {name: path.read_bytes() for name, path in files.items()}
+    commit = hashlib.sha1(b"".join(hashlib.sha256(b).digest() for b in blobs.values())).hexdigest()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self, body: bool) -> None:
+            name = self.path.split("/resolve/", 1)[-1].split("/", 1)[-1]
+            data = blobs.get(name) if self.path.startswith(f"/{REPO}/resolve/") else None
+            if data is None:
+                self.send_response(404)
+                self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("X-Repo-Commit", commit)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("X-Repo-Commit", commit)
+            self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if body:
+                self.wfile.write(data)
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._answer(False)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._answer(True)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def run_child(which: str, file: Path, env: dict[str, str]) -> dict[str, float]:
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", CHILD, which, str(file)], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        raise SystemExit(f"{which} child failed:\n{out.stderr}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["wall_s"] = wall
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="fresh processes per side (default 5)")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="vitzoo-load-bench-"))
+    try:
+        run(work, args.repeats)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(work: Path, repeats: int) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(work / "hf"), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"))
+
+    # 1. Random ViT-B/16 weights in timm's hub layout (what timm's real repo holds).
+    print("writing ViT-B/16 weights (random values) in timm's hub layout ...", flush=True)
+    layout = work / "repo"
+    subprocess.run(
+        [sys.executable, "-c",
+         "import sys, timm; from timm.models._hub import save_for_hf; "
+         "save_for_hf(timm.create_model('vit_base_patch16_224'), sys.argv[1], safe_serialization=True)", str(layout)],
+        env=env, check=True,
+    )
+
+    # 2. Download it once through huggingface_hub from a local Hub: the cache is now warm.
+    server, url = serve_repo({p.name: p for p in layout.iterdir() if p.is_file()})
+    warm = subprocess.run(
+        [sys.executable, "-c", "import vitzoo.weights as w, json; print(json.dumps([str(p) for p in w.download('vit_b16')]))"],
+        env={**env, "HF_ENDPOINT": url}, capture_output=True, text=True, check=True,
+    )
+    server.shutdown()
+    cached = Path(json.loads(warm.stdout.strip().splitlines()[-1])[0])
+    size_mb = cached.stat().st_size / 2**20
+    print(f"cached weights: {cached} ({size_mb:.1f} MiB)", flush=True)
+
+    # 3. Alternate fresh processes; both read the same cached file, with no network.
+    offline = {**env, "HF_HUB_OFFLINE": "1"}
+    results: dict[str, list[dict[str, float]]] = {"vitzoo": [], "timm": []}
+    for i in range(repeats):
+        for which in ("vitzoo", "timm") if i % 2 == 0 else ("timm", "vitzoo"):
+            r = run_child(which, cached, offline)
+            results[which].append(r)
+            print(f"  run {i + 1} {which:6s}: wall {r['wall_s']:.2f} s, create {r['create_s']:.2f} s, "
+                  f"+forward {r['first_s']:.2f} s, "
+                  f"peak RSS {r['peak_rss_mb']:.0f} MiB (after imports {r['base_rss_mb']:.0f} MiB)", flush=True)
+
+    med = {w: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for w, rs in results.items()}
+    v, t = med["vitzoo"], med["timm"]
+    assert v["params"] == t["params"], "the two sides built different models"
+    print()
+    print(f"ViT-B/16, {int(v['params']):,} parameters, weights file {size_mb:.1f} MiB; medians of {repeats} fresh processes each")
+    print(f"{'':24s}{'vitzoo':>12s}{'timm':>12s}{'ratio':>10s}")
+    for key, label in (("wall_s", "process wall time (s)"), ("create_s", "create call (s)"),
+                       ("first_s", "create + forward (s)")):
+        print(f"{label:24s}{v[key]:12.2f}{t[key]:12.2f}{v[key] / t[key]:10.2f}")
+    for key, label in (("peak_rss_mb", "peak RSS (MiB)"),):
+        print(f"{label:24s}{v[key]:12.0f}{t[key]:12.0f}{v[key] / t[key]:10.2f}")
+    grow_v, grow_t = v["peak_rss_mb"] - v["base_rss_mb"], t["peak_rss_mb"] - t["base_rss_mb"]
+    print(f"{'RSS growth in create':24s}{grow_v:12.0f}{grow_t:12.0f}{grow_v / grow_t:10.2f}")
+    print(f"peak RSS / weights size:  vitzoo {v['peak_rss_mb'] / size_mb:.2f}x total, {grow_v / size_mb:.2f}x above imports; "
+          f"timm {t['peak_rss_mb'] / size_mb:.2f}x total, {grow_t / size_mb:.2f}x above imports")
+
+
+if __name__ == "__main__":
+    main()
