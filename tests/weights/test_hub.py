@@ -13,7 +13,7 @@ from vitzoo.weights import (
     WeightsNotCachedError,
     WeightsNotFoundError,
 )
-from vitzoo.weights.hub import HubRef, fetch_repo, parse_hub_ref
+from vitzoo.weights.hub import HubRef, parse_hub_ref
 
 REPO = "tester/tiny-vit"
 
