@@ -61,6 +61,8 @@ def test_curves_through_the_command(tmp_path, capsys, png_size):
     out = tmp_path / "curves.png"
     assert main(["viz", "curves", "--metrics", str(tmp_path), "--out", str(out), "--dpi", "50"]) == 0
     assert png_size(out) == (400, 175)  # two panels of 4 x 3.5 inches at 50 dpi
+    assert main(["viz", "curves", "--metrics", str(tmp_path), "--keys", "*acc", "--out", str(out), "--dpi", "50"]) == 0
+    assert png_size(out) == (200, 175)  # the accuracy panel only
 
 
 def test_weights_option_draws_the_loaded_weights(tmp_path):

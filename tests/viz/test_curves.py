@@ -40,6 +40,13 @@ def test_keys_are_grouped_into_panels_and_non_numbers_ignored():
     assert x_key is None
 
 
+def test_keys_patterns_choose_the_metrics_and_a_pattern_matching_nothing_is_an_error():
+    _, panels = group_metrics(RUN, keys=["*loss", "val_acc"])
+    assert panels == {"loss": ["train_loss", "val_loss"], "accuracy": ["val_acc"]}
+    with pytest.raises(ValueError, match=r"metric key pattern 'val_top1' matches no numeric metric; available: train_loss, "):
+        group_metrics(RUN, keys=["val_top1"])
+
+
 def test_plot_curves_draws_every_value_accuracies_in_percent(tmp_path, png_size):
     _write(tmp_path / "metrics.jsonl", RUN)
     fig = plot_curves(tmp_path / "metrics.jsonl", out=tmp_path / "curves.png")

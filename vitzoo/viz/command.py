@@ -7,7 +7,7 @@ arguments. Errors are raised (the command prints them as one line; --debug shows
     vitzoo viz posembed  NAME [--weights SRC | --pretrained] [--out PNG]
     vitzoo viz attention NAME [--image IMG] [--weights SRC | --pretrained] [--layer L] [--head H]
                               [--what both|heads|rollout] [--out PNG]
-    vitzoo viz curves    --metrics RUN/metrics.jsonl [--out PNG]
+    vitzoo viz curves    --metrics RUN/metrics.jsonl [--keys PATTERN ...] [--out PNG]
 
 Without --image, a synthetic test card is drawn. matplotlib is imported only when a picture is
 drawn, so `vitzoo viz --help` works without the [viz] extra.
@@ -95,6 +95,7 @@ def configure_viz_parser(parser: argparse.ArgumentParser) -> None:
     p = kinds.add_parser("curves", help=KINDS["curves"], description=KINDS["curves"] + ".")
     p.add_argument("--metrics", metavar="JSONL", required=True, help="a run's metrics.jsonl, or the run directory that holds it")
     p.add_argument("--title", help="figure title (default: the file name and record count)")
+    p.add_argument("--keys", nargs="+", metavar="PATTERN", help="only these metrics, shell-style patterns (e.g. '*loss' '*acc'); default: all numeric keys")
     _add_output_args(p, "curves")
 
 
@@ -156,7 +157,7 @@ def run_viz(args: argparse.Namespace) -> int:
     elif args.kind == "curves":
         from .curves import plot_curves
 
-        fig = plot_curves(args.metrics, out=args.out, dpi=args.dpi, title=args.title)
+        fig = plot_curves(args.metrics, out=args.out, dpi=args.dpi, title=args.title, keys=args.keys)
     else:  # argparse's choices make this unreachable from the command line
         raise ValueError(f"unknown picture kind {args.kind!r}; expected one of {', '.join(KINDS)}")
     width, height = (round(v * args.dpi) for v in fig.get_size_inches())

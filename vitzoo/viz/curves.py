@@ -10,11 +10,12 @@ line number. Non-numeric values (strings, lists, booleans) are ignored.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ._figure import finish, new_figure
 
@@ -53,14 +54,26 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def group_metrics(records: list[dict[str, Any]]) -> tuple[str | None, dict[str, list[str]]]:
-    """(x key or None for line numbers, panel title -> metric keys) for a list of records."""
+def group_metrics(
+    records: list[dict[str, Any]], keys: Sequence[str] | None = None
+) -> tuple[str | None, dict[str, list[str]]]:
+    """(x key or None for line numbers, panel title -> metric keys) for a list of records.
+    `keys` are shell-style patterns choosing which metrics to draw (default: every numeric one)."""
     x_key = next((k for k in X_KEYS if all(_is_number(r.get(k)) for r in records)), None)
-    keys: list[str] = []
+    available: list[str] = []
     for record in records:
         for key, value in record.items():
-            if key not in keys and key not in X_KEYS and _is_number(value):
-                keys.append(key)
+            if key not in available and key not in X_KEYS and _is_number(value):
+                available.append(key)
+    if keys is None:
+        keys = available
+    else:
+        for pattern in keys:
+            if not any(fnmatch.fnmatchcase(k, pattern) for k in available):
+                raise ValueError(
+                    f"metric key pattern {pattern!r} matches no numeric metric; available: {', '.join(available) or 'none'}"
+                )
+        keys = [k for k in available if any(fnmatch.fnmatchcase(k, p) for p in keys)]
     panels: dict[str, list[str]] = {"loss": [], "accuracy": [], "learning rate": []}
     others: list[str] = []
     for key in keys:
@@ -90,12 +103,14 @@ def plot_curves(
     out: str | os.PathLike[str] | None = None,
     dpi: int = 100,
     title: str | None = None,
+    keys: Sequence[str] | None = None,
 ) -> "Figure":
-    """Draw every numeric metric of a run (a metrics.jsonl path, a run directory, or the records).
+    """Draw every numeric metric of a run (a metrics.jsonl path, a run directory, or the records),
+    or those matching the shell-style patterns in `keys` (e.g. ["*loss", "*acc"]).
     The figure is 4 inches per panel wide (at most 4 panels a row) and 3.5 inches per row."""
     records = read_metrics(metrics) if not isinstance(metrics, list) else metrics
     source = str(metrics) if not isinstance(metrics, list) else "the given records"
-    x_key, panels = group_metrics(records)
+    x_key, panels = group_metrics(records, keys)
     if not panels:
         raise ValueError(f"{source} has no numeric metrics besides {', '.join(X_KEYS)}; expected keys like train_loss, val_acc")
     names = list(panels)

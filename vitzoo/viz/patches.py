@@ -8,6 +8,7 @@ is exactly what the patch embedding's Linear multiplies (layers/patch_embed.py: 
 
 from __future__ import annotations
 
+import math
 import os
 from typing import TYPE_CHECKING
 
@@ -73,9 +74,10 @@ def plot_patches(
                     fontsize=7 if n > 25 else 9, ha="center", va="center",
                 )
 
-    # The sequence wraps after 16 tokens, a width that differs from the grid's on purpose: the
-    # Transformer sees a 1-D sequence, the 2-D layout survives only in the position embedding.
-    ncols = min(n, 16)
+    # The sequence wraps at a width unlike the grid's on purpose (wider, about 1.6 sqrt(N) tokens,
+    # so the strip fills its panel): the Transformer sees a 1-D sequence, and the 2-D layout
+    # survives only in the position embedding.
+    ncols = min(n, max(gw + 1, math.ceil(1.6 * math.sqrt(n))))
     pad = max(1, min(ph, pw) // 4)
     ax_seq.imshow(tile_picture(tiles, ncols=ncols, pad=pad), interpolation="nearest")
     ax_seq.set_title(f"as a sequence: {n} tokens, row-major (0 .. {n - 1})", fontsize=9)
