@@ -117,16 +117,43 @@ def run_child(which: str, file: Path, env: dict[str, str]) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per side (default 5)")
+    parser.add_argument("--png", type=Path, default=None, help="also draw the medians as a bar chart here")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="vitzoo-load-bench-"))
     try:
-        run(work, args.repeats)
+        medians, size_mb = run(work, args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.png is not None:
+        draw(medians, size_mb, args.png)
+        print(f"chart: {args.png}")
 
 
-def run(work: Path, repeats: int) -> None:
+def draw(med: dict[str, dict[str, float]], size_mb: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from vitzoo.weights.files import atomic_path
+
+    sides = ("vitzoo", "timm")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, (key, title) in zip(axes, (("wall_s", "process wall time (s)"), ("growth", "RSS growth / weights size"))):
+        values = [med[s]["wall_s"] if key == "wall_s" else (med[s]["peak_rss_mb"] - med[s]["base_rss_mb"]) / size_mb for s in sides]
+        ax.bar(sides, values, color=["tab:blue", "tab:gray"])
+        for i, v in enumerate(values):
+            ax.text(i, v, f"{v:.2f}", ha="center", va="bottom")
+        ax.set_title(title)
+    fig.suptitle("ViT-B/16 from a warm cache: vitzoo.create vs timm.create_model (medians, fresh processes)")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+def run(work: Path, repeats: int) -> tuple[dict[str, dict[str, float]], float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(work / "hf"), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"))
@@ -178,6 +205,7 @@ def run(work: Path, repeats: int) -> None:
     print(f"{'RSS growth in create':24s}{grow_v:12.0f}{grow_t:12.0f}{grow_v / grow_t:10.2f}")
     print(f"peak RSS / weights size:  vitzoo {v['peak_rss_mb'] / size_mb:.2f}x total, {grow_v / size_mb:.2f}x above imports; "
           f"timm {t['peak_rss_mb'] / size_mb:.2f}x total, {grow_t / size_mb:.2f}x above imports")
+    return med, size_mb
 
 
 if __name__ == "__main__":

@@ -28,8 +28,10 @@ Source = str | os.PathLike[str]
 def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
     """Load `source` (file, directory, "hf-hub:org/repo[@rev]" or "timm:<name>") into `model`.
 
-    The checkpoint is adapted to the model where the issue allows (num_classes, img_size,
-    in_chans, each logged); anything else that does not fit raises a WeightsMismatchError.
+    The checkpoint is adapted to the model where that is well defined (num_classes, img_size,
+    in_chans, each logged; see adapt.py); anything else that does not fit raises a
+    WeightsMismatchError. A source that states a LayerNorm eps (transformers: 1e-12) sets it on
+    the model and in `model.config`.
     strict=False loads the keys that fit and reports the rest in the returned FitReport."""
     data = load_source(source)
     return _load_into(model, data, strict=strict, assign=_on_meta(model))
@@ -39,7 +41,8 @@ def create_pretrained(
     entry: Any, pcfg: PretrainedCfg | None, *, weights: Source | None = None, pretrained: bool = False, **overrides: Any
 ) -> nn.Module:
     """`vitzoo.create(name, pretrained=True | weights=...)`: build the entry's model on the meta
-    device and fill it from the source (the registry's default / tagged source, or `weights`)."""
+    device and fill it from the source (the registry's default / tagged source, or `weights`).
+    `pretrained` is implied: this is only called when weights are wanted."""
     if weights is None:
         if pcfg is None or pcfg.source is None:
             raise WeightsError(
