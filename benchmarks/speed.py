@@ -1,7 +1,8 @@
 """CPU inference speed of vitzoo against timm, and of both against the matmul bound.
 
     python benchmarks/speed.py                      # ViT-B/16, batch 8, 224x224, fp32 and bf16
-    python benchmarks/speed.py --rounds 11 --json /tmp/speed.json
+    python benchmarks/speed.py --rounds 21 --json /tmp/speed.json
+    python benchmarks/speed.py --threads 1 --clock cpu    # steadiest on a machine shared with others
 
 Both models hold the same weights (timm's randomly initialised state dict, loaded key by key into
 vitzoo, logits checked equal) and run under `torch.inference_mode()`. Each round times vitzoo,
@@ -108,14 +109,22 @@ def model_gemms(model: vitzoo.VisionTransformer, batch: int, dtype: torch.dtype)
     return gemms
 
 
-def time_per_call(fn: Callable[[], object], calls: int) -> float:
-    start = time.perf_counter()
+# Wall time is what a user waits for. CPU time of this process ignores the time the OS gives to
+# other processes, which makes single-threaded runs on a shared machine much steadier (with several
+# threads it would also count OpenMP threads spinning at barriers, so use it with --threads 1).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_per_call(fn: Callable[[], object], calls: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    start = clock()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls
+    return (clock() - start) / calls
 
 
-def benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int, dtypes: list[str]) -> dict:
+def benchmark(
+    name: str, batch: int, rounds: int, calls: int, warmup: int, dtypes: list[str], clock: str = "wall"
+) -> dict:
     ours, theirs = build_models(name)
     x = torch.randn(batch, *ours.pretrained_cfg.input_size, generator=torch.Generator().manual_seed(1))
     results: dict[str, dict] = {}
@@ -151,7 +160,7 @@ def benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int, dtype
             for r in progress:
                 # Rotate who goes first so that no contestant always follows the same neighbour.
                 for key in order[r % 3 :] + order[: r % 3]:
-                    seconds[key].append(time_per_call(contestants[key], calls))
+                    seconds[key].append(time_per_call(contestants[key], calls, CLOCKS[clock]))
         img_s = {key: batch / statistics.median(values) for key, values in seconds.items()}
         per_round_ratio = [t / o for o, t in zip(seconds["vitzoo"], seconds["timm"])]
         gflop = sum(g.flops for g in gemms) / 1e9
@@ -207,6 +216,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: torch's choice, one per core); 1 is steadier on a busy machine")
+    parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
+                        help="wall: elapsed time; cpu: this process's CPU time (steadier on a shared machine, with --threads 1)")
     parser.add_argument("--json", help="also write the results (with every round's timings) to this file")
     args = parser.parse_args(argv)
     for flag, value, low in (("--batch", args.batch, 1), ("--rounds", args.rounds, 1), ("--calls", args.calls, 1),
@@ -217,11 +228,11 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
 
     before = conditions()
-    results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes)
+    results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes, args.clock)
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
     print(f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
-          f"median of {args.rounds} interleaved rounds x {args.calls} calls")
+          f"median of {args.rounds} interleaved rounds x {args.calls} calls, {args.clock} clock")
     print(f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
           f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after")
     print(f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"

@@ -46,7 +46,7 @@ def test_benchmark_runs_end_to_end(speed, tmp_path, capsys):
     threads = torch.get_num_threads()
     try:  # one thread: steady on a busy machine; restored so that later tests keep theirs
         speed.main(["--model", "vit_ti16", "--batch", "1", "--rounds", "2", "--warmup", "0", "--dtypes", "fp32",
-                    "bf16", "--threads", "1", "--json", str(out)])
+                    "bf16", "--threads", "1", "--clock", "cpu", "--json", str(out)])
     finally:
         torch.set_num_threads(threads)
     printed = capsys.readouterr().out
@@ -60,7 +60,7 @@ def test_benchmark_runs_end_to_end(speed, tmp_path, capsys):
         assert set(rates) == {"vitzoo", "timm", "matmul_bound"} and all(v > 0 for v in rates.values())
         assert result["ratio_vitzoo_over_timm"] == pytest.approx(rates["vitzoo"] / rates["timm"])
         assert all(len(v) == 2 for v in result["seconds_per_round"].values())
-    assert data["conditions"]["threads"] == 1
+    assert data["conditions"]["threads"] == 1 and data["args"]["clock"] == "cpu"
 
 
 def test_bad_arguments_exit_with_a_message(speed, capsys):
