@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,19 @@ HERE = Path(__file__).resolve().parent
 
 def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
-    proc = subprocess.run(
+    # Own session: on a timeout the launcher AND its workers are killed, none left behind.
+    proc = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          str(HERE / "_worker.py"), "ddp", str(tmp_path)],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    try:
+        output, _ = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise AssertionError("torchrun with 2 processes did not finish in 120 s:\n" + output[-3000:])
+    assert proc.returncode == 0, output[-3000:]
     rank0, rank1 = load_file(tmp_path / "rank0.safetensors"), load_file(tmp_path / "rank1.safetensors")
     assert rank0.keys() == rank1.keys()
     for key in rank0:  # rank 1 started from a different head: DDP broadcast rank 0's weights

@@ -113,7 +113,7 @@ def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
     proc = subprocess.Popen([sys.executable, str(HERE / "_worker.py"), "cli", "test_tiny_vit", *common, "--out", str(killed)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None and not (killed / "checkpoint.safetensors").is_file():
         time.sleep(0.01)

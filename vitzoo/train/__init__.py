@@ -8,7 +8,7 @@ and the example scripts.
 
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, TrainState, load_checkpoint, save_checkpoint
 from .cli import configure_eval_parser, configure_finetune_parser, recipe_defaults, run_eval, run_finetune
-from .engine import EvalResult, FitResult, TrainConfig, build_transforms, evaluate, evaluate_split, fit
+from .engine import EvalResult, FitResult, TrainConfig, build_transforms, evaluate, evaluate_split, fit, train_step
 from .export import export_pretrained
 from .optim import WarmupCosine, freeze_backbone, param_groups, warmup_cosine
 
@@ -34,5 +34,6 @@ __all__ = [
     "run_eval",
     "run_finetune",
     "save_checkpoint",
+    "train_step",
     "warmup_cosine",
 ]

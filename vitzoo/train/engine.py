@@ -66,6 +66,7 @@ class TrainConfig:
     randaugment: bool = True  # for folder data
     progress: bool = True
     device: str = "auto"
+    threads: int | None = None  # torch intra-op threads; None keeps torch's default
 
     def __post_init__(self) -> None:
         checks = [
@@ -80,6 +81,7 @@ class TrainConfig:
             (self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "None or a float in (0, 1]"),
             (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
             (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
+            (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -141,6 +143,29 @@ def classification_loss(output: torch.Tensor | tuple[torch.Tensor, ...], target:
     if isinstance(output, tuple):
         return sum(F.cross_entropy(o.float(), target, label_smoothing=smoothing) for o in output) / len(output)
     return F.cross_entropy(output.float(), target, label_smoothing=smoothing)
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    label_smoothing: float = 0.0,
+    clip_grad: float | None = None,
+    autocast: Callable[[], Any] = contextlib.nullcontext,
+) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
+    """One optimizer step: forward, loss, backward, gradient clipping, update. (output, loss)."""
+    with autocast():
+        output = model(x)
+        loss = classification_loss(output, y, label_smoothing)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_grad is not None:
+        torch.nn.utils.clip_grad_norm_(params, clip_grad)
+    optimizer.step()
+    return output, loss
 
 
 def _logits(output: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -250,6 +275,10 @@ def fit(
             f"create it with num_classes={num_classes}"
         )
 
+    if config.threads is not None:
+        # Small models gain little from a second thread, and on a machine whose cores are busy
+        # OpenMP threads waiting for each other make every step several times slower.
+        torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     if config.linear_probe:
         freeze_backbone(model)
@@ -321,14 +350,10 @@ def fit(
             started = time.perf_counter()
             for x, y in train_loader.iterate(epoch, start_step=state.step):
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                with autocast():
-                    output = ddp_model(x)
-                    loss = classification_loss(output, y, config.label_smoothing)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                if config.clip_grad is not None:
-                    torch.nn.utils.clip_grad_norm_(trainable, config.clip_grad)
-                optimizer.step()
+                output, loss = train_step(
+                    ddp_model, optimizer, trainable, x, y, label_smoothing=config.label_smoothing,
+                    clip_grad=config.clip_grad, autocast=autocast,
+                )
                 scheduler.step()
                 with torch.no_grad():
                     correct = int((_logits(output).argmax(-1) == y).sum())
