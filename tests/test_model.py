@@ -16,6 +16,16 @@ from vitzoo.registry import count_parameters, get_entry
 BUILTIN_NAMES = [name for name in vitzoo.list_models() if get_entry(name).origin == "built-in"]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These tests check values, not parallel speed. One intra-op thread spares every op an OpenMP
+    barrier, which on a small machine shared with other jobs costs more than the work itself."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _input(config: ViTConfig, batch: int = 2, device: str = "cpu") -> torch.Tensor:
     h, w = to_2tuple(config.img_size)
     return torch.randn(batch, config.in_chans, h, w, device=device)
