@@ -1,13 +1,13 @@
 """CPU inference speed of vitzoo against timm, and of both against the matmul bound.
 
     python benchmarks/speed.py                      # ViT-B/16, batch 8, 224x224, fp32 and bf16
-    python benchmarks/speed.py --rounds 21 --json /tmp/speed.json
+    python benchmarks/speed.py --rounds 30 --json /tmp/speed.json
     python benchmarks/speed.py --threads 1 --clock cpu    # steadiest on a machine shared with others
 
 Both models hold the same weights (timm's randomly initialised state dict, loaded key by key into
 vitzoo, logits checked equal) and run under `torch.inference_mode()`. Each round times vitzoo,
-timm and the matmul bound back to back, in an order that rotates from round to round, so that
-load from other processes and clock drift hit all three alike; the reported figure is the median
+timm and the matmul bound back to back, going through all six orders of the three, so that
+load from other processes, clock drift and cache state hit all three alike; the reported figure is the median
 over rounds. Ratios are only meaningful within one run: compare nothing across runs.
 
 The matmul bound: every GEMM the model performs (the patch embedding as a GEMM over flattened
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import platform
@@ -155,11 +156,11 @@ def benchmark(
             for fn in contestants.values():
                 for _ in range(warmup):
                     fn()
-            order = list(contestants)
+            # Every order of the three in turn, so that each one follows each other one equally often.
+            orders = list(itertools.permutations(contestants))
             progress = tqdm(range(rounds), desc=f"{name} {dtype_name}", file=sys.stderr) if tqdm else range(rounds)
             for r in progress:
-                # Rotate who goes first so that no contestant always follows the same neighbour.
-                for key in order[r % 3 :] + order[: r % 3]:
+                for key in orders[r % len(orders)]:
                     seconds[key].append(time_per_call(contestants[key], calls, CLOCKS[clock]))
         img_s = {key: batch / statistics.median(values) for key, values in seconds.items()}
         per_round_ratio = [t / o for o, t in zip(seconds["vitzoo"], seconds["timm"])]
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="vit_b16", choices=sorted(TIMM_NAMES), help="vitzoo name (timm counterpart is implied)")
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds; the median is reported")
+    parser.add_argument("--rounds", type=int, default=18, help="interleaved rounds (6 orders of the three); the median is reported")
     parser.add_argument("--calls", type=int, default=1, help="forward calls timed per round and contestant")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
