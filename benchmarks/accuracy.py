@@ -126,7 +126,8 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
     theirs = timm.models.vision_transformer.VisionTransformer(
         img_size=c.img_size, patch_size=c.patch_size, in_chans=c.in_chans, num_classes=c.num_classes,
         embed_dim=c.embed_dim, depth=c.depth, num_heads=c.num_heads, mlp_ratio=c.mlp_ratio,
-        qkv_bias=c.qkv_bias, class_token=c.class_token, global_pool=c.global_pool if c.global_pool == "avg" else "token",
+        qkv_bias=c.qkv_bias, class_token=c.class_token, global_pool=c.global_pool,
+        fc_norm=False,  # vitzoo normalises the tokens before pooling (timm's default for "avg" is after)
     )
     theirs.load_state_dict(ours.state_dict())  # same parameters, same starting point
     x, y = torch.randn(128, c.in_chans, 28, 28), torch.randint(0, 10, (128,))

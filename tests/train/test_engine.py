@@ -14,7 +14,7 @@ import vitzoo
 from vitzoo.data import DataSplits
 from vitzoo.train import CHECKPOINT_NAME, TrainConfig, evaluate_split, fit
 
-from conftest import tiny_model
+from conftest import TINY, tiny_model
 
 CONFIG = dict(epochs=2, batch_size=32, lr=3e-3, progress=False, seed=7)
 
@@ -55,7 +55,7 @@ def test_best_model_is_exported_loadable_with_labels(reference, small_splits: Da
     _, result, out = reference
     best = out / "best"
     assert (best / "model.safetensors").is_file() and (best / "config.json").is_file()
-    reloaded = vitzoo.create("vit_mnist", weights=str(best), patch_size=7, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
+    reloaded = vitzoo.create("vit_mnist", weights=str(best), **TINY)
     assert reloaded.pretrained_cfg.label_names == tuple("0123456789")
     accuracy = evaluate_split(reloaded, small_splits.val, kind="digits").accuracy
     assert accuracy == pytest.approx(result.best_acc)

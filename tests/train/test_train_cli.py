@@ -134,3 +134,16 @@ def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist
     assert [json.loads(l)["val_acc"] for l in (killed / "metrics.jsonl").read_text().splitlines()] == [
         json.loads(l)["val_acc"] for l in (reference / "metrics.jsonl").read_text().splitlines()
     ]
+
+
+def test_resume_without_out_continues_the_latest_run(mnist_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["--data", "mnist", "--data-dir", str(mnist_dir), "--batch-size", "64", "--no-progress"]
+    assert _finetune("test_tiny_vit", *args, "--epochs", "1") == 0
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("test_tiny_vit-mnist-")
+    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--resume") == 0  # a longer schedule, same directory
+    assert f"resuming {Path('runs') / run_dir.name} at epoch 2" in capsys.readouterr().out
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        _finetune("test_tiny_vit", *args, "--epochs", "1", "--out", str(run_dir))

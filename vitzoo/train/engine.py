@@ -64,6 +64,7 @@ class TrainConfig:
     seed: int = 0
     eval_batch_size: int = 500
     randaugment: bool = True  # for folder data
+    augment: float = 1.0  # digits: strength of the random affine (1: +-10 deg, +-10% zoom and shift; 0: none)
     progress: bool = True
     device: str = "auto"
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
@@ -81,6 +82,7 @@ class TrainConfig:
             (self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "None or a float in (0, 1]"),
             (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
             (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
+            (0 <= self.augment <= 3, "augment", "a float in [0, 3]"),
             (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
         ]
         for ok, name, expected in checks:
@@ -126,13 +128,19 @@ def use_bf16(amp: str, device: torch.device) -> bool:
     return False
 
 
-def build_transforms(model: nn.Module, splits: DataSplits, *, randaugment: bool = True) -> tuple[BatchTransform, BatchTransform]:
+def build_transforms(
+    model: nn.Module, splits: DataSplits, *, randaugment: bool = True, augment: float = 1.0
+) -> tuple[BatchTransform, BatchTransform]:
     """Train and eval transforms for this model and data: the model's pretrained_cfg decides
-    size, normalisation, interpolation and channels; the data's kind decides the augmentation."""
+    size, normalisation, interpolation and channels; the data's kind decides the augmentation
+    (`augment` scales the digits' random affine: tiny models underfit with the full one)."""
     spec = InputSpec.from_model(model)
     kind = "digits" if splits.kind == "digits" else "natural"
     hflip = splits.name == "fashion-mnist" or kind == "natural"  # digits are not mirror-symmetric
-    train_tf = BatchTransform(spec=spec, train=True, kind=kind, hflip=hflip, randaugment=randaugment)
+    train_tf = BatchTransform(
+        spec=spec, train=True, kind=kind, hflip=hflip, randaugment=randaugment,
+        rotate_deg=10.0 * augment, scale=(1 - 0.1 * augment, 1 + 0.1 * augment), shift=0.1 * augment,
+    )
     eval_tf = BatchTransform(spec=spec, train=False, kind=kind)
     return train_tf, eval_tf
 
@@ -284,7 +292,7 @@ def fit(
         freeze_backbone(model)
     model.to(device)
     bf16 = use_bf16(config.amp, device)
-    train_tf, eval_tf = build_transforms(model, splits, randaugment=config.randaugment)
+    train_tf, eval_tf = build_transforms(model, splits, randaugment=config.randaugment, augment=config.augment)
     per_rank_batch = config.batch_size // info.world_size
     train_loader = BatchLoader(
         splits.train, batch_size=per_rank_batch, transform=train_tf, shuffle=True, seed=config.seed,
