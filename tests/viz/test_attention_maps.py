@@ -88,7 +88,7 @@ def test_plot_attention_single_head_and_rollout_only(make_vit, tmp_path, png_siz
     assert png_size(tmp_path / "head.png") == (1200, 220)
     assert [t for t in (ax.get_title() for ax in fig.axes) if t.startswith("layer")][0].startswith("layer 0, head 2")
     avg = make_vit(class_token=False, global_pool="avg")
-    fig = plot_attention(avg, None, what="rollout", out=tmp_path / "rollout.png")
+    fig = plot_attention(avg, None, what="rollout", layer=1, out=tmp_path / "rollout.png")
     assert png_size(tmp_path / "rollout.png") == (1200, 360)
     assert any("mean of patch rows" in ax.get_title() for ax in fig.axes)
 
@@ -105,10 +105,18 @@ def test_head_out_of_range_is_a_clear_error(make_vit):
         plot_attention(make_vit(), None, head=3)
 
 
-@pytest.mark.parametrize("what", ["both", "heads"])
-def test_class_token_attention_of_a_model_without_class_token_is_a_clear_error(make_vit, what):
+@pytest.mark.parametrize(
+    "kwargs", [dict(what="both"), dict(what="heads"), dict(head=0), dict(layer=1)], ids=["both", "heads", "head", "layer"]
+)
+def test_class_token_attention_of_a_model_without_class_token_is_a_clear_error(make_vit, kwargs):
     with pytest.raises(ValueError, match=r"no class token .* class-token attention is undefined.*what='rollout'"):
-        plot_attention(make_vit(class_token=False, global_pool="avg"), None, what=what)
+        plot_attention(make_vit(class_token=False, global_pool="avg"), None, **kwargs)
+
+
+def test_without_class_token_the_default_is_the_rollout_alone(make_vit, tmp_path, png_size):
+    fig = plot_attention(make_vit(class_token=False, global_pool="avg"), None, out=tmp_path / "avg.png")
+    assert png_size(tmp_path / "avg.png") == (1200, 360)
+    assert not any(ax.get_title().startswith("layer") for ax in fig.axes)
 
 
 def test_unreadable_image_is_a_clear_error(make_vit, tmp_path):

@@ -9,9 +9,19 @@ import pytest
 import torch
 
 import vitzoo
+from vitzoo import registry
 from vitzoo.cli import main
 from vitzoo.viz import configure_viz_parser, plot_position_embedding, run_viz
 from vitzoo.weights import save_pretrained
+
+
+@pytest.fixture(autouse=True)
+def avg_pool_model(monkeypatch):
+    """A registered model without class token, registered for one test only (the registry is
+    restored afterwards, so other tests never see it)."""
+    vitzoo.list_models()  # the built-in zoo registers itself on first use: before the copy
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    vitzoo.register("viz_test_avg_pool", base="vit_mnist_tiny", class_token=False, global_pool="avg")
 
 
 def test_parser_offers_every_kind_with_its_options():
@@ -37,8 +47,9 @@ def test_parser_offers_every_kind_with_its_options():
         (["embedding", "vit_mnist_tiny"], (1200, 800)),
         (["posembed", "vit_mnist_tiny"], (1000, 500)),
         (["attention", "vit_mnist_tiny", "--layer", "1", "--head", "0"], (1200, 580)),
+        (["attention", "viz_test_avg_pool"], (1200, 360)),  # no class token: the rollout alone
     ],
-    ids=["patches", "embedding", "posembed", "attention"],
+    ids=["patches", "embedding", "posembed", "attention", "attention-avg-pool"],
 )
 def test_each_model_picture_through_the_command(argv, size, tmp_path, capsys, png_size):
     out = tmp_path / f"{argv[0]}.png"
@@ -83,12 +94,13 @@ def test_weights_option_draws_the_loaded_weights(tmp_path):
     "argv, message",
     [
         (["attention", "vit_mnist_tiny", "--layer", "3"], "layer 3 is out of range: the VisionTransformer has 3 blocks; expected an index in [-3, 2]"),
+        (["attention", "viz_test_avg_pool", "--head", "1"], "has no class token (class_token=False, global_pool='avg')"),
         (["attention", "vit_mnist_tiny", "--image", "{bad}"], "cannot read image"),
         (["patches", "--weights", "x"], "--weights / --pretrained need a model NAME"),
         (["patches", "vit_mnist_tiny", "--patch-size", "5"], "patch size 5x5 does not tile the 32x32 image"),
         (["curves", "--metrics", "{missing}"], "does not exist"),
     ],
-    ids=["layer", "image", "patches-weights", "patch-size", "metrics"],
+    ids=["layer", "no-class-token", "image", "patches-weights", "patch-size", "metrics"],
 )
 def test_errors_are_one_line_with_exit_code_1(argv, message, tmp_path, capsys):
     bad = tmp_path / "bad.png"

@@ -130,28 +130,35 @@ def plot_attention(
     model: nn.Module,
     image: torch.Tensor | str | os.PathLike[str] | None = None,
     *,
-    layer: int = -1,
+    layer: int | None = None,
     head: int | None = None,
-    what: Literal["both", "heads", "rollout"] = "both",
+    what: Literal["both", "heads", "rollout"] | None = None,
     residual: float = 0.5,
     out: str | os.PathLike[str] | None = None,
     dpi: int = 100,
 ) -> "Figure":
-    """Class-token attention of block `layer` per head (or only `head`) and/or the attention
-    rollout across all blocks, over `image` (a file, a (C, H, W) tensor in [0, 1], or None for a
-    synthetic test card). The figure is 12 inches wide; writes a PNG when `out` is given."""
-    if what not in ("both", "heads", "rollout"):
+    """Class-token attention of block `layer` (default: the last) per head (or only `head`) and/or
+    the attention rollout across all blocks, over `image` (a file, a (C, H, W) tensor in [0, 1], or
+    None for a synthetic test card). `what` defaults to "both" for a model with a class token and
+    to "rollout" for one without (whose per-head class-token maps do not exist). The figure is 12
+    inches wide; writes a PNG when `out` is given."""
+    if what not in (None, "both", "heads", "rollout"):
         raise ValueError(f"what={what!r} is invalid; expected 'both', 'heads' or 'rollout'")
     num_prefix, grid, has_cls = _model_layout(model)
     name = type(model).__name__
-    depth = sum(isinstance(m, Attention) for m in model.modules())
-    layer = check_index(layer, depth, what="layer", context=f"the {name} has {depth} blocks")
+    no_cls = (
+        f"{name} has no class token (class_token=False, global_pool='avg'), so class-token attention is "
+        "undefined; draw the attention rollout only (what='rollout', `--what rollout`), which averages "
+        "the patch tokens' rows instead"
+    )
+    if what is None:
+        if not has_cls and (layer is not None or head is not None):
+            raise ValueError(f"a layer / head was asked for, but {no_cls}")
+        what = "both" if has_cls else "rollout"
     if what != "rollout" and not has_cls:
-        raise ValueError(
-            f"{name} has no class token (class_token=False, global_pool='avg'), so class-token attention is "
-            "undefined; draw the attention rollout only (what='rollout', `--what rollout`), which averages "
-            "the patch tokens' rows instead"
-        )
+        raise ValueError(no_cls)
+    depth = sum(isinstance(m, Attention) for m in model.modules())
+    layer = check_index(-1 if layer is None else layer, depth, what="layer", context=f"the {name} has {depth} blocks")
     display, x = prepare_image(model, image)
     weights = attention_weights(model, x)
     num_heads = weights[layer].shape[1]

@@ -6,7 +6,7 @@ arguments. Errors are raised (the command prints them as one line; --debug shows
     vitzoo viz embedding NAME [--image IMG] [--weights SRC | --pretrained] [--out PNG]
     vitzoo viz posembed  NAME [--weights SRC | --pretrained] [--out PNG]
     vitzoo viz attention NAME [--image IMG] [--weights SRC | --pretrained] [--layer L] [--head H]
-                              [--what both|heads|rollout] [--out PNG]
+                              [--what both|heads|rollout] [--out PNG]     (rollout alone without class token)
     vitzoo viz curves    --metrics RUN/metrics.jsonl [--keys PATTERN ...] [--out PNG]
 
 Without --image, a synthetic test card is drawn. matplotlib is imported only when a picture is
@@ -86,9 +86,10 @@ def configure_viz_parser(parser: argparse.ArgumentParser) -> None:
     p = kinds.add_parser("attention", help=KINDS["attention"], description=KINDS["attention"] + ".")
     _add_model_args(p)
     _add_image_arg(p)
-    p.add_argument("--layer", type=int, default=-1, metavar="L", help="block whose heads to draw; negative counts from the end (default: -1, the last)")
+    p.add_argument("--layer", type=int, default=None, metavar="L", help="block whose heads to draw; negative counts from the end (default: -1, the last)")
     p.add_argument("--head", type=int, default=None, metavar="H", help="draw only this head (default: all heads and their mean)")
-    p.add_argument("--what", choices=["both", "heads", "rollout"], default="both", help="per-head maps, rollout, or both (default)")
+    p.add_argument("--what", choices=["both", "heads", "rollout"], default=None,
+                   help="per-head class-token maps, rollout, or both (default: both; rollout alone for a model without class token)")
     p.add_argument("--residual", type=float, default=0.5, metavar="R", help="share of the identity in rollout (default: 0.5)")
     _add_output_args(p, "attention")
 
