@@ -187,7 +187,7 @@ def run_finetune(args: argparse.Namespace) -> int:
         n_params = sum(p.numel() for p in model.parameters())
         print(
             f"fine-tuning {args.model} ({n_params:,} parameters) on {splits.name}: {len(splits.train)} train / "
-            f"{len(splits.val)} val images, {splits.train.num_classes} classes, {config.epochs} epochs -> {out_dir}",
+            f"{len(splits.val)} val images, {splits.train.num_classes} classes, {config.epochs} epoch{'s' if config.epochs != 1 else ''} -> {out_dir}",
             flush=True,
         )
     result = fit(
