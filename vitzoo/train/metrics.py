@@ -31,32 +31,17 @@ def write_metrics(path: str | os.PathLike[str], records: list[dict[str, Any]]) -
 
 
 def plot_curves(records: list[dict[str, Any]], path: str | os.PathLike[str], title: str = "") -> Path | None:
-    """Loss (train/val) and accuracy (train/val) against epoch; None when matplotlib is missing."""
-    try:
-        import matplotlib
+    """Loss and accuracy (train/val) against epoch, drawn by `vitzoo.viz.plot_curves` (the one
+    place that draws curves); None, with a warning, when matplotlib (the viz extra) is missing."""
+    from ..viz._figure import require_matplotlib
+    from ..viz.curves import plot_curves as draw_curves
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        warnings.warn("matplotlib is not installed: skipping curves.png (pip install 'vitzoo[viz]')", stacklevel=2)
+    try:
+        require_matplotlib()
+    except ImportError as err:
+        warnings.warn(f"skipping {Path(path).name}: {err}", stacklevel=2)
         return None
-    epochs = [r["epoch"] + 1 for r in records]
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
-    ax_loss.plot(epochs, [r["train_loss"] for r in records], "o-", label="train")
-    ax_loss.plot(epochs, [r["val_loss"] for r in records], "s-", label="val")
-    ax_loss.set(xlabel="epoch", ylabel="cross-entropy", title="loss")
-    ax_acc.plot(epochs, [100 * r["train_acc"] for r in records], "o-", label="train")
-    ax_acc.plot(epochs, [100 * r["val_acc"] for r in records], "s-", label="val")
-    ax_acc.set(xlabel="epoch", ylabel="accuracy (%)", title="accuracy")
-    for ax in (ax_loss, ax_acc):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+    draw_curves(records, out=path, title=title or None, keys=["*loss", "*acc"])
     return Path(path)
 
 
