@@ -24,7 +24,10 @@ RUNS_DIR = Path("runs")
 # Recipe defaults per situation; any flag given on the command line wins. The from-scratch
 # numbers were tuned for vit_mnist on 2 shared CPU cores (benchmarks/accuracy.py reports them).
 _SCRATCH_DIGITS = dict(epochs=40, batch_size=128, lr=1e-2, weight_decay=0.05, warmup_epochs=1.0, layer_decay=None, augment=0.5)
-_SCRATCH_FULL = dict(_SCRATCH_DIGITS, epochs=15)
+# Full 60k-image sets: ~470 steps an epoch, so a lower peak lr trains faster, and in the 14 epochs
+# that fit 10 minutes on one core the model is still fitting: quarter-strength augmentation
+# (Fashion-MNIST, seed 0: 89.35% in 525 s vs 88.28% in 678 s for lr 1e-2, augment 0.5, 15 epochs).
+_SCRATCH_FULL = dict(_SCRATCH_DIGITS, epochs=14, lr=3e-3, augment=0.25)
 # Pretrained ImageNet models: smaller lr, layer-wise decay, short schedule.
 _PRETRAINED = dict(epochs=10, batch_size=32, lr=5e-4, weight_decay=0.05, warmup_epochs=1.0, layer_decay=0.75)
 _SCRATCH_FOLDER = dict(epochs=30, batch_size=64, lr=1e-3, weight_decay=0.05, warmup_epochs=3.0, layer_decay=None)
@@ -126,7 +129,7 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--linear-probe", action="store_true", help="freeze the backbone, train only the classifier head")
     rec.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate of the model")
     rec.add_argument("--img-size", type=int, default=None, help="model input size (pretrained position embeddings are resampled)")
-    rec.add_argument("--augment", type=float, default=None, help="digits: strength of the random affine, 0 to 3 (recipe default 0.5)")
+    rec.add_argument("--augment", type=float, default=None, help="digits: strength of the random affine, 0 to 3 (recipe default 0.5 on the MNIST sample, 0.25 on full MNIST / Fashion-MNIST)")
     rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
     rec.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
     rec.add_argument("--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout")
