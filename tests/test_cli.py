@@ -206,11 +206,16 @@ def test_convert_bare_file_to_vitzoo_and_timm(tmp_path, capsys):
     x = torch.randn(2, 1, 28, 28)
     assert torch.equal(restored(x), model(x))
 
-    code, out, err = run(capsys, "convert", str(tmp_path / "ours"), str(tmp_path / "t.safetensors"), "--to", "timm", "--json")
+    # vit_mnist's conv stem has no timm name: a clear error, no file; a plain ViT converts.
+    code, _, err = run(capsys, "convert", str(tmp_path / "ours"), str(tmp_path / "t.safetensors"), "--to", "timm")
+    assert code == 1 and "convolutional stem" in err and not (tmp_path / "t.safetensors").exists()
+    plain = vitzoo.create("vit_mnist", conv_stem=(), patch_size=7).eval()
+    plain.save_pretrained(tmp_path / "plain")
+    code, out, err = run(capsys, "convert", str(tmp_path / "plain"), str(tmp_path / "t.safetensors"), "--to", "timm", "--json")
     assert code == 0, err
     assert json.loads(out)["dst"] == str(tmp_path / "t.safetensors")
     timm_state = load_file(tmp_path / "t.safetensors")
-    assert all(torch.equal(timm_state[k], v) for k, v in model.state_dict().items())
+    assert all(torch.equal(timm_state[k], v) for k, v in plain.state_dict().items())
 
     code, _, err = run(capsys, "convert", str(tmp_path / "absent.safetensors"), str(tmp_path / "x"))
     assert code == 1 and "absent.safetensors' is neither an existing file" in err

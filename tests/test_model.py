@@ -309,3 +309,40 @@ def test_timm_state_dict_loads_key_by_key_with_identical_logits(name):
         with torch.no_grad():
             for a, b in zip(ours(x), reference(x)):
                 torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- hybrid (conv stem)
+def test_conv_stem_model_round_trips_through_json_and_save_pretrained(tmp_path):
+    from vitzoo.weights.convert import infer_config_fields, to_timm
+    from vitzoo.weights.errors import WeightsMismatchError
+
+    config = ViTConfig.from_dict(dict(
+        img_size=28, patch_size=8, in_chans=1, conv_stem=[4, 8], num_classes=3, embed_dim=16, depth=1,
+        num_heads=2, class_token=False, global_pool="avg",
+    ))
+    assert config.conv_stem == (4, 8) and config.grid_size == (4, 4)  # JSON lists become tuples
+    torch.manual_seed(0)
+    model = VisionTransformer(config)
+    model.train()(torch.randn(8, 1, 28, 28))  # moves the BatchNorm running statistics off 0 / 1
+    model.eval()
+    state = model.state_dict()
+    assert "patch_embed.stem.1.running_mean" in state and state["patch_embed.stem.1.running_mean"].abs().sum() > 0
+    assert model.pos_embed.shape == (1, 16, 16)
+
+    x = torch.randn(2, 1, 28, 28)
+    model.save_pretrained(tmp_path / "hybrid")
+    again = vitzoo.from_pretrained(str(tmp_path / "hybrid")).eval()
+    assert again.config == config
+    assert torch.equal(again(x), model(x))  # weights and BatchNorm statistics both came back
+
+    fields = infer_config_fields(state)
+    assert (fields["conv_stem"], fields["in_chans"], fields["patch_size"]) == ((4, 8), 1, 8)
+    with pytest.raises(WeightsMismatchError, match="convolutional stem"):
+        to_timm(state)
+
+
+def test_conv_stem_config_errors_name_the_field():
+    with pytest.raises(ValueError, match=r"expected patch_size=8, got \(16, 16\)"):
+        _tiny(conv_stem=(4, 4))
+    with pytest.raises(ValueError, match="conv_stem"):
+        _tiny(patch_size=4, conv_stem=(-1,))

@@ -40,13 +40,22 @@ class FlopBreakdown:
 def vit_flops(config: ViTConfig) -> FlopBreakdown:
     """FLOPs of one image of `config.img_size` through a VisionTransformer built from `config`."""
     (h, w), (ph, pw) = to_2tuple(config.img_size), to_2tuple(config.patch_size)
-    num_patches = (h // ph) * (w // pw)
+    gh, gw = config.grid_size
+    num_patches = gh * gw
     tokens = num_patches + config.num_prefix_tokens
     d = config.embed_dim
     hidden = int(d * config.mlp_ratio)  # the Mlp's hidden width, as the Block computes it
 
-    # The patch conv is one (C*ph*pw -> D) linear map per patch.
-    patch_embed = 2 * num_patches * config.in_chans * ph * pw * d
+    if config.conv_stem:
+        # Every 3x3 stride-2 conv (padding 1) maps a (h, w) map to (ceil(h/2), ceil(w/2)) positions,
+        # each a (c_in * 9 -> c_out) linear map; the last one projects to D.
+        patch_embed, c_in = 0, config.in_chans
+        for c_out in (*config.conv_stem, d):
+            h, w = -(-h // 2), -(-w // 2)
+            patch_embed += 2 * h * w * c_in * 9 * c_out
+            c_in = c_out
+    else:  # the patch conv is one (C*ph*pw -> D) linear map per patch
+        patch_embed = 2 * num_patches * config.in_chans * ph * pw * d
     # Per block: qkv (D -> 3D) and proj (D -> D) on every token; q k^T and attn v are each
     # (tokens x tokens x D) multiply-adds summed over heads; fc1 (D -> hidden) and fc2 back.
     qkv_proj = config.depth * 2 * tokens * d * (3 * d + d)

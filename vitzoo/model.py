@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from .layers import Block, PatchEmbed, sincos_1d, to_2tuple
+from .layers.patch_embed import check_conv_stem
 from .weights.pretrained_cfg import PretrainedCfg
 
 
@@ -32,6 +33,9 @@ class ViTConfig:
     img_size: int | tuple[int, int] = 224
     patch_size: int | tuple[int, int] = 16
     in_chans: int = 3
+    # Hybrid ViT: channels of 3x3 stride-2 conv + BatchNorm + ReLU stages that replace the cut into
+    # patches (layers/patch_embed.py); () is the plain ViT. Needs patch_size = 2 ** (stages + 1).
+    conv_stem: tuple[int, ...] = ()
     num_classes: int = 1000  # 0: no classifier, the model returns pooled features
     embed_dim: int = 768
     depth: int = 12
@@ -51,7 +55,7 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         # Normalise lists (from JSON) to tuples so configs compare and hash by value.
-        for name in ("img_size", "patch_size"):
+        for name in ("img_size", "patch_size", "conv_stem"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -59,7 +63,9 @@ class ViTConfig:
 
     def validate(self) -> None:
         img, patch = to_2tuple(self.img_size, "img_size"), to_2tuple(self.patch_size, "patch_size")
-        if any(p <= 0 or s <= 0 or s % p for s, p in zip(img, patch)):
+        if self.conv_stem:  # the stem pads, so any image size works; the patch size is its stride
+            check_conv_stem(self.conv_stem, patch, img)
+        elif any(p <= 0 or s <= 0 or s % p for s, p in zip(img, patch)):
             raise ValueError(
                 f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}; "
                 "expected img_size to be a positive multiple of patch_size on both axes"
@@ -112,7 +118,7 @@ class ViTConfig:
     @property
     def grid_size(self) -> tuple[int, int]:
         (h, w), (ph, pw) = to_2tuple(self.img_size), to_2tuple(self.patch_size)
-        return (h // ph, w // pw)
+        return (-(-h // ph), -(-w // pw))  # exact without a stem; a stem's padding rounds up
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -135,7 +141,8 @@ class VisionTransformer(nn.Module):
         self.head_hidden_size = config.representation_size or D
 
         self.patch_embed = PatchEmbed(
-            img_size=config.img_size, patch_size=config.patch_size, in_chans=config.in_chans, embed_dim=D
+            img_size=config.img_size, patch_size=config.patch_size, in_chans=config.in_chans, embed_dim=D,
+            conv_stem=config.conv_stem,
         )
         num_tokens = self.patch_embed.num_patches + self.num_prefix_tokens
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None

@@ -81,3 +81,42 @@ def test_wrong_input_shape_names_expected_and_given():
         embed(torch.zeros(2, 3, 48, 32))
     with pytest.raises(ValueError, match="patchify"):
         patchify(torch.zeros(1, 3, 30, 32), 16)
+
+
+# ----------------------------------------------------------------------------- convolutional stem
+@pytest.mark.parametrize("img_size, conv_stem, grid", [(28, (16, 32), (4, 4)), (32, (8,), (8, 8)), ((28, 20), (4, 8), (4, 3))])
+def test_conv_stem_halves_the_image_per_stage_rounding_up(img_size, conv_stem, grid):
+    stride = 2 ** (len(conv_stem) + 1)
+    embed = PatchEmbed(img_size=img_size, patch_size=stride, in_chans=1, embed_dim=6, conv_stem=conv_stem)
+    h, w = embed.img_size
+    out = embed(torch.randn(2, 1, h, w))
+    assert embed.grid_size == grid and embed.num_patches == grid[0] * grid[1]
+    assert out.shape == (2, grid[0] * grid[1], 6)
+    convs = [m for m in embed.stem if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == list(conv_stem)
+    assert all(c.stride == (2, 2) and c.kernel_size == (3, 3) and c.bias is None for c in convs)
+    assert sum(isinstance(m, nn.BatchNorm2d) for m in embed.stem) == len(conv_stem)
+
+
+def test_conv_stem_tokens_see_overlapping_neighbourhoods():
+    """A plain patch embedding's token depends only on its own patch; a stem token also on the
+    pixels just across the patch border (overlapping 3x3 windows), which is the point of a stem."""
+    torch.manual_seed(0)
+    for conv_stem in ((), (4,)):
+        embed = PatchEmbed(img_size=16, patch_size=4, in_chans=1, embed_dim=3, conv_stem=conv_stem).eval()
+        x = torch.randn(1, 1, 16, 16)
+        y = x.clone()
+        y[..., 3, 3] += 1.0  # last pixel of patch (0, 0), which spans rows/cols 0-3
+        changed = (embed(x) - embed(y)).abs().sum(-1)[0] > 0
+        assert bool(changed[0])  # its own token
+        assert bool(changed[5]) == bool(conv_stem), conv_stem  # token 5 = patch (1, 1), the diagonal neighbour
+
+
+def test_conv_stem_has_no_linear_form_and_needs_a_matching_patch_size():
+    embed = PatchEmbed(img_size=28, patch_size=8, in_chans=1, embed_dim=4, conv_stem=(8, 8))
+    with pytest.raises(ValueError, match="convolutional stem"):
+        embed.as_linear()
+    with pytest.raises(ValueError, match=r"each token covers 8x8 pixels; expected patch_size=8, got \(7, 7\)"):
+        PatchEmbed(img_size=28, patch_size=7, in_chans=1, embed_dim=4, conv_stem=(8, 8))
+    with pytest.raises(ValueError, match="positive channel counts"):
+        PatchEmbed(img_size=28, patch_size=4, in_chans=1, embed_dim=4, conv_stem=(0,))

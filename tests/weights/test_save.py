@@ -82,8 +82,10 @@ def test_export_errors(tmp_path):
         vitzoo.export(vitzoo.create("vit_b16_in21k", depth=1), "timm", tmp_path / "x.safetensors")
     with pytest.raises(WeightsMismatchError, match="sincos"):
         vitzoo.export(vitzoo.create("vit_mnist_tiny"), "timm", tmp_path / "x.safetensors")
+    with pytest.raises(WeightsMismatchError, match="convolutional stem"):
+        vitzoo.export(vitzoo.create("vit_mnist"), "timm", tmp_path / "x.safetensors")
     with pytest.raises(ValueError, match="ending in .safetensors"):
-        vitzoo.export(vitzoo.create("vit_mnist"), "timm", tmp_path / "x.bin")
+        vitzoo.export(vitzoo.create("vit_mnist", conv_stem=(), patch_size=7), "timm", tmp_path / "x.bin")
     with pytest.raises(ValueError, match="unknown export format 'onnx'"):
         vitzoo.export(vitzoo.create("vit_mnist"), "onnx", tmp_path / "x")
     assert list(tmp_path.iterdir()) == []

@@ -92,6 +92,12 @@ def plot_patch_embedding(
     patch_embed = getattr(model, "patch_embed", None)
     if not isinstance(patch_embed, PatchEmbed):
         raise ValueError(f"{type(model).__name__} has no vitzoo PatchEmbed at .patch_embed; expected a vitzoo VisionTransformer")
+    if patch_embed.stem is not None:
+        raise ValueError(
+            f"this model's patch embedding has a convolutional stem (conv_stem={patch_embed.conv_stem}): its tokens are "
+            "not a linear map of pixel patches, so there are no patch filters to draw; use a plain ViT "
+            "(e.g. vit_mnist_tiny, vit_ti16), or `vitzoo viz attention` / `posembed` for this one"
+        )
     display, x = prepare_image(model, image)
     c, h, w = display.shape
     ph, pw = patch_embed.patch_size

@@ -129,13 +129,13 @@ def fit_state_dict(
         logger.info("%s: %s", file, note)
 
     # ---- a different number of input channels
-    key = "patch_embed.proj.weight"
+    key = "patch_embed.stem.0.weight" if "patch_embed.stem.0.weight" in target else "patch_embed.proj.weight"
     if key in state and key in target:
         w, t = state[key], target[key]
         if w.ndim == 4 and t.ndim == 4 and w.shape[1] != t.shape[1] and (w.shape[0], *w.shape[2:]) == (t.shape[0], *t.shape[2:]):
             state[key] = adapt_input_conv(w, t.shape[1])
             how = "summed over channels" if t.shape[1] == 1 else "tiled and rescaled"
-            note = f"patch projection adapted from {w.shape[1]} to {t.shape[1]} input channels ({how})"
+            note = f"{key} adapted from {w.shape[1]} to {t.shape[1]} input channels ({how})"
             report.adapted.append(note)
             logger.info("%s: %s", file, note)
 

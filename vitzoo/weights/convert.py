@@ -281,6 +281,11 @@ def to_timm(state: StateDict, *, what: str = "model") -> StateDict:
             f"{what} has a representation layer (pre_logits.fc), which timm's VisionTransformer does "
             "not have: timm would drop it and compute different logits; export to 'vitzoo' instead"
         )
+    if any(k.startswith("patch_embed.stem.") for k in state):
+        raise WeightsMismatchError(
+            f"{what} has a convolutional stem (patch_embed.stem.*), which timm's VisionTransformer builds only "
+            "through a custom embed_layer: timm cannot load it by name; export to 'vitzoo' instead"
+        )
     return dict(state)
 
 
@@ -294,13 +299,20 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     except KeyError as e:
         raise WeightsMismatchError(f"{file}: cannot infer the architecture, key {e} is missing") from None
     embed_dim, in_chans, ph, pw = proj.shape
+    # A convolutional stem: conv weights at stem.0, stem.3, ... (conv, BatchNorm, ReLU per stage).
+    stem = [state[f"patch_embed.stem.{3 * i}.weight"] for i in range(64) if f"patch_embed.stem.{3 * i}.weight" in state]
+    conv_stem: tuple[int, ...] = ()
+    if stem:
+        conv_stem = tuple(int(w.shape[0]) for w in stem)
+        in_chans = stem[0].shape[1]
+        ph = pw = 2 ** (len(stem) + 1)
     depth = len({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     class_token, distilled = "cls_token" in state, "dist_token" in state
     fields: dict[str, Any] = dict(
         embed_dim=int(embed_dim), in_chans=int(in_chans), patch_size=(int(ph), int(pw)) if ph != pw else int(ph),
         depth=depth, class_token=class_token, distilled=distilled, final_norm="norm.weight" in state,
         qkv_bias="blocks.0.attn.qkv.bias" in state if depth else True,
-        global_pool="token" if class_token else "avg",
+        global_pool="token" if class_token else "avg", conv_stem=conv_stem,
     )
     if depth:
         fields["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / embed_dim
