@@ -15,7 +15,7 @@ import vitzoo
 from vitzoo.data import DataSplits, load_mnist_sample
 from vitzoo.train import TrainConfig, configure_finetune_parser, fit, run_finetune
 
-TINY = dict(patch_size=7, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token")
+TINY = dict(patch_size=8, conv_stem=(4, 8), embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token")
 
 
 def register_tiny() -> None:

@@ -8,7 +8,7 @@ import torch
 import vitzoo
 from vitzoo.data import DataSplits, load_mnist_sample
 
-TINY = dict(patch_size=7, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token")
+TINY = dict(patch_size=7, conv_stem=(), embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token")
 
 
 def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:

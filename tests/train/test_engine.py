@@ -105,8 +105,10 @@ def test_resume_without_checkpoint_is_a_clear_error(small_splits: DataSplits, tm
         fit(tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path, resume=True)
 
 
-def test_linear_probe_trains_only_the_head(small_splits: DataSplits, tmp_path: Path) -> None:
-    model = tiny_model()
+@pytest.mark.parametrize("stem", [(), (4, 8)], ids=["patches", "conv-stem"])
+def test_linear_probe_trains_only_the_head(small_splits: DataSplits, tmp_path: Path, stem) -> None:
+    # With a conv stem the frozen backbone has BatchNorm: its running statistics must not move either.
+    model = tiny_model(conv_stem=stem, patch_size=8 if stem else 7)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     fit(model, small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1, "linear_probe": True}), out_dir=tmp_path)
     after = model.state_dict()

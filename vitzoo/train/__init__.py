@@ -8,7 +8,9 @@ and the example scripts.
 
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, TrainState, load_checkpoint, save_checkpoint
 from .cli import configure_eval_parser, configure_finetune_parser, recipe_defaults, run_eval, run_finetune
-from .engine import EvalResult, FitResult, TrainConfig, build_transforms, evaluate, evaluate_split, fit, train_step
+from .engine import (
+    EvalResult, FitResult, TrainConfig, build_transforms, evaluate, evaluate_split, fit, make_optimizer, train_step,
+)
 from .export import export_pretrained
 from .optim import WarmupCosine, freeze_backbone, param_groups, warmup_cosine
 
@@ -29,6 +31,7 @@ __all__ = [
     "fit",
     "freeze_backbone",
     "load_checkpoint",
+    "make_optimizer",
     "param_groups",
     "recipe_defaults",
     "run_eval",

@@ -59,3 +59,12 @@ def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()
+
+
+def sync_buffers(model: torch.nn.Module, info: DistInfo) -> None:
+    """Copy rank 0's buffers (BatchNorm running statistics) to every rank. DDP broadcasts them at
+    the start of each forward, but the forward then updates them from each rank's own batch, so
+    after the last step they differ; evaluation and checkpoints must see one model."""
+    if info.enabled:
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)

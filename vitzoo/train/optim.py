@@ -68,6 +68,14 @@ def freeze_backbone(model: nn.Module) -> int:
     return trainable
 
 
+def freeze_norm_statistics(model: nn.Module) -> None:
+    """Put BatchNorm layers whose parameters are frozen in eval mode: a frozen backbone must not
+    drift through its running statistics either (a conv stem has BatchNorm). Call after .train()."""
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and not any(p.requires_grad for p in module.parameters()):
+            module.eval()
+
+
 def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
     """The lr multiplier at optimizer step `step` (0-based)."""
     if warmup_steps > 0 and step < warmup_steps:
