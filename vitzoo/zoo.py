@@ -54,18 +54,20 @@ try:
         default_cfg=_MNIST_CFG.replace(input_size=(1, 32, 32)),
         description="The classic from-scratch MNIST tutorial ViT (5,689 parameters), fixed sinusoidal positions",
     )
-    # Tuned for training from scratch on 2 CPU cores (benchmarks/accuracy.py): 7x7 patches give 16
-    # tokens, so a step costs about a third of 4x4 patches, and on 4,000 digits it reached higher
-    # accuracy per epoch as well; average pooling over the patch tokens (no class token) learns
-    # faster than reading a class token when data is small.
+    # Tuned for training from scratch on 2 CPU cores (benchmarks/accuracy.py). A hybrid ViT: two
+    # 3x3 stride-2 conv stages (16, 32 channels, BatchNorm, ReLU) and a stride-2 projection make 4x4
+    # = 16 tokens of 64 dims, each seeing an 8x8 cell through overlapping filters. At the same
+    # token count as 7x7 patches it costs ~25% more per image and learns much more per epoch
+    # (Fashion-MNIST, 16 epochs: 91.4% vs 88.8% for 7x7 patches in 14). Average pooling over the
+    # tokens (no class token) learns faster than reading a class token when data is small.
     register(
         "vit_mnist",
         base=ViTConfig(
-            img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=64, depth=6, num_heads=4,
-            mlp_ratio=2.0, class_token=False, global_pool="avg",
+            img_size=28, patch_size=8, conv_stem=(16, 32), in_chans=1, num_classes=10, embed_dim=64, depth=6,
+            num_heads=4, mlp_ratio=2.0, class_token=False, global_pool="avg",
         ),
         default_cfg=_MNIST_CFG,
-        description="Recommended small ViT for 28x28 digits and fashion items (7x7 patches, average pooling)",
+        description="Recommended small hybrid ViT for 28x28 digits and fashion items (conv stem, 16 tokens, average pooling)",
     )
 
     # ------------------------------------------------------------------ ImageNet ViT family
