@@ -63,3 +63,29 @@ def test_natural_train_crop_flip_randaugment_shapes_and_determinism() -> None:
     center = BatchTransform(spec=spec, train=False, kind="natural")(images)
     expected = (images[:, :, 1:17, 1:17].float() / 255 - 0.5) / 0.5
     assert torch.allclose(center, expected)
+
+
+def test_random_erasing_blanks_one_rectangle_per_chosen_image() -> None:
+    spec = InputSpec(channels=1, size=(28, 28), mean=(0.5,), std=(0.5,))
+    white = torch.full((64, 1, 28, 28), 255, dtype=torch.uint8)  # 1.0 after normalising
+    tf = BatchTransform(spec=spec, train=True, kind="digits", rotate_deg=0.0, scale=(1.0, 1.0), shift=0.0, erase=0.5)
+    out = tf(white, torch.Generator().manual_seed(0))
+    assert torch.equal(out, tf(white, torch.Generator().manual_seed(0)))  # seeded
+    erased = out == 0.0  # the mean after normalising
+    assert ((out == 0.0) | ((out - 1.0).abs() < 1e-5)).all()  # erased, or the (identity-warped) white
+    hit = erased.flatten(1).any(1)
+    assert 16 <= int(hit.sum()) <= 48  # about half the images, p = 0.5
+    for mask in erased[hit, 0]:  # each erased region is one filled rectangle of 2-33% of the image
+        rows, cols = mask.any(1).nonzero().flatten(), mask.any(0).nonzero().flatten()
+        box = mask[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+        assert box.all() and int(mask.sum()) == box.numel()
+        assert 0.01 <= box.numel() / 784 <= 0.36
+    assert torch.equal(BatchTransform(spec=spec, train=False, erase=0.5)(white), torch.ones(64, 1, 28, 28))  # never at eval
+
+
+def test_erase_probability_is_checked() -> None:
+    import pytest
+
+    spec = InputSpec(channels=1, size=(8, 8), mean=(0.0,), std=(1.0,))
+    with pytest.raises(ValueError, match=r"erase=1.5 is invalid; expected a probability in \[0, 1\]"):
+        BatchTransform(spec=spec, train=True, erase=1.5)

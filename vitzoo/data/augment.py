@@ -6,7 +6,9 @@ RGB, RGB to luminance). Augmentation works on whole batches with per-image rando
 
 * digits (MNIST, Fashion-MNIST): a small random affine (rotation, scale, shift), plus a
   horizontal flip for Fashion-MNIST where clothes are mirror-symmetric;
-* natural images (folders): random resized crop and horizontal flip, then RandAugment.
+* natural images (folders): random resized crop and horizontal flip, then RandAugment;
+* optionally random erasing (Zhong et al., 2020), any data: with probability `erase` an image
+  gets one rectangle (2-33% of its area, aspect 0.3-3.3) set to the mean (0 after normalising).
 
 Every geometric change and the resize to the model's input size are one `affine_grid` +
 `grid_sample` call for the batch: one interpolation, no per-image Python loop on the digits path.
@@ -93,9 +95,13 @@ class BatchTransform:
         shift: float = 0.1,
         crop_scale: tuple[float, float] = (0.35, 1.0),
         randaugment: bool = True,
+        erase: float = 0.0,
     ) -> None:
         if kind not in ("digits", "natural"):
             raise ValueError(f"kind={kind!r} is invalid; expected 'digits' or 'natural'")
+        if not 0.0 <= erase <= 1.0:
+            raise ValueError(f"erase={erase!r} is invalid; expected a probability in [0, 1]")
+        self.erase = erase
         self.spec, self.train, self.kind, self.hflip = spec, train, kind, hflip
         self.rotate_deg, self.scale, self.shift, self.crop_scale = rotate_deg, scale, shift, crop_scale
         self.mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
@@ -118,7 +124,28 @@ class BatchTransform:
         else:
             x = self._eval_resize(x)
         x = convert_channels(x, self.spec.channels)
-        return (x - self.mean) * self.inv_std
+        x = (x - self.mean) * self.inv_std
+        if self.train and self.erase > 0:
+            x = x * ~self._erase_mask(x, generator)
+        return x
+
+    def _erase_mask(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """(B, 1, H, W) bool: one random rectangle per image chosen with probability `erase`."""
+        n, _, height, width = x.shape
+        area = self._uniform(n, 0.02, 1 / 3, generator)
+        ratio = torch.exp(self._uniform(n, math.log(0.3), math.log(1 / 0.3), generator))
+        h = (torch.sqrt(area * ratio) * height).round().clamp(1, height)
+        w = (torch.sqrt(area / ratio) * width).round().clamp(1, width)
+        top = (torch.rand(n, generator=generator) * (height - h + 1)).floor()
+        left = (torch.rand(n, generator=generator) * (width - w + 1)).floor()
+        chosen = torch.rand(n, generator=generator) < self.erase
+        rows = torch.arange(height).view(1, height, 1)
+        cols = torch.arange(width).view(1, 1, width)
+        inside = (
+            (rows >= top.view(n, 1, 1)) & (rows < (top + h).view(n, 1, 1))
+            & (cols >= left.view(n, 1, 1)) & (cols < (left + w).view(n, 1, 1))
+        )
+        return (inside & chosen.view(n, 1, 1)).unsqueeze(1)
 
     # ----------------------------------------------------------------------------- geometry
     def _warp(self, x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:

@@ -131,7 +131,8 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--linear-probe", action="store_true", help="freeze the backbone, train only the classifier head")
     rec.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate of the model")
     rec.add_argument("--img-size", type=int, default=None, help="model input size (pretrained position embeddings are resampled)")
-    rec.add_argument("--augment", type=float, default=None, help="digits: strength of the random affine, 0 to 3 (recipe default 0.5 on the MNIST sample, 0.25 on full MNIST / Fashion-MNIST)")
+    rec.add_argument("--augment", type=float, default=None, help="digits: strength of the random affine, 0 to 3 (recipe default 1 on the MNIST sample, 0 on full MNIST / Fashion-MNIST)")
+    rec.add_argument("--erase", type=float, default=None, help="random erasing: probability per training image (recipe default 0)")
     rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
     rec.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
     rec.add_argument("--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout")
@@ -173,7 +174,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     data_name, _ = _parse_data(args.data)
     from_pretrained = bool(args.pretrained or args.weights or "." in args.model)
     recipe = recipe_defaults(data_name, from_pretrained, model=args.model)
-    for key in ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "layer_decay", "augment"):
+    for key in ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "layer_decay", "augment", "erase"):
         if getattr(args, key, None) is not None:
             recipe[key] = getattr(args, key)
     config = TrainConfig(

@@ -65,6 +65,7 @@ class TrainConfig:
     eval_batch_size: int = 500
     randaugment: bool = True  # for folder data
     augment: float = 1.0  # digits: strength of the random affine (1: +-10 deg, +-10% zoom and shift; 0: none)
+    erase: float = 0.0  # random erasing: probability that a training image gets one rectangle erased
     progress: bool = True
     device: str = "auto"
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
@@ -83,6 +84,7 @@ class TrainConfig:
             (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
             (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
             (0 <= self.augment <= 3, "augment", "a float in [0, 3]"),
+            (0 <= self.erase <= 1, "erase", "a probability in [0, 1]"),
             (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
         ]
         for ok, name, expected in checks:
@@ -140,7 +142,7 @@ def use_bf16(amp: str, device: torch.device) -> bool:
 
 
 def build_transforms(
-    model: nn.Module, splits: DataSplits, *, randaugment: bool = True, augment: float = 1.0
+    model: nn.Module, splits: DataSplits, *, randaugment: bool = True, augment: float = 1.0, erase: float = 0.0
 ) -> tuple[BatchTransform, BatchTransform]:
     """Train and eval transforms for this model and data: the model's pretrained_cfg decides
     size, normalisation, interpolation and channels; the data's kind decides the augmentation
@@ -149,7 +151,7 @@ def build_transforms(
     kind = "digits" if splits.kind == "digits" else "natural"
     hflip = splits.name == "fashion-mnist" or kind == "natural"  # digits are not mirror-symmetric
     train_tf = BatchTransform(
-        spec=spec, train=True, kind=kind, hflip=hflip, randaugment=randaugment,
+        spec=spec, train=True, kind=kind, hflip=hflip, randaugment=randaugment, erase=erase,
         rotate_deg=10.0 * augment, scale=(1 - 0.1 * augment, 1 + 0.1 * augment), shift=0.1 * augment,
     )
     eval_tf = BatchTransform(spec=spec, train=False, kind=kind)
@@ -303,7 +305,9 @@ def fit(
         freeze_backbone(model)
     model.to(device)
     bf16 = use_bf16(config.amp, device)
-    train_tf, eval_tf = build_transforms(model, splits, randaugment=config.randaugment, augment=config.augment)
+    train_tf, eval_tf = build_transforms(
+        model, splits, randaugment=config.randaugment, augment=config.augment, erase=config.erase
+    )
     per_rank_batch = config.batch_size // info.world_size
     train_loader = BatchLoader(
         splits.train, batch_size=per_rank_batch, transform=train_tf, shuffle=True, seed=config.seed,
