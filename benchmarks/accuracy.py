@@ -8,7 +8,9 @@ Goals (issue 4):
   fashion  vit_mnist from scratch on full Fashion-MNIST: >= 92.0% test accuracy, <= 10 min training
   sample   vit_mnist on the embedded MNIST sample (4,000 digits): >= 97.5% on its 1,000 test digits, <= 3 min
   tiny     vit_mnist_tiny (the tutorial's model) on the sample: >= 92%, <= 1 min
-  speed    training throughput vs timm with the same architecture (interleaved): ratio >= 1.05
+  speed    training throughput vs timm with the same architecture (interleaved): ratio >= 1.05;
+           vitzoo (model + the engine's optimizer) vs timm (twin model + timm's create_optimizer_v2),
+           and the two models alone with the same optimizer
            end-to-end epoch throughput (data + augmentation + step) vs model-only steps: >= 0.9
            bf16 autocast vs fp32 on this CPU (why `--amp auto` stays fp32 on CPU)
 
