@@ -27,9 +27,10 @@ RUNS_DIR = Path("runs")
 # 98.5% vs 97.5% for half strength and 40 epochs); lr 3e-3 (1e-2 overshoots with the BatchNorm stem: 96.9%).
 _SCRATCH_DIGITS = dict(epochs=50, batch_size=128, lr=3e-3, weight_decay=0.05, warmup_epochs=1.0, layer_decay=None, augment=1.0)
 # Full 60k-image sets: what fits in 10 minutes is 20 epochs, in which the model is still fitting
-# the data, so no affine augmentation (Fashion-MNIST keeps its horizontal flip); lr 5e-3
-# (Fashion-MNIST, seed 0, 20 epochs: 91.64% at 5e-3, 91.52% at 3e-3; affine at 0.25: -0.2%).
-_SCRATCH_FULL = dict(_SCRATCH_DIGITS, epochs=20, lr=5e-3, augment=0.0)
+# the data, so no affine augmentation (Fashion-MNIST keeps its flip), but random erasing on a
+# quarter of the images: by the last epochs train accuracy runs ahead of test (Fashion-MNIST,
+# seed 0, 20 epochs, lr 5e-3: 92.11% with erase 0.25, 91.63% without; lr 3e-3: 91.52%).
+_SCRATCH_FULL = dict(_SCRATCH_DIGITS, epochs=20, lr=5e-3, augment=0.0, erase=0.25)
 # Pretrained ImageNet models: smaller lr, layer-wise decay, short schedule.
 _PRETRAINED = dict(epochs=10, batch_size=32, lr=5e-4, weight_decay=0.05, warmup_epochs=1.0, layer_decay=0.75)
 _SCRATCH_FOLDER = dict(epochs=30, batch_size=64, lr=1e-3, weight_decay=0.05, warmup_epochs=3.0, layer_decay=None)
@@ -132,7 +133,7 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate of the model")
     rec.add_argument("--img-size", type=int, default=None, help="model input size (pretrained position embeddings are resampled)")
     rec.add_argument("--augment", type=float, default=None, help="digits: strength of the random affine, 0 to 3 (recipe default 1 on the MNIST sample, 0 on full MNIST / Fashion-MNIST)")
-    rec.add_argument("--erase", type=float, default=None, help="random erasing: probability per training image (recipe default 0)")
+    rec.add_argument("--erase", type=float, default=None, help="random erasing: probability per training image (recipe default 0.25 on full MNIST / Fashion-MNIST, else 0)")
     rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
     rec.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
     rec.add_argument("--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout")
