@@ -120,3 +120,19 @@ def test_conv_stem_has_no_linear_form_and_needs_a_matching_patch_size():
         PatchEmbed(img_size=28, patch_size=7, in_chans=1, embed_dim=4, conv_stem=(8, 8))
     with pytest.raises(ValueError, match="positive channel counts"):
         PatchEmbed(img_size=28, patch_size=4, in_chans=1, embed_dim=4, conv_stem=(0,))
+
+
+@pytest.mark.parametrize("in_chans, conv_stem, patch_size", [(1, (4, 8), 8), (1, (), 7), (3, (), 7), (3, (4,), 4)])
+def test_tokens_come_out_contiguous(in_chans, conv_stem, patch_size):
+    """The convolutions run channels-last, so the (B, N, D) tokens are contiguous memory (not a
+    transposed view of NCHW): the encoder's residual stream then stays contiguous."""
+    torch.manual_seed(0)
+    embed = PatchEmbed(img_size=28, patch_size=patch_size, in_chans=in_chans, embed_dim=16, conv_stem=conv_stem)
+    x = torch.randn(3, in_chans, 28, 28)
+    tokens = embed(x)
+    assert tokens.is_contiguous()
+    # ... and the values are those of the same modules run in the default NCHW layout.
+    reference = embed.stem(x) if embed.stem is not None else x
+    reference = embed.proj(reference).flatten(2).transpose(1, 2)
+    assert not reference.is_contiguous()
+    torch.testing.assert_close(tokens, reference, rtol=1e-5, atol=1e-6)
