@@ -238,7 +238,7 @@ def main() -> None:
     parser.add_argument("--goals", nargs="+", choices=GOALS, default=list(GOALS))
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's; 1 on a busy machine)")
     parser.add_argument("--fashion-dir", default="/usr/share/datasets/fashion-mnist")
-    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds per speed comparison")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds per speed comparison")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
 
