@@ -130,3 +130,34 @@ def test_class_count_mismatch_is_reported(small_splits: DataSplits, tmp_path: Pa
 def test_bad_config_names_the_field() -> None:
     with pytest.raises(ValueError, match="amp='fp8'"):
         TrainConfig(amp="fp8")
+
+
+def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits: DataSplits, tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from vitzoo.train import CheckpointError
+
+    config = TrainConfig(**{**CONFIG, "ema_decay": 0.9})
+    result = fit(tiny_model(), small_splits, config=config, out_dir=tmp_path / "full")
+    records = [json.loads(line) for line in (tmp_path / "full" / "metrics.jsonl").read_text().splitlines()]
+    saved = load_file(str(tmp_path / "full" / CHECKPOINT_NAME))
+    # val_acc is the average's accuracy, raw_val_acc the training weights'
+    for prefix, key in [("ema.", "val_acc"), ("model.", "raw_val_acc")]:
+        model = tiny_model()
+        model.load_state_dict({k[len(prefix):]: v for k, v in saved.items() if k.startswith(prefix)})
+        assert evaluate_split(model, small_splits.val, kind="digits").accuracy == pytest.approx(records[-1][key])
+    assert not all(torch.equal(saved["ema." + k], saved["model." + k]) for k in tiny_model().state_dict())
+    best = vitzoo.create("vit_mnist", weights=str(tmp_path / "full" / "best"), **TINY)
+    assert evaluate_split(best, small_splits.val, kind="digits").accuracy == pytest.approx(result.best_acc)
+
+    def interrupt(epoch: int, step: int) -> None:
+        if (epoch, step) == (1, 3):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert fit(tiny_model(), small_splits, config=config, out_dir=tmp_path / "cut", on_step=interrupt).interrupted
+    with pytest.raises(CheckpointError, match="with a weight average.*without one"):
+        fit(tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "cut", resume=True)
+    fit(tiny_model(seed=5), small_splits, config=config, out_dir=tmp_path / "cut", resume=True)
+    resumed = load_file(str(tmp_path / "cut" / CHECKPOINT_NAME))
+    assert resumed.keys() == saved.keys()
+    assert all(torch.equal(resumed[k], saved[k]) for k in saved)  # weights, average, optimizer, RNG

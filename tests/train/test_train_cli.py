@@ -61,12 +61,15 @@ def _eval(*argv: str) -> int:
     return run_eval(parser.parse_args(list(argv)))
 
 
-def test_finetune_then_eval_prints_accuracy_and_confusion(mnist_dir: Path, tmp_path: Path, capsys) -> None:
+@pytest.mark.parametrize("ema", [(), ("--ema", "0.95")], ids=["weights", "ema"])
+def test_finetune_then_eval_prints_accuracy_and_confusion(mnist_dir: Path, tmp_path: Path, capsys, ema) -> None:
     out = tmp_path / "run"
     args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
-    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--batch-size", "32", "--out", str(out), "--no-progress") == 0
+    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--batch-size", "32", "--out", str(out), "--no-progress", *ema) == 0
     printed = capsys.readouterr().out
     assert f"run directory  {out}" in printed and "best model" in printed and "curves" in printed
+    assert ("(EMA; weights" in printed) == bool(ema)
+    assert json.loads((out / "run.json").read_text())["train_config"]["ema_decay"] == (0.95 if ema else None)
     best = json.loads((out / "best" / "train_result.json").read_text())
 
     assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args) == 0

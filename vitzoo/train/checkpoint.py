@@ -1,6 +1,7 @@
 """Training checkpoints: ONE safetensors file holding everything needed to resume.
 
     model.<key>                       the model's state dict
+    ema.<key>                         the weight average's state dict (runs with an EMA only)
     optimizer.<param index>.<name>    optimizer state tensors (AdamW: exp_avg, exp_avg_sq, step)
     rng.torch / rng.cuda              the global RNG states (dropout, stochastic depth)
     metadata["vitzoo.train"]          JSON: epoch, step, optimizer hyper-parameters, schedule,
@@ -23,6 +24,7 @@ import torch
 from torch import nn
 
 from ..weights.files import write_safetensors
+from .ema import WeightEma
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 _META_KEY = "vitzoo.train"
@@ -56,8 +58,11 @@ def save_checkpoint(
     scheduler: Any,
     state: TrainState,
     run_info: dict[str, Any],
+    ema: WeightEma | None = None,
 ) -> Path:
     tensors: dict[str, torch.Tensor] = {f"model.{k}": v for k, v in model.state_dict().items()}
+    if ema is not None:
+        tensors.update({f"ema.{k}": v for k, v in ema.state_dict().items()})
     opt = optimizer.state_dict()
     per_param_scalars: dict[str, dict[str, Any]] = {}
     for index, values in opt["state"].items():
@@ -99,8 +104,10 @@ def load_checkpoint(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
+    ema: WeightEma | None = None,
 ) -> tuple[TrainState, dict[str, Any]]:
-    """Restore model, optimizer, scheduler and RNG from `path`; returns the TrainState and run info."""
+    """Restore model, optimizer, scheduler, weight average and RNG from `path`; returns the
+    TrainState and run info."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -115,6 +122,19 @@ def load_checkpoint(
             f"checkpoint {path} does not fit this model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}; "
             "resume with the same model and settings the run was started with"
         )
+    ema_state = {k[len("ema."):]: v for k, v in tensors.items() if k.startswith("ema.")}
+    if (ema is None) != (not ema_state):
+        raise CheckpointError(
+            f"checkpoint {path} was written {'with' if ema_state else 'without'} a weight average (EMA) but this run "
+            f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
+        )
+    if ema is not None:
+        missing, unexpected = ema.module.load_state_dict(ema_state, strict=False)
+        if missing or unexpected:
+            raise CheckpointError(
+                f"checkpoint {path}: the weight average does not fit this model: missing {sorted(missing)[:5]}, "
+                f"unexpected {sorted(unexpected)[:5]}"
+            )
     opt_state: dict[int, dict[str, Any]] = {}
     for key, value in tensors.items():
         if key.startswith("optimizer."):

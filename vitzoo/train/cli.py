@@ -137,6 +137,7 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--img-size", type=int, default=None, help="model input size (pretrained position embeddings are resampled)")
     rec.add_argument("--augment", type=float, default=None, help="digits: strength of the random affine, 0 to 3 (recipe default 1 on the MNIST sample, 0 on full MNIST / Fashion-MNIST)")
     rec.add_argument("--erase", type=float, default=None, help="random erasing: probability per training image (recipe default 0.25 on full MNIST / Fashion-MNIST, else 0)")
+    rec.add_argument("--ema", dest="ema_decay", type=float, default=None, metavar="DECAY", help="evaluate and export an exponential moving average of the weights with this decay per step, e.g. 0.9995 (0 disables)")
     rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
     rec.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
     rec.add_argument("--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout")
@@ -178,9 +179,11 @@ def run_finetune(args: argparse.Namespace) -> int:
     data_name, _ = _parse_data(args.data)
     from_pretrained = bool(args.pretrained or args.weights or "." in args.model)
     recipe = recipe_defaults(data_name, from_pretrained, model=args.model)
-    for key in ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "layer_decay", "augment", "erase"):
+    for key in ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "layer_decay", "augment", "erase", "ema_decay"):
         if getattr(args, key, None) is not None:
             recipe[key] = getattr(args, key)
+    if recipe.get("ema_decay") == 0:
+        recipe["ema_decay"] = None
     config = TrainConfig(
         **recipe, label_smoothing=args.label_smoothing, clip_grad=args.clip_grad or None,
         linear_probe=args.linear_probe, amp=args.amp, seed=args.seed, randaugment=not args.no_randaugment,

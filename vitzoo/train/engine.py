@@ -10,6 +10,8 @@ One engine serves the CLI (`vitzoo finetune`, `vitzoo eval`) and the example scr
 * `seed` fixes initial order, augmentation and dropout: a run is repeatable, and a run resumed
   from a checkpoint reaches bit-identical weights (batches are a function of (seed, epoch, step)
   and the checkpoint holds optimizer, schedule and RNG state);
+* optionally an exponential moving average of the weights (ema.py), which is then the model
+  that gets evaluated, checkpointed alongside and exported;
 * evaluation after every epoch, `metrics.jsonl` + `curves.png`, an atomic checkpoint every
   epoch and on Ctrl-C (first Ctrl-C: finish the step, save, stop; second: abort), the best
   model exported as a loadable pretrained directory (`best/`);
@@ -39,6 +41,7 @@ from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputS
 from ..weights.files import write_json
 from . import distributed
 from .checkpoint import CHECKPOINT_NAME, TrainState, load_checkpoint, save_checkpoint
+from .ema import WeightEma
 from .export import export_pretrained
 from .metrics import CURVES_NAME, METRICS_NAME, plot_curves, read_metrics, write_metrics
 from .optim import WarmupCosine, freeze_backbone, freeze_norm_statistics, param_groups
@@ -66,6 +69,7 @@ class TrainConfig:
     randaugment: bool = True  # for folder data
     augment: float = 1.0  # digits: strength of the random affine (1: +-10 deg, +-10% zoom and shift; 0: none)
     erase: float = 0.0  # random erasing: probability that a training image gets one rectangle erased
+    ema_decay: float | None = None  # average the weights (e.g. 0.9995); evaluation and best/ use the average
     progress: bool = True
     device: str = "auto"
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
@@ -85,6 +89,7 @@ class TrainConfig:
             (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
             (0 <= self.augment <= 3, "augment", "a float in [0, 3]"),
             (0 <= self.erase <= 1, "erase", "a probability in [0, 1]"),
+            (self.ema_decay is None or 0 < self.ema_decay < 1, "ema_decay", "None or a float in (0, 1), e.g. 0.9995"),
             (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
         ]
         for ok, name, expected in checks:
@@ -304,6 +309,8 @@ def fit(
     if config.linear_probe:
         freeze_backbone(model)
     model.to(device)
+    ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
+    eval_model = ema.module if ema is not None else model
     bf16 = use_bf16(config.amp, device)
     train_tf, eval_tf = build_transforms(
         model, splits, randaugment=config.randaugment, augment=config.augment, erase=config.erase
@@ -341,7 +348,7 @@ def fit(
     state = TrainState()
     history: list[dict[str, Any]] = []
     if resume:
-        state, _ = load_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler)
+        state, _ = load_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, ema=ema)
         history = [r for r in read_metrics(out_dir / METRICS_NAME) if r["epoch"] < state.epoch]
         if info.is_main:
             tqdm.write(f"resuming {out_dir} at epoch {state.epoch + 1}, step {state.step} of {steps_per_epoch}")
@@ -356,7 +363,7 @@ def fit(
 
     def checkpoint() -> None:
         if info.is_main:
-            save_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, state=state, run_info=run)
+            save_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, state=state, run_info=run, ema=ema)
 
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     interrupted = False
@@ -385,6 +392,8 @@ def fit(
                 loss_value = float(loss.detach())
                 state.step += 1
                 state.global_step += 1
+                if ema is not None:
+                    ema.update(model, state.global_step)
                 state.epoch_loss_sum += loss_value * len(y)
                 state.epoch_correct += correct
                 state.epoch_seen += len(y)
@@ -399,6 +408,8 @@ def fit(
             bar.close()
             state.epoch_time += time.perf_counter() - started
             distributed.sync_buffers(model, info)
+            if ema is not None:
+                distributed.sync_buffers(ema.module, info)
             if interrupted:
                 checkpoint()
                 if info.is_main:
@@ -406,7 +417,7 @@ def fit(
                 break
 
             # ---------------------------------------------------------------- end of epoch
-            val = evaluate(model, val_loader, num_classes=num_classes, device=device, bf16=bf16, info=info)
+            val = evaluate(eval_model, val_loader, num_classes=num_classes, device=device, bf16=bf16, info=info)
             sums = torch.tensor([state.epoch_loss_sum, state.epoch_correct, state.epoch_seen], dtype=torch.float64)
             distributed.all_reduce_sum(sums, info)
             train_seconds += state.epoch_time
@@ -421,6 +432,9 @@ def fit(
                 "epoch_time_s": round(state.epoch_time, 3),
                 "train_images_per_s": round(float(sums[2]) / max(state.epoch_time, 1e-9), 1),
             }
+            if ema is not None:  # val_acc is the average's; this is the training weights'
+                raw = evaluate(model, val_loader, num_classes=num_classes, device=device, bf16=bf16, info=info)
+                record["raw_val_acc"] = raw.accuracy
             history.append(record)
             improved = val.accuracy > state.best_acc
             if improved:
@@ -430,13 +444,15 @@ def fit(
             if info.is_main:
                 tqdm.write(
                     f"epoch {epoch + 1:>3}/{config.epochs}  train loss {record['train_loss']:.4f} acc {100 * record['train_acc']:.2f}%"
-                    f"  val loss {val.loss:.4f} acc {100 * val.accuracy:.2f}%  ({record['epoch_time_s']:.1f} s, "
+                    f"  val loss {val.loss:.4f} acc {100 * val.accuracy:.2f}%"
+                    + (f" (EMA; weights {100 * record['raw_val_acc']:.2f}%)" if ema is not None else "")
+                    + f"  ({record['epoch_time_s']:.1f} s, "
                     f"{record['train_images_per_s']:.0f} img/s)"
                 )
                 write_metrics(out_dir / METRICS_NAME, history)
                 if improved:  # before the checkpoint: a resumed run must not skip an export
                     best_dir = export_pretrained(
-                        model, out_dir / BEST_DIR, classes=splits.classes,
+                        eval_model, out_dir / BEST_DIR, classes=splits.classes,
                         extra={"val_acc": val.accuracy, "epoch": epoch, "data": splits.name},
                     )
             checkpoint()
