@@ -26,7 +26,7 @@ from vitzoo.flops import vit_flops
 vitzoo.register(
     "vit_mnist_deep",
     base="vit_mnist",
-    depth=12,
+    depth=8,
     drop_path_rate=0.1,
     description="vit_mnist with twice the blocks and stochastic depth",
 )

@@ -198,7 +198,7 @@ def test_register_custom_example(tmp_path, capsys):
         out = capsys.readouterr().out
         assert "vit_mnist_deep: " in out and "origin: user code" in out
 
-        assert vitzoo.model_info("vit_mnist_deep")["config"]["depth"] == 12
+        assert vitzoo.model_info("vit_mnist_deep")["config"]["depth"] == 8
         assert vitzoo.create("vit_fashion_wide", num_classes=5)(torch.zeros(1, 1, 28, 28)).shape == (1, 5)
         assert "vit_mnist_first2.first_blocks" in vitzoo.list_models(pretrained=True)
         shallow = vitzoo.create("vit_mnist_first2", pretrained=True).eval()
@@ -206,7 +206,7 @@ def test_register_custom_example(tmp_path, capsys):
         base_state = base.state_dict()
         for key, value in shallow.state_dict().items():
             assert torch.equal(value, base_state[key]), key  # every tensor is the base's own
-        with pytest.raises(ValueError, match="depth must be in 1..6"):
+        with pytest.raises(ValueError, match="depth must be in 1..4"):
             example["first_blocks"](base, 7)
     finally:
         for name in added:
