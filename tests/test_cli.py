@@ -258,6 +258,7 @@ def test_download_fills_the_cache(tmp_path, fake_hub, hf_cache, capsys, monkeypa
 
 
 # ------------------------------------------------------------------------------------ subprocesses
+@pytest.mark.slow
 def test_python_m_vitzoo_with_plugins_on_the_path(tmp_path):
     """Real discovery from PYTHONPATH: a good plugin is listed with its origin, a broken one costs
     exactly one warning line on stderr, and the command still succeeds."""
@@ -273,6 +274,7 @@ def test_python_m_vitzoo_with_plugins_on_the_path(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_python_m_vitzoo_failure_has_no_traceback():
     proc = run_process("predict", "vit_b61", "cat.png")
     assert proc.returncode == 1 and proc.stdout == ""
@@ -280,6 +282,7 @@ def test_python_m_vitzoo_failure_has_no_traceback():
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_installed_console_script():
     proc = run_process("list", "mnist", "--json", script=True)
     assert proc.returncode == 0, proc.stderr

@@ -160,6 +160,7 @@ def test_user_code_origin():
         registry._REGISTRY.pop("user_variant_test", None)
 
 
+@pytest.mark.slow
 def test_example_plugin_installed_with_pip(tmp_path, monkeypatch):
     """The shipped example, really installed (pip --target) and then discovered."""
     src = tmp_path / "src"

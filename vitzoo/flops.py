@@ -9,11 +9,15 @@ So a number here is twice the "GMACs" that some tables quote: ViT-B/16 at 224 is
 For a `ViTConfig` the count is a closed formula (`vit_flops`), which needs no model at all.
 For any other module (a plugin's builder may return anything) `measure_flops` runs one forward
 pass on the "meta" device under FlopCounterMode: shapes only, no memory, no arithmetic.
+`count_flops` is that counter, with the fused attention kernels it misses on some torch versions
+(the CPU flash-attention op of `scaled_dot_product_attention`) counted by their shapes.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -72,18 +76,54 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     return FlopBreakdown(patch_embed=patch_embed, qkv_proj=qkv_proj, attention=attention, mlp=mlp, head=head)
 
 
+def _shape(x: Any) -> tuple[int, ...]:
+    # FlopCounterMode hands custom formulas shapes on newer torch and tensors on older ones.
+    return tuple(x.shape) if isinstance(x, torch.Tensor) else tuple(x)
+
+
+def _sdpa_flops(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> int:
+    """q k^T and attn v of scaled_dot_product_attention: (B, heads, Nq, d) x (B, heads, Nk, d)."""
+    *batch, nq, d = _shape(query)
+    nk, dv = _shape(key)[-2], _shape(value)[-1]
+    b = math.prod(batch)
+    return 2 * b * nq * nk * d + 2 * b * nq * nk * dv
+
+
+def _attention_ops_missing_from_counter() -> dict[Any, Callable[..., int]]:
+    """Fused attention ops that this torch's FlopCounterMode does not count, with a formula each.
+    torch's counter knows the CUDA flash / efficient kernels but not (on every version) the CPU
+    flash kernel that scaled_dot_product_attention dispatches to on the CPU."""
+    from torch.utils.flop_counter import flop_registry
+
+    missing: dict[Any, Callable[..., int]] = {}
+    for name in ("_scaled_dot_product_flash_attention_for_cpu",):
+        packet = getattr(torch.ops.aten, name, None)
+        if packet is None:
+            continue  # this torch has no such op
+        if packet not in flop_registry and packet.default not in flop_registry:
+            missing[packet] = _sdpa_flops
+    return missing
+
+
+def count_flops(module: nn.Module, *inputs: torch.Tensor) -> int:
+    """FLOPs of `module(*inputs)` as FlopCounterMode counts them (matrix products, a multiply-add
+    as 2), including fused attention kernels that the installed torch's counter leaves out. Runs
+    the forward pass in eval mode without gradients, on whatever device the module and inputs are."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False, custom_mapping=_attention_ops_missing_from_counter()) as counter:
+        with torch.no_grad():
+            module.eval()(*inputs)
+    return int(counter.get_total_flops())
+
+
 def measure_flops(model: nn.Module, input_size: tuple[int, int, int]) -> int:
-    """FLOPs of one (C, H, W) input through any module, counted by FlopCounterMode.
+    """FLOPs of one (C, H, W) input through any module, counted by `count_flops`.
 
     The module is copied to the "meta" device first, so nothing is computed and no memory is used;
     it must be one whose forward works on meta tensors (everything built from torch ops does)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     meta_model = model.to("meta") if _on_meta(model) else _meta_copy(model)
-    meta_model.eval()
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        meta_model(torch.empty(1, *input_size, device="meta"))
-    return int(counter.get_total_flops())
+    return count_flops(meta_model, torch.empty(1, *input_size, device="meta"))
 
 
 def _on_meta(model: nn.Module) -> bool:

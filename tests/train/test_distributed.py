@@ -8,8 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
+
+pytestmark = pytest.mark.slow  # subprocesses: `pytest -m "not slow"` skips them
 
 HERE = Path(__file__).resolve().parent
 

@@ -8,11 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from PIL import Image
 
 import vitzoo
 from vitzoo.data import load_mnist_sample, write_idx
+
+pytestmark = pytest.mark.slow  # subprocesses: `pytest -m "not slow"` skips them
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

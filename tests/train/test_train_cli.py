@@ -110,6 +110,7 @@ def test_bad_data_arguments(argv: list[str], message: str, tmp_path: Path) -> No
         _finetune("test_tiny_vit", *argv, "--out", str(tmp_path))
 
 
+@pytest.mark.slow
 def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist_dir: Path, tmp_path: Path) -> None:
     common = ["--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--epochs", "6", "--batch-size", "16",
               "--seed", "3", "--no-progress"]

@@ -64,6 +64,7 @@ def test_normalise_tiles_stretches_each_tile_to_unit_range():
     assert torch.equal(out[1].flatten(), torch.zeros(3))  # a constant tile stays finite
 
 
+@pytest.mark.slow
 def test_without_matplotlib_import_works_and_drawing_names_the_extra():
     # A fresh interpreter in which `import matplotlib` fails, as it does without the extra.
     code = """
