@@ -136,7 +136,7 @@ def draw(med: dict[str, dict[str, float]], size_mb: float, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from vitzoo.weights.files import atomic_path
+    from vitzoo.atomic import atomic_path
 
     sides = ("vitzoo", "timm")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))

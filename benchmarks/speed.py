@@ -36,7 +36,9 @@ import torch
 from torch import nn
 
 import vitzoo
-from vitzoo.zoo import TIMM_NAMES
+from vitzoo.registry import timm_counterparts
+
+TIMM_NAMES = timm_counterparts()
 
 try:
     from tqdm import tqdm

@@ -137,7 +137,7 @@ def test_info_reports_user_code_origin(capsys):
         code, out, _ = run(capsys, "info", "cli_user_variant", "--json")
         assert code == 0 and json.loads(out)["origin"] == "user code"
     finally:
-        registry._REGISTRY.pop("cli_user_variant")
+        registry.unregister("cli_user_variant")
 
 
 # ------------------------------------------------------------------------------------ predict
@@ -254,7 +254,7 @@ def test_download_fills_the_cache(tmp_path, fake_hub, hf_cache, capsys, monkeypa
         code, _, err = run(capsys, "download", "vit_mnist_tiny")
         assert code == 1 and "has no pretrained weights" in err
     finally:
-        registry._REGISTRY.pop("cli_hub_variant")
+        registry.unregister("cli_hub_variant")
 
 
 # ------------------------------------------------------------------------------------ subprocesses
@@ -337,4 +337,4 @@ def test_info_of_a_builder_that_is_not_a_vit(capsys):
         code, out, _ = run(capsys, "list", "cli_conv")
         assert code == 0 and "cli_convnet" in out and "user code" in out
     finally:
-        registry._REGISTRY.pop("cli_convnet")
+        registry.unregister("cli_convnet")

@@ -287,10 +287,9 @@ def test_vit_mnist_tiny_is_the_tutorial_model_with_5689_parameters():
 @pytest.mark.parametrize("name", ["vit_ti16", "deit_ti16_distilled"])
 def test_timm_state_dict_loads_key_by_key_with_identical_logits(name):
     timm = pytest.importorskip("timm")
-    from vitzoo.zoo import TIMM_NAMES
 
     torch.manual_seed(0)
-    reference = timm.create_model(TIMM_NAMES[name], pretrained=False).eval()
+    reference = timm.create_model(get_entry(name).timm_name, pretrained=False).eval()
     ours = vitzoo.create(name).eval()
     theirs_sd, ours_sd = reference.state_dict(), ours.state_dict()
     assert sorted(theirs_sd) == sorted(ours_sd)  # the same names
@@ -313,7 +312,7 @@ def test_timm_state_dict_loads_key_by_key_with_identical_logits(name):
 
 # ----------------------------------------------------------------------------- hybrid (conv stem)
 def test_conv_stem_model_round_trips_through_json_and_save_pretrained(tmp_path):
-    from vitzoo.weights.convert import infer_config_fields, to_timm
+    from vitzoo.weights.keymaps import infer_config_fields, to_timm
     from vitzoo.weights.errors import WeightsMismatchError
 
     config = ViTConfig.from_dict(dict(

@@ -66,11 +66,11 @@ def test_plugin_models_are_discovered_lazily_with_their_origin(site):
     model = vitzoo.create("plug_builder", num_classes=5).eval()
     assert model(torch.zeros(2, 1, 32, 32)).shape == (2, 5)
     assert vitzoo.model_info("vit_mnist")["origin"] == "built-in"
-    [record] = plugins.loaded_plugins()
+    [record] = registry.loaded_plugins()
     assert (record.distribution, record.models, record.error) == ("good-plugin", ("plug_tiny", "plug_builder"), None)
 
     plugins.reset()  # unregisters the plugin's models
-    assert "plug_tiny" not in registry._REGISTRY
+    assert "plug_tiny" not in registry.snapshot()
 
 
 def test_entry_point_can_name_a_function(site):
@@ -157,7 +157,7 @@ def test_user_code_origin():
         with pytest.raises(RegistryError, match=r"built-in.*user code"):
             vitzoo.register("vit_mnist_tiny", base="vit_mnist_tiny")
     finally:
-        registry._REGISTRY.pop("user_variant_test", None)
+        registry.restore({k: v for k, v in registry.snapshot().items() if k != "user_variant_test"})
 
 
 @pytest.mark.slow
@@ -211,4 +211,101 @@ def test_register_custom_example(tmp_path, capsys):
             example["first_blocks"](base, 7)
     finally:
         for name in added:
-            registry._REGISTRY.pop(name, None)
+            registry.restore({k: v for k, v in registry.snapshot().items() if k != name})
+
+
+# ------------------------------------------------------------------------------------ threads
+SLOW_PLUGIN = """
+    import threading, time
+    import vitzoo
+    vitzoo.register("slow_plug", base="vit_mnist_tiny", depth=1)
+    import slow_gate
+    slow_gate.started.set()
+    slow_gate.release.wait(10)
+    {tail}
+"""
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["loads", "fails"])
+def test_other_threads_wait_for_a_slow_plugin_and_keep_their_own_origin(site, fails):
+    """While one thread imports a slow plugin, another thread's create() of the plugin's model
+    waits for it instead of failing, a register() from that thread is "user code", and when the
+    plugin then fails, the user's model is still there."""
+    import threading
+    import types
+
+    gate = types.ModuleType("slow_gate")
+    gate.started, gate.release = threading.Event(), threading.Event()
+    sys.modules["slow_gate"] = gate
+    tail = "raise RuntimeError('late failure')" if fails else "pass"
+    write_dist(site, "slow-plugin", {"slow_plug_mod": SLOW_PLUGIN.format(tail=tail)}, {"slow": "slow_plug_mod"})
+    results: dict[str, object] = {}
+
+    def discoverer() -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PluginWarning)
+            results["names"] = vitzoo.list_models("slow_*")
+
+    def user() -> None:
+        gate.started.wait(10)
+        try:
+            results["user"] = registry.register("user_model_while_loading", base="vit_mnist_tiny", depth=1)
+            if not fails:
+                results["created"] = vitzoo.create("slow_plug")
+        except Exception as exc:  # noqa: BLE001 — reported by the assertions below
+            results["error"] = exc
+
+    threads = [threading.Thread(target=discoverer), threading.Thread(target=user)]
+    try:
+        for t in threads:
+            t.start()
+        gate.started.wait(10)
+        gate.release.set()
+        for t in threads:
+            t.join(30)
+        assert "error" not in results, results.get("error")
+        assert results["user"].origin == "user code"
+        assert "user_model_while_loading" in registry.snapshot()  # not rolled back with the plugin
+        if fails:
+            assert results["names"] == [] and "slow_plug" not in registry.snapshot()
+        else:
+            assert results["names"] == ["slow_plug"] and results["created"].config.depth == 1
+            assert registry.get_entry("slow_plug").origin == "plugin (slow-plugin)"
+    finally:
+        sys.modules.pop("slow_gate", None)
+        registry.restore({k: v for k, v in registry.snapshot().items() if k != "user_model_while_loading"})
+
+
+def test_listing_while_other_threads_register():
+    """list_models / model lookups never see the table change size under them."""
+    import threading
+
+    vitzoo.list_models()
+    errors: list[BaseException] = []
+    names = [f"thread_model_{i}" for i in range(200)]
+
+    def writer() -> None:
+        try:
+            for name in names:
+                registry.register(name, base="vit_mnist_tiny", depth=1)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def reader() -> None:
+        try:
+            for _ in range(300):
+                vitzoo.list_models("thread_model_*")
+                registry.timm_counterparts()
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer), *(threading.Thread(target=reader) for _ in range(3))]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert errors == []
+        assert vitzoo.list_models("thread_model_*") == sorted(names)
+    finally:
+        registry.restore({k: v for k, v in registry.snapshot().items() if not k.startswith("thread_model_")})

@@ -9,7 +9,7 @@ import torch
 import vitzoo
 from vitzoo import RegistryError, UnknownModelError, ViTConfig, VisionTransformer
 from vitzoo import registry
-from vitzoo.weights.pretrained_cfg import IMAGENET_MEAN
+from vitzoo.pretrained_cfg import IMAGENET_MEAN
 
 DEIT_NAMES = [
     "deit_b16", "deit_b16_distilled", "deit_s16", "deit_s16_distilled", "deit_ti16", "deit_ti16_distilled",
@@ -25,10 +25,9 @@ def builtin(names: list[str]) -> list[str]:
 def clean_registry():
     """Whatever a test registers is gone afterwards, so other tests see only the built-in zoo."""
     vitzoo.list_models()  # make sure the built-in zoo is imported before taking the snapshot
-    saved = dict(registry._REGISTRY)
+    saved = registry.snapshot()
     yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(saved)
+    registry.restore(saved)
 
 
 # ----------------------------------------------------------------------------- create

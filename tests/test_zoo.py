@@ -7,7 +7,9 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo.zoo import TIMM_NAMES
+from vitzoo.registry import timm_counterparts
+
+TIMM_NAMES = timm_counterparts()
 
 timm = pytest.importorskip("timm")
 

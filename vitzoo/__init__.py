@@ -2,37 +2,71 @@
 
     import vitzoo
     model = vitzoo.create("vit_b16", num_classes=10)
+
+The package's layers import downwards only (tests/test_layering.py checks it):
+
+    atomic, checks, pretrained_cfg, imagenet_labels, layers/   import nothing of vitzoo above them
+    layout, model, flops                                       the model and its saved layout
+    zoo, plugins                                               the built-in table, entry-point loading
+    registry                                                   names -> builders, configs, sources
+    weights/                                                   checkpoints: read, convert, adapt, export
+    builder                                                    create / from_pretrained: registry + weights
+    data/, train/, viz/, cli                                   applications on top
+
+The names below are imported on first use, so `import vitzoo.model` (or `vitzoo.layers`) loads
+only the model, not the registry, the zoo or the checkpoint machinery.
 """
 
-from .model import ViTConfig, VisionTransformer
-from .registry import (
-    RegistryError,
-    UnknownModelError,
-    create,
-    list_models,
-    model_info,
-    register,
-    register_model,
-)
-from .weights import PretrainedCfg, convert, download, export, from_pretrained, load_weights, save_pretrained
+from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+import importlib.metadata
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "PretrainedCfg",
-    "RegistryError",
-    "UnknownModelError",
-    "ViTConfig",
-    "VisionTransformer",
-    "convert",
-    "create",
-    "download",
-    "export",
-    "from_pretrained",
-    "load_weights",
-    "list_models",
-    "model_info",
-    "register",
-    "register_model",
-    "save_pretrained",
-]
+try:
+    __version__ = importlib.metadata.version("vitzoo")  # one source: pyproject.toml's version
+except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "ViTConfig": "model",
+    "VisionTransformer": "model",
+    "PretrainedCfg": "pretrained_cfg",
+    "RegistryError": "registry",
+    "UnknownModelError": "registry",
+    "list_models": "registry",
+    "model_info": "registry",
+    "register": "registry",
+    "register_model": "registry",
+    "create": "builder",
+    "from_pretrained": "builder",
+    "load_weights": "builder",
+    "download": "builder",
+    "convert": "builder",
+    "save_pretrained": "layout",
+    "export": "weights",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .builder import convert, create, download, from_pretrained, load_weights
+    from .layout import save_pretrained
+    from .model import ViTConfig, VisionTransformer
+    from .pretrained_cfg import PretrainedCfg
+    from .registry import RegistryError, UnknownModelError, list_models, model_info, register, register_model
+    from .weights import export
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vitzoo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -182,7 +182,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------ weights
 def cmd_download(args: argparse.Namespace) -> int:
-    from .weights import download
+    from .builder import download
 
     result: dict[str, list[str]] = {}
     for name in args.names:
@@ -193,7 +193,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .weights import convert
+    from .builder import convert
 
     # A missing or unreadable source is reported by vitzoo.weights, naming the file.
     dst = str(convert(args.src, args.dst, to=args.to, model=args.model))
@@ -239,21 +239,21 @@ def _prepare_batch(images: list[Any], model: Any) -> Any:
 def cmd_predict(args: argparse.Namespace) -> int:
     import torch
 
-    import vitzoo
+    from . import builder, registry
 
     if args.topk < 1:
         raise UsageError(f"--topk must be >= 1, got {args.topk}")
     images = [_load_image(p) for p in args.images]  # read everything first: fail before the model loads
     if args.weights is None:
-        _, pcfg = vitzoo.registry.get_pretrained_cfg(args.name)
+        _, pcfg = registry.get_pretrained_cfg(args.name)
         if pcfg is None:
             raise UsageError(
                 f"model {args.name!r} has no pretrained weights; pass --weights FILE|DIR|hf-hub:... "
                 "(e.g. a directory written by model.save_pretrained)"
             )
-        model = vitzoo.create(args.name, pretrained=True)
+        model = builder.create(args.name, pretrained=True)
     else:
-        model = vitzoo.create(args.name, weights=args.weights)
+        model = builder.create(args.name, weights=args.weights)
     model.eval()
     cfg = model.pretrained_cfg
     if cfg.num_classes <= 0:

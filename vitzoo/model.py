@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
-from .layers import Block, PatchEmbed, sincos_1d, to_2tuple
+from .checks import check_fields, check_heads
+from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.patch_embed import check_conv_stem
-from .weights.pretrained_cfg import PretrainedCfg
+from .layout import save_pretrained
+from .pretrained_cfg import PretrainedCfg
 
 
 @dataclass(frozen=True)
@@ -70,12 +74,8 @@ class ViTConfig:
                 f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}; "
                 "expected img_size to be a positive multiple of patch_size on both axes"
             )
-        if self.num_heads <= 0 or self.embed_dim % self.num_heads:
-            raise ValueError(
-                f"embed_dim {self.embed_dim} is not divisible by num_heads {self.num_heads}; "
-                "expected embed_dim to be a multiple of num_heads"
-            )
-        checks = [
+        check_heads(self.embed_dim, self.num_heads)
+        check_fields(self, [
             (self.in_chans >= 1, "in_chans", "an int >= 1"),
             (self.num_classes >= 0, "num_classes", "an int >= 0"),
             (self.depth >= 0, "depth", "an int >= 0"),
@@ -87,10 +87,7 @@ class ViTConfig:
             (0 <= self.drop_rate < 1, "drop_rate", "a float in [0, 1)"),
             (0 <= self.attn_drop_rate < 1, "attn_drop_rate", "a float in [0, 1)"),
             (0 <= self.drop_path_rate < 1, "drop_path_rate", "a float in [0, 1)"),
-        ]
-        for ok, name, expected in checks:
-            if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {expected}")
+        ])
         if self.distilled and not self.class_token:
             raise ValueError("distilled=True needs class_token=True (DeiT token order is [cls, dist, patches])")
         if self.global_pool == "token" and not self.class_token:
@@ -230,11 +227,9 @@ class VisionTransformer(nn.Module):
                 nn.init.zeros_(head.bias)
         self.pretrained_cfg = self.pretrained_cfg.replace(num_classes=num_classes, label_names=None)
 
-    def save_pretrained(self, directory: str) -> Any:
-        """Write config.json + model.safetensors into `directory` (atomically, see vitzoo.weights.save);
+    def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
+        """Write config.json + model.safetensors into `directory` (atomically, see vitzoo/layout.py);
         `vitzoo.from_pretrained(directory)` reads it back."""
-        from .weights.save import save_pretrained
-
         return save_pretrained(self, directory)
 
     def no_weight_decay(self) -> set[str]:
@@ -277,8 +272,6 @@ class VisionTransformer(nn.Module):
         tensors (token order: prefix tokens, then patches row-major). The weights are computed
         explicitly for this call only (see layers.attention.capture_attention); `forward` itself
         keeps the fused kernel."""
-        from .layers.attention import capture_attention
-
         with capture_attention(self) as weights:
             output = self(x)
         return output, weights

@@ -11,6 +11,9 @@ and the registry imports every such entry point once, lazily, on its first use (
 plugin costs nothing until the zoo is used. Models registered while a plugin loads get the origin
 "plugin (<distribution name>)".
 
+This module sits below the registry and imports nothing of vitzoo: the registry hands it a
+`RegistryAccess` (its lock, origin context, snapshot/restore) when it asks for discovery.
+
 What can go wrong, and what happens:
 * The plugin fails to import or its function raises: one `PluginWarning` naming the entry point,
   its distribution and the error; whatever it had registered is rolled back and the rest of the zoo
@@ -23,16 +26,25 @@ What can go wrong, and what happens:
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import sys
-import threading
 import warnings
 from dataclasses import dataclass
-
-from . import registry
-from .registry import ModelEntry, RegistryError
+from typing import Any, Callable, ContextManager
 
 ENTRY_POINT_GROUP = "vitzoo.models"
+
+
+@dataclass(frozen=True)
+class RegistryAccess:
+    """What plugin discovery needs of the registry, handed in by the registry itself."""
+
+    lock: Any  # the registry's re-entrant lock: discovery runs under it
+    origin: Callable[[str], ContextManager[None]]  # origin("plugin (dist)") for the entries registered inside
+    snapshot: Callable[[], dict[str, Any]]  # name -> entry
+    restore: Callable[[dict[str, Any]], None]
+    clash_error: type[Exception]  # the registry's RegistryError
 
 
 class PluginWarning(UserWarning):
@@ -50,40 +62,37 @@ class PluginRecord:
     error: str | None = None  # "ExceptionType: message" when it failed
 
 
-# Discovery state. `_lock` is re-entrant because a plugin's own `vitzoo.register(...)` call asks
-# the registry for plugins again while it is being loaded (it then returns at once).
-_lock = threading.RLock()
-_state: dict[str, object] = {"done": False, "running": False, "clash": None}
+# Discovery state, guarded by the registry's lock (discover runs under it). A plugin's own
+# `vitzoo.register(...)` call asks for discovery again on the same thread: "running" says it is underway.
+_state: dict[str, Any] = {"done": False, "running": False, "clash": None, "access": None}
 _records: list[PluginRecord] = []
 # name -> (entry registered by a plugin, entry it replaced or None): lets `reset` undo plugins.
-_installed: dict[str, tuple[ModelEntry, ModelEntry | None]] = {}
+_installed: dict[str, tuple[Any, Any]] = {}
 _imported_modules: set[str] = set()
 
 
-def discover() -> None:
+def discover(access: RegistryAccess) -> None:
     """Load every "vitzoo.models" entry point once; a name clash is raised on every call."""
-    with _lock:
+    with access.lock:
+        _state["access"] = access
         if _state["running"]:
             return  # a plugin being loaded is registering: discovery is already underway
         if not _state["done"]:
             _state["running"] = True
             try:
                 for ep in _entry_points():
-                    _load(ep)
+                    _load(ep, access)
             finally:
                 _state["running"] = False
                 _state["done"] = True
         clash = _state["clash"]
         if clash is not None:
-            raise RegistryError(str(clash))
+            raise access.clash_error(str(clash))
 
 
-def loaded_plugins() -> list[PluginRecord]:
-    """One record per entry point seen by discovery (it runs discovery if it has not run)."""
-    try:
-        discover()
-    except RegistryError:
-        pass  # the records say what clashed
+def records() -> list[PluginRecord]:
+    """One record per entry point seen by discovery so far (`vitzoo.registry.loaded_plugins()`
+    runs discovery first)."""
     return list(_records)
 
 
@@ -91,13 +100,18 @@ def reset() -> None:
     """Undo discovery: unregister plugin models (restoring what they overrode), forget the
     plugins' modules, and let the next registry call discover again. For tests, and for an
     interactive session after installing a plugin."""
-    with _lock:
+    access: RegistryAccess | None = _state["access"]
+    if access is None:
+        return  # discovery never ran: nothing to undo
+    with access.lock:
+        table = access.snapshot()
         for name, (entry, replaced) in _installed.items():
-            if registry._REGISTRY.get(name) is entry:
+            if table.get(name) is entry:
                 if replaced is None:
-                    del registry._REGISTRY[name]
+                    del table[name]
                 else:
-                    registry._REGISTRY[name] = replaced
+                    table[name] = replaced
+        access.restore(table)
         for module in _imported_modules:
             for key in [k for k in sys.modules if k == module or k.startswith(module + ".")]:
                 del sys.modules[key]
@@ -128,23 +142,24 @@ def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
     return dist.metadata["Name"] if dist is not None and dist.metadata["Name"] else ep.value.split(":")[0]
 
 
-def _load(ep: importlib.metadata.EntryPoint) -> None:
+def _load(ep: importlib.metadata.EntryPoint, access: RegistryAccess) -> None:
     dist = _dist_name(ep)
-    before = dict(registry._REGISTRY)
+    before = access.snapshot()
     modules_before = set(sys.modules)
-    registry._current_origin.append(f"plugin ({dist})")
     try:
-        target = ep.load()
-        if ep.attr is not None and callable(target):
-            target()
-    except RegistryError as exc:
-        _rollback(before)
+        with access.origin(f"plugin ({dist})"):
+            target = ep.load()
+            if ep.attr is not None and callable(target):
+                target()
+    except access.clash_error as exc:
+        # A plugin loads completely or not at all: a half-registered plugin would be worse than none.
+        access.restore(before)
         _records.append(PluginRecord(ep.name, ep.value, dist, (), f"RegistryError: {exc}"))
         if _state["clash"] is None:
             _state["clash"] = exc
         return
     except Exception as exc:  # noqa: BLE001 — any failure inside third-party code means "skip it"
-        _rollback(before)
+        access.restore(before)
         error = f"{type(exc).__name__}: {exc}"
         _records.append(PluginRecord(ep.name, ep.value, dist, (), error))
         warnings.warn(
@@ -154,18 +169,11 @@ def _load(ep: importlib.metadata.EntryPoint) -> None:
             stacklevel=2,
         )
         return
-    finally:
-        registry._current_origin.pop()
     # Only the plugin's own package is forgotten by `reset`, never the libraries it imported.
     top = ep.module.split(".")[0]
     _imported_modules.update(m for m in set(sys.modules) - modules_before if m.split(".")[0] == top)
-    added = [name for name, entry in registry._REGISTRY.items() if before.get(name) is not entry]
+    after = access.snapshot()
+    added = [name for name, entry in after.items() if before.get(name) is not entry]
     for name in added:
-        _installed[name] = (registry._REGISTRY[name], before.get(name))
+        _installed[name] = (after[name], before.get(name))
     _records.append(PluginRecord(ep.name, ep.value, dist, tuple(added)))
-
-
-def _rollback(before: dict[str, ModelEntry]) -> None:
-    # A plugin loads completely or not at all: a half-registered plugin would be worse than none.
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)

@@ -1,6 +1,7 @@
-"""The model registry: names -> builders, plus the pretrained sources each name knows.
+"""The model registry: names -> builders, plus what each name knows (config, pretrained sources,
+preprocessing, origin, timm counterpart). Plain data and the operations on it; building a model
+with weights is vitzoo/builder.py's job.
 
-    vitzoo.create("vit_b16", num_classes=10)          # build, overriding config fields
     vitzoo.list_models("deit_*")                       # shell-style patterns
     vitzoo.model_info("vit_b16")                       # config, parameter count, sources
     vitzoo.register("vit_s8_deep", base="vit_s16", patch_size=8, depth=16)   # a config variant
@@ -9,7 +10,11 @@
     def my_vit(**overrides) -> VisionTransformer: ...
 
 Names may carry a pretrained tag after a dot: "vit_b16.augreg_in21k_ft_in1k".
-Third-party packages add models through the entry-point group "vitzoo.models" (see plugins).
+
+On first use the registry fills itself: the built-in table (vitzoo/zoo.py), then third-party
+entry points (vitzoo/plugins.py). Every operation is thread-safe: one re-entrant lock guards the
+table, and while one thread loads plugins, the others wait until the zoo is complete. The origin
+recorded for new entries ("user code", "built-in", "plugin (<dist>)") is per thread.
 """
 
 from __future__ import annotations
@@ -17,16 +22,20 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import inspect
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
 
+from . import plugins, zoo
 from .model import ViTConfig, VisionTransformer
-from .weights.pretrained_cfg import PretrainedCfg
+from .pretrained_cfg import PretrainedCfg
 
 Builder = Callable[..., nn.Module]
+USER_ORIGIN = "user code"
 
 
 class UnknownModelError(LookupError):
@@ -44,8 +53,9 @@ class ModelEntry:
     config: ViTConfig | None = None  # set for config variants; builder entries build on "meta" to find it
     pretrained: dict[str, PretrainedCfg] = field(default_factory=dict)  # tag -> cfg, first is default
     default_cfg: PretrainedCfg | None = None  # preprocessing without weights
-    origin: str = "user code"  # "built-in", "plugin (<distribution>)" or "user code"
+    origin: str = USER_ORIGIN  # "built-in", "plugin (<distribution>)" or "user code"
     description: str = ""
+    timm_name: str | None = None  # timm's architecture with the same shapes and parameter names
 
     @property
     def default_tag(self) -> str | None:
@@ -56,25 +66,78 @@ class ModelEntry:
             return self.config.replace(**overrides)
         with torch.device("meta"):
             model = self.builder(**overrides)
-        return model.config
+        config = getattr(model, "config", None)
+        if not isinstance(config, ViTConfig):
+            raise TypeError(f"model {self.name!r} is built by {self.builder!r}, which returns no ViTConfig `config`")
+        return config
 
 
-_REGISTRY: dict[str, ModelEntry] = {}
-# The origin given to entries registered while a plugin or the built-in zoo is being imported.
-_current_origin: list[str] = ["user code"]
+_lock = threading.RLock()
+_entries: dict[str, ModelEntry] = {}
+_seeded = False
+_thread = threading.local()  # .origins: this thread's stack of origins (see `origin`)
 
 
+# ----------------------------------------------------------------------------- origins, snapshots
+@contextmanager
+def origin(label: str) -> Iterator[None]:
+    """Entries registered by this thread inside the block get `label` as their origin (the plugin
+    loader uses "plugin (<distribution>)"). Other threads keep their own origin."""
+    stack = _origin_stack()
+    stack.append(label)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def current_origin() -> str:
+    stack = _origin_stack()
+    return stack[-1] if stack else USER_ORIGIN
+
+
+def _origin_stack() -> list[str]:
+    if not hasattr(_thread, "origins"):
+        _thread.origins = []
+    stack: list[str] = _thread.origins
+    return stack
+
+
+def snapshot() -> dict[str, ModelEntry]:
+    """A copy of the table (name -> entry), for `restore`: tests and the plugin loader's rollback."""
+    with _lock:
+        return dict(_entries)
+
+
+def restore(saved: dict[str, ModelEntry]) -> None:
+    """Put the table back to a `snapshot`."""
+    with _lock:
+        _entries.clear()
+        _entries.update(saved)
+
+
+def unregister(name: str) -> ModelEntry:
+    """Remove a registered name (and return its entry)."""
+    _populate()
+    with _lock:
+        if name not in _entries:
+            raise UnknownModelError(f"unknown model {name!r}: nothing to unregister")
+        return _entries.pop(name)
+
+
+# ----------------------------------------------------------------------------- registering
 def _add(entry: ModelEntry, override: bool) -> ModelEntry:
-    if entry.name in _REGISTRY and not override:
-        old = _REGISTRY[entry.name]
-        raise RegistryError(
-            f"model name {entry.name!r} is already registered (origin: {old.origin}); "
-            f"the new registration (origin: {entry.origin}) clashes with it — pick another name "
-            "or pass override=True"
-        )
     if not entry.name or "." in entry.name or not entry.name.isprintable():
         raise RegistryError(f"model name {entry.name!r} is invalid: expected a non-empty name without '.'")
-    _REGISTRY[entry.name] = entry
+    with _lock:
+        if entry.name in _entries and not override:
+            old = _entries[entry.name]
+            raise RegistryError(
+                f"model name {entry.name!r} is already registered (origin: {old.origin}); "
+                f"the new registration (origin: {entry.origin}) clashes with it — pick another name "
+                "or pass override=True"
+            )
+        _entries[entry.name] = entry
     return entry
 
 
@@ -98,19 +161,26 @@ def register_model(
     """Decorator registering a builder `fn(**overrides) -> nn.Module` under its name."""
 
     def decorate(builder: Builder) -> Builder:
-        _discover_plugins()  # as in `register`: user code comes after the built-ins and plugins
+        _populate()  # as in `register`: user code comes after the built-ins and plugins
         entry = ModelEntry(
             name=name or builder.__name__,
             builder=builder,
             pretrained=_to_pretrained_dict(pretrained),
             default_cfg=default_cfg,
-            origin=_current_origin[-1],
+            origin=current_origin(),
             description=inspect.getdoc(builder) or "",
         )
         _add(entry, override)
         return builder
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _config_builder(config: ViTConfig) -> Builder:
+    def build(**overrides: Any) -> VisionTransformer:
+        return VisionTransformer(config.replace(**overrides))
+
+    return build
 
 
 def register(
@@ -127,7 +197,7 @@ def register(
 
     A variant of a registered name inherits its preprocessing (default_cfg) unless given one; it
     inherits no pretrained weights unless `pretrained` says where they are."""
-    _discover_plugins()
+    _populate()
     base_cfg_pre: PretrainedCfg | None = None
     if base is None:
         base_config = ViTConfig()
@@ -138,22 +208,19 @@ def register(
         base_config = base_entry.resolve_config()
         base_cfg_pre = base_entry.default_cfg
     config = base_config.replace(**fields)
-
-    def build(**overrides: Any) -> VisionTransformer:
-        return VisionTransformer(config.replace(**overrides))
-
     entry = ModelEntry(
         name=name,
-        builder=build,
+        builder=_config_builder(config),
         config=config,
         pretrained=_to_pretrained_dict(pretrained),
         default_cfg=default_cfg or base_cfg_pre,
-        origin=_current_origin[-1],
+        origin=current_origin(),
         description=description,
     )
     return _add(entry, override)
 
 
+# ----------------------------------------------------------------------------- looking up
 def split_name(name: str) -> tuple[str, str | None]:
     """"vit_b16.augreg_in1k" -> ("vit_b16", "augreg_in1k"); "vit_b16" -> ("vit_b16", None)."""
     base, _, tag = name.partition(".")
@@ -161,13 +228,16 @@ def split_name(name: str) -> tuple[str, str | None]:
 
 
 def get_entry(name: str) -> ModelEntry:
-    _discover_plugins()
+    _populate()
     base, _ = split_name(name)
-    if base not in _REGISTRY:
-        close = difflib.get_close_matches(base, list(_REGISTRY), n=5, cutoff=0.5)
+    with _lock:
+        entry = _entries.get(base)
+        if entry is None:
+            close = difflib.get_close_matches(base, list(_entries), n=5, cutoff=0.5)
+    if entry is None:
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         raise UnknownModelError(f"unknown model {base!r}{hint} (vitzoo.list_models() shows all names)")
-    return _REGISTRY[base]
+    return entry
 
 
 def get_pretrained_cfg(name: str) -> tuple[ModelEntry, PretrainedCfg | None]:
@@ -182,47 +252,28 @@ def get_pretrained_cfg(name: str) -> tuple[ModelEntry, PretrainedCfg | None]:
     return entry, entry.pretrained[tag]
 
 
-def create(name: str, pretrained: bool = False, weights: Any = None, **overrides: Any) -> nn.Module:
-    """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
-
-    pretrained=True loads the name's default source (or the one its ".tag" selects);
-    weights=SOURCE loads a file, directory, "hf-hub:org/repo" or "timm:<name>" instead."""
-    entry, pcfg = get_pretrained_cfg(name)
-    _, tag = split_name(name)
-    if tag is not None and not pretrained and weights is None:
-        pretrained = True  # naming a weights tag means asking for those weights
-    if pretrained or weights is not None:
-        from . import weights as weights_mod
-
-        if not hasattr(weights_mod, "create_pretrained"):
-            raise NotImplementedError("pretrained weights are not available in this build of vitzoo")
-        return weights_mod.create_pretrained(entry, pcfg, weights=weights, pretrained=pretrained, **overrides)
-    model = entry.builder(**overrides)
-    if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
-        model.pretrained_cfg = _fit_cfg(entry.default_cfg, model)
-    return model
+def find_by_timm_name(timm_name: str) -> ModelEntry | None:
+    """The entry whose timm counterpart is `timm_name` (a timm architecture, without tag)."""
+    _populate()
+    with _lock:
+        return next((e for e in _entries.values() if e.timm_name == timm_name), None)
 
 
-def _fit_cfg(cfg: PretrainedCfg, model: nn.Module) -> PretrainedCfg:
-    """The entry's preprocessing, with input size and class count of the model actually built."""
-    config = getattr(model, "config", None)
-    if not isinstance(config, ViTConfig):
-        return cfg
-    from .layers import to_2tuple
-
-    size = (config.in_chans, *to_2tuple(config.img_size))
-    labels = cfg.label_names if config.num_classes == cfg.num_classes else None
-    return cfg.replace(input_size=size, num_classes=config.num_classes, label_names=labels)
+def timm_counterparts() -> dict[str, str]:
+    """{vitzoo name: timm architecture} for every entry that has a timm counterpart."""
+    _populate()
+    with _lock:
+        return {e.name: e.timm_name for e in _entries.values() if e.timm_name}
 
 
 def list_models(pattern: str | list[str] = "*", pretrained: bool | None = None, exclude: str | list[str] = ()) -> list[str]:
     """Registered names matching shell-style `pattern`(s). pretrained=True lists "name.tag"
     for every pretrained source; pretrained=False lists only names without any source."""
-    _discover_plugins()
+    _populate()
     patterns = [pattern] if isinstance(pattern, str) else list(pattern)
     excludes = [exclude] if isinstance(exclude, str) else list(exclude)
     names: list[str] = []
-    for entry in _REGISTRY.values():
+    for entry in snapshot().values():
         if pretrained is True:
             candidates = [f"{entry.name}.{tag}" for tag in entry.pretrained]
         elif pretrained is False:
@@ -253,6 +304,7 @@ def model_info(name: str) -> dict[str, Any]:
         "name": entry.name,
         "origin": entry.origin,
         "description": entry.description,
+        "timm_name": entry.timm_name,
         "config": config.to_dict() if isinstance(config, ViTConfig) else None,
         "num_params": count_parameters(model),
         "default_pretrained": pcfg.tag if pcfg else None,
@@ -261,12 +313,36 @@ def model_info(name: str) -> dict[str, Any]:
     }
 
 
-def _discover_plugins() -> None:
-    """Import the built-in zoo once, then third-party entry points once (vitzoo/plugins.py)."""
-    from . import zoo  # noqa: F401  (registers the built-in models on first import)
+def loaded_plugins() -> list[plugins.PluginRecord]:
+    """One record per "vitzoo.models" entry point: what it registered, or why it failed."""
+    try:
+        _populate()
+    except RegistryError:
+        pass  # the records say what clashed
+    return plugins.records()
 
-    if len(_current_origin) > 1:
-        return  # the built-in zoo or a plugin is being imported: plugins come after it is complete
-    from . import plugins
 
-    plugins.discover()
+# ----------------------------------------------------------------------------- filling the table
+def _populate() -> None:
+    """The built-in table once, then third-party entry points once (plugins.discover). Holding the
+    lock throughout makes other threads wait for a complete zoo; the loading thread itself re-enters
+    (a plugin's own `register` call) and finds discovery underway."""
+    global _seeded
+    with _lock:
+        if not _seeded:
+            for model in zoo.MODELS:
+                _add(
+                    ModelEntry(
+                        name=model.name, builder=_config_builder(model.config), config=model.config,
+                        pretrained=_to_pretrained_dict(model.pretrained), default_cfg=model.default_cfg,
+                        origin="built-in", description=model.description, timm_name=model.timm_name,
+                    ),
+                    override=False,
+                )
+            _seeded = True
+        plugins.discover(_PLUGIN_ACCESS)
+
+
+_PLUGIN_ACCESS = plugins.RegistryAccess(
+    lock=_lock, origin=origin, snapshot=snapshot, restore=restore, clash_error=RegistryError
+)

@@ -25,7 +25,7 @@ from matplotlib import cbook
 
 from vitzoo import viz
 from vitzoo.data.idx import read_idx
-from vitzoo.weights import from_pretrained
+from vitzoo import from_pretrained
 
 HERE = Path(__file__).resolve().parent
 

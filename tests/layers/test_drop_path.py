@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vitzoo.layers import DropPath, drop_path
+from vitzoo.layers.drop_path import DropPath, drop_path
 
 
 def test_identity_in_eval_and_at_rate_zero():

@@ -34,7 +34,8 @@ def tiny_models():
     vitzoo.register("test_tiny_rgb", base="deit_ti16", override=True, img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
     yield
     for name in ("test_tiny_vit", "test_tiny_rgb"):
-        registry._REGISTRY.pop(name, None)
+        if name in registry.snapshot():
+            registry.unregister(name)
 
 
 @pytest.fixture(scope="module")

@@ -12,16 +12,18 @@ import vitzoo
 from vitzoo import registry
 from vitzoo.cli import main
 from vitzoo.viz import configure_viz_parser, plot_position_embedding, run_viz
-from vitzoo.weights import save_pretrained
+from vitzoo.layout import save_pretrained
 
 
 @pytest.fixture(autouse=True)
-def avg_pool_model(monkeypatch):
+def avg_pool_model():
     """A registered model without class token, registered for one test only (the registry is
     restored afterwards, so other tests never see it)."""
     vitzoo.list_models()  # the built-in zoo registers itself on first use: before the copy
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    saved = registry.snapshot()
     vitzoo.register("viz_test_avg_pool", base="vit_mnist_tiny", class_token=False, global_pool="avg")
+    yield
+    registry.restore(saved)
 
 
 def test_parser_offers_every_kind_with_its_options():

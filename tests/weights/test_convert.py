@@ -1,4 +1,4 @@
-"""Key maps of vitzoo.weights.convert, judged by the issue's bar: a checkpoint of each layout,
+"""Key maps of vitzoo.weights.keymaps, judged by the issue's bar: a checkpoint of each layout,
 loaded through vitzoo, computes the reference implementation's logits (max |diff| <= 1e-5, fp32).
 
 Most ImageNet configs are built with depth=2 on both sides to keep the suite fast; the shapes
@@ -14,8 +14,10 @@ import torch
 
 import vitzoo
 from vitzoo.weights import UnknownFormatError, WeightsMismatchError
-from vitzoo.weights.convert import detect_format, to_vitzoo
-from vitzoo.zoo import TIMM_NAMES
+from vitzoo.weights.keymaps import detect_format, to_vitzoo
+from vitzoo.registry import timm_counterparts
+
+TIMM_NAMES = timm_counterparts()
 
 ATOL = 1e-5
 

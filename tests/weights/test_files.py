@@ -14,7 +14,8 @@ from safetensors.torch import save_file
 
 import vitzoo
 from vitzoo.weights import WeightsFileError
-from vitzoo.weights.files import read_checkpoint, write_safetensors
+from vitzoo.atomic import write_safetensors
+from vitzoo.weights.files import read_checkpoint
 
 
 @pytest.fixture

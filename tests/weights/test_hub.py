@@ -73,7 +73,7 @@ def test_falls_back_to_pytorch_model_bin(fake_hub, hf_cache, tmp_path):
 
 
 def test_offline_with_cache(tiny_repo, fake_hub, hf_cache, monkeypatch):
-    vitzoo.weights.download(f"hf-hub:{REPO}")
+    vitzoo.download(f"hf-hub:{REPO}")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     fake_hub.requests.clear()
     model = vitzoo.from_pretrained(f"hf-hub:{REPO}")
@@ -93,18 +93,18 @@ def test_offline_cache_miss_names_repo_file_and_fix(fake_hub, hf_cache, monkeypa
 
 def test_missing_repo_is_a_clear_404(fake_hub, hf_cache):
     with pytest.raises(WeightsNotFoundError, match=r"no repository 'tester/nope'.*HTTP 404"):
-        vitzoo.weights.download("hf-hub:tester/nope")
+        vitzoo.download("hf-hub:tester/nope")
 
 
 def test_missing_revision(tiny_repo, hf_cache):
     with pytest.raises(WeightsNotFoundError, match="no revision 'v9'"):
-        vitzoo.weights.download(f"hf-hub:{REPO}@v9")
+        vitzoo.download(f"hf-hub:{REPO}@v9")
 
 
 def test_repo_without_weights(fake_hub, hf_cache):
     fake_hub.publish("tester/empty", {"README.md": b"nothing here"})
     with pytest.raises(WeightsNotFoundError, match=r"'pytorch_model.bin' \(nor 'model.safetensors'\)"):
-        vitzoo.weights.download("hf-hub:tester/empty")
+        vitzoo.download("hf-hub:tester/empty")
 
 
 @pytest.fixture
@@ -119,13 +119,13 @@ def no_backoff_wait(monkeypatch):
 def test_server_error_500(tiny_repo, fake_hub, hf_cache, no_backoff_wait):
     fake_hub.fail_with(REPO, 500)
     with pytest.raises(WeightsDownloadError, match="HTTP 500"):
-        vitzoo.weights.download(f"hf-hub:{REPO}")
+        vitzoo.download(f"hf-hub:{REPO}")
     assert not list(hf_cache.rglob("model.safetensors"))
     assert len(fake_hub.requests) > 1  # retried before giving up
 
 
 def test_server_error_falls_back_to_cache(tiny_repo, fake_hub, hf_cache):
-    vitzoo.weights.download(f"hf-hub:{REPO}")
+    vitzoo.download(f"hf-hub:{REPO}")
     fake_hub.fail_with(REPO, 503)
     model = vitzoo.from_pretrained(f"hf-hub:{REPO}")  # huggingface_hub serves the cached file
     assert torch.equal(model.head.weight, tiny_repo.head.weight)
@@ -134,7 +134,7 @@ def test_server_error_falls_back_to_cache(tiny_repo, fake_hub, hf_cache):
 def test_broken_transfer_leaves_no_file_in_cache(tiny_repo, fake_hub, hf_cache):
     fake_hub.truncate(REPO)
     with pytest.raises(WeightsDownloadError, match="model.safetensors"):
-        vitzoo.weights.download(f"hf-hub:{REPO}")
+        vitzoo.download(f"hf-hub:{REPO}")
     leftovers = [p for p in hf_cache.rglob("*") if p.is_file() and "model.safetensors" in p.name or p.suffix == ".incomplete"]
     assert leftovers == []
     assert [p for p in hf_cache.rglob("blobs/*")] == []
@@ -145,6 +145,6 @@ def test_download_by_registered_name_fetches_default_source(fake_hub, hf_cache, 
     model = vitzoo.create("vit_ti16", depth=1)
     save_file(model.state_dict(), tmp_path / "model.safetensors")
     fake_hub.publish("timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", {"model.safetensors": tmp_path / "model.safetensors"})
-    paths = vitzoo.weights.download("vit_ti16")
+    paths = vitzoo.download("vit_ti16")
     assert [p.name for p in paths] == ["model.safetensors"]
     assert paths[0].is_file() and str(paths[0]).startswith(str(hf_cache))

@@ -9,7 +9,7 @@ import torch
 
 import vitzoo
 from vitzoo.weights import WeightsError
-from vitzoo.weights.imagenet_labels import IMAGENET1K_LABELS
+from vitzoo.imagenet_labels import IMAGENET1K_LABELS
 
 ATOL = 1e-5
 
@@ -55,7 +55,7 @@ def test_timm_source_takes_timms_own_loader(fake_hub, hf_cache, timm_checkpoint)
     with torch.no_grad():
         assert max_diff(model(x), reference(x)) <= ATOL
     assert model.pretrained_cfg.source == "timm:vit_tiny_patch16_224.augreg_in21k_ft_in1k"
-    paths = vitzoo.weights.download("timm:vit_tiny_patch16_224.augreg_in21k_ft_in1k")
+    paths = vitzoo.download("timm:vit_tiny_patch16_224.augreg_in21k_ft_in1k")
     assert paths[0].name == "model.safetensors"
 
 

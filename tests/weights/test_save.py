@@ -1,4 +1,4 @@
-"""vitzoo.weights.save: save_pretrained / from_pretrained round trips, export to timm (which timm
+"""vitzoo.layout and vitzoo.weights.exporter: save_pretrained / from_pretrained round trips, export to timm (which timm
 loads with identical logits) and convert between layouts."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import timm
 import torch
 
 import vitzoo
-from vitzoo.zoo import TIMM_NAMES
+from vitzoo.registry import timm_counterparts
 from vitzoo.weights import WeightsMismatchError
 
 ATOL = 1e-5
@@ -70,7 +70,7 @@ def test_export_to_timm_identical_logits(tmp_path, name):
     torch.manual_seed(0)
     model = vitzoo.create(name, depth=2).eval()
     path = vitzoo.export(model, "timm", tmp_path / f"{name}.safetensors")
-    timm_name = TIMM_NAMES[name]
+    timm_name = timm_counterparts()[name]
     reference = timm.create_model(timm_name, pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(path))).eval()
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():

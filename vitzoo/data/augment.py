@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..weights.pretrained_cfg import PretrainedCfg
+from ..pretrained_cfg import PretrainedCfg
 
 # ITU-R 601 luma weights, the usual RGB -> grayscale conversion (PIL's "L" mode uses them too).
 _LUMA = (0.299, 0.587, 0.114)

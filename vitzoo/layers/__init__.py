@@ -8,9 +8,9 @@ drop_path    stochastic depth
 block        the pre-norm encoder block that stacks the pieces above
 """
 
-from .attention import Attention
+from .attention import Attention, capture_attention
 from .block import Block
-from .drop_path import DropPath, drop_path
+from .drop_path import DropPath
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
 from .pos_embed import sincos_1d
@@ -18,9 +18,9 @@ from .helpers import to_2tuple
 
 __all__ = [
     "Attention",
+    "capture_attention",
     "Block",
     "DropPath",
-    "drop_path",
     "Mlp",
     "PatchEmbed",
     "patchify",

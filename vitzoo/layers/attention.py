@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks import check_heads
+
 
 class Attention(nn.Module):
     def __init__(
@@ -31,11 +33,7 @@ class Attention(nn.Module):
         proj_drop: float = 0.0,
     ) -> None:
         super().__init__()
-        if num_heads <= 0 or dim % num_heads:
-            raise ValueError(
-                f"embed_dim {dim} is not divisible by num_heads {num_heads}; "
-                "expected embed_dim to be a multiple of num_heads"
-            )
+        check_heads(dim, num_heads)
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5

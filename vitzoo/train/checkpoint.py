@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..weights.files import write_safetensors
+from ..atomic import write_safetensors
 from .ema import WeightEma
 
 CHECKPOINT_NAME = "checkpoint.safetensors"

@@ -38,7 +38,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputSpec
-from ..weights.files import write_json
+from ..atomic import write_json
 from . import distributed
 from .checkpoint import CHECKPOINT_NAME, TrainState, load_checkpoint, save_checkpoint
 from .ema import WeightEma

@@ -11,7 +11,8 @@ from typing import Any
 
 from torch import nn
 
-from ..weights.files import write_json
+from ..atomic import write_json
+from ..layout import save_pretrained
 
 RESULT_NAME = "train_result.json"
 
@@ -23,11 +24,6 @@ def export_pretrained(
     pcfg = getattr(model, "pretrained_cfg", None)
     if pcfg is not None:  # the labels travel with the weights (predict prints them)
         model.pretrained_cfg = pcfg.replace(num_classes=len(classes), label_names=tuple(classes))
-    if hasattr(model, "save_pretrained"):
-        model.save_pretrained(directory)
-    else:
-        from ..weights.save import save_pretrained
-
-        save_pretrained(model, directory)
+    save_pretrained(model, directory)
     write_json(directory / RESULT_NAME, extra)
     return directory

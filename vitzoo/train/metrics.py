@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..weights.files import atomic_path
+from ..atomic import atomic_path
 
 METRICS_NAME = "metrics.jsonl"
 CURVES_NAME = "curves.png"

@@ -1,4 +1,6 @@
-"""Pretrained weights: sources, converters between checkpoint layouts, adaptation, saving.
+"""Pretrained weights: reading every supported layout, converting its keys, adapting it to the
+model, writing it for timm. Nothing here knows the registry: a caller that has names to explain
+(vitzoo/builder.py) hands in a `resolve` function.
 
     model = vitzoo.create("vit_b16", pretrained=True)            # the registry's default source
     model = vitzoo.create("vit_b16", weights="hf-hub:org/repo")    # or any file / dir / hub / timm source
@@ -6,9 +8,9 @@
     model.save_pretrained("out/"); vitzoo.from_pretrained("out/")
     vitzoo.export(model, "timm", "vit_b16.safetensors")
 
-Modules: files (reading/writing, atomic), convert (key maps per layout), adapt (num_classes,
-img_size, in_chans), hub (huggingface_hub downloads), sources (what a source string means),
-load / save (the public functions), errors.
+Modules: files (reading checkpoints safely), keymaps (one key map per layout: where pretrained
+weights are converted), adapt (num_classes, img_size, in_chans), hub (huggingface_hub downloads),
+sources (what a source string means), load (into models), exporter (for timm), errors.
 """
 
 from .errors import (
@@ -20,12 +22,13 @@ from .errors import (
     WeightsNotCachedError,
     WeightsNotFoundError,
 )
-from .load import create_pretrained, from_pretrained, load_weights
-from .pretrained_cfg import PretrainedCfg
-from .save import convert, download, export, save_pretrained
+from .exporter import export
+from .load import build_pretrained, from_pretrained, load_weights
+from .sources import Architecture, Resolve, load_source
 
 __all__ = [
-    "PretrainedCfg",
+    "Architecture",
+    "Resolve",
     "UnknownFormatError",
     "WeightsDownloadError",
     "WeightsError",
@@ -33,11 +36,9 @@ __all__ = [
     "WeightsMismatchError",
     "WeightsNotCachedError",
     "WeightsNotFoundError",
-    "convert",
-    "create_pretrained",
-    "download",
+    "build_pretrained",
     "export",
     "from_pretrained",
+    "load_source",
     "load_weights",
-    "save_pretrained",
 ]

@@ -110,7 +110,7 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
         reason = "HF_HUB_OFFLINE is set" if offline else "the Hub could not be reached"
         raise WeightsNotCachedError(
             f"{where} is not in the local cache ({cache_dir()}) and {reason}. Fetch it beforehand while "
-            f"online with `vitzoo download {ref}` (or vitzoo.weights.download({str(ref)!r})), or pass a local "
+            f"online with `vitzoo download {ref}` (or vitzoo.download({str(ref)!r})), or pass a local "
             "file or directory as weights=..."
         ) from None
     except EntryNotFoundError:
@@ -138,6 +138,35 @@ def fetch_repo(ref: HubRef) -> tuple[Path, Path | None]:
         raise WeightsNotFoundError(f"{ref}: no weights file ({', '.join(WEIGHT_FILES)})")
     config = hub_file(ref, CONFIG_FILE, optional=True)
     return weights, config
+
+
+def fetch_source(source: str) -> list[Path]:
+    """Fetch "hf-hub:org/repo[@rev]" or "timm:<timm name>" into the hub cache (for offline use
+    later) and return the cached files: the weights, then config.json when the repo has one."""
+    if source.startswith(TIMM_PREFIX):
+        ref = timm_hub_ref(source[len(TIMM_PREFIX):])
+    elif source.startswith(HF_PREFIX):
+        ref = parse_hub_ref(source)
+    else:
+        raise ValueError(f"{source!r} is not a hub source: expected 'hf-hub:org/repo[@rev]' or 'timm:<model name>'")
+    weights, config = fetch_repo(ref)
+    return [weights] + ([config] if config is not None else [])
+
+
+def timm_hub_ref(name: str) -> HubRef:
+    """The Hub repository that timm's own loader downloads `name` ("arch.tag") from."""
+    import timm
+
+    try:
+        cfg = timm.models.get_pretrained_cfg(name)
+    except RuntimeError:
+        cfg = None
+    hub_id = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
+    if not hub_id:
+        raise WeightsNotFoundError(f"timm:{name}: timm knows no Hugging Face Hub weights for this name")
+    if hub_id.endswith("/"):  # timm writes "timm/" meaning "timm/<name>"
+        hub_id = hub_id + name
+    return parse_hub_ref(hub_id)
 
 
 def _status(e: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""Putting weights into models: `load_weights`, `create_pretrained` (behind `vitzoo.create`) and
+"""Putting weights into models: `load_weights`, `build_pretrained` (behind `vitzoo.create`) and
 `from_pretrained`.
 
 Models that receive a whole checkpoint are built on the meta device and the checkpoint tensors are
@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from ..layers import to_2tuple
+from ..model import ViTConfig, VisionTransformer
+from ..pretrained_cfg import PretrainedCfg, resolve_label_names
 from .adapt import FitReport, fit_state_dict
-from .errors import WeightsError, WeightsMismatchError
-from .pretrained_cfg import PretrainedCfg, resolve_label_names
-from .sources import SourceData, load_source
+from .errors import WeightsMismatchError
+from .sources import Resolve, SourceData, load_source
 
 logger = logging.getLogger("vitzoo.weights")
 
 Source = str | os.PathLike[str]
 
 
-def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
+def load_weights(model: nn.Module, source: Source, *, strict: bool = True, resolve: Resolve | None = None) -> FitReport:
     """Load `source` (file, directory, "hf-hub:org/repo[@rev]" or "timm:<name>") into `model`.
 
     The checkpoint is adapted to the model where that is well defined (num_classes, img_size,
@@ -33,47 +35,42 @@ def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> Fi
     WeightsMismatchError. A source that states a LayerNorm eps (transformers: 1e-12) sets it on
     the model and in `model.config`.
     strict=False loads the keys that fit and reports the rest in the returned FitReport."""
-    data = load_source(source)
+    data = load_source(source, resolve)
     return _load_into(model, data, strict=strict, assign=_on_meta(model))
 
 
-def create_pretrained(
-    entry: Any, pcfg: PretrainedCfg | None, *, weights: Source | None = None, pretrained: bool = False, **overrides: Any
+def build_pretrained(
+    build: Callable[..., nn.Module],
+    source: Source,
+    *,
+    base_cfg: PretrainedCfg | None = None,
+    architecture: str | None = None,
+    resolve: Resolve | None = None,
+    **overrides: Any,
 ) -> nn.Module:
-    """`vitzoo.create(name, pretrained=True | weights=...)`: build the entry's model on the meta
-    device and fill it from the source (the registry's default / tagged source, or `weights`).
-    `pretrained` is implied: this is only called when weights are wanted."""
-    if weights is None:
-        if pcfg is None or pcfg.source is None:
-            raise WeightsError(
-                f"model {entry.name!r} has no pretrained weights registered; pass weights=<file, directory, "
-                "'hf-hub:org/repo' or 'timm:<name>'> (vitzoo.list_models(pretrained=True) lists names with weights)"
-            )
-        source: Source = pcfg.source
-    else:
-        source = weights
-    data = load_source(source)
-    # The checkpoint decides what the user left open: its class count and its LayerNorm eps.
+    """`build(**overrides)` on the meta device, filled from `source`. The checkpoint decides what
+    `overrides` leave open (its class count, its LayerNorm eps); `base_cfg` is the preprocessing
+    the source's own config refines; `architecture` is recorded for save_pretrained."""
+    data = load_source(source, resolve)
     carried: dict[str, Any] = {}
     if "num_classes" not in overrides:
         carried["num_classes"] = data.config.get("num_classes", 0)
     if "norm_eps" not in overrides and "norm_eps" in data.declared:
         carried["norm_eps"] = data.config["norm_eps"]
     with torch.device("meta"):
-        model = entry.builder(**overrides, **carried)
+        model = build(**overrides, **carried)
     _load_into(model, data, strict=True, assign=True)
-    base = pcfg if (weights is None and pcfg is not None) else entry.default_cfg
-    model.pretrained_cfg = _pretrained_cfg(base, data, model)
-    model.architecture = entry.name  # recorded in save_pretrained's config.json
+    model.pretrained_cfg = _pretrained_cfg(base_cfg, data, model)
+    if architecture is not None:
+        model.architecture = architecture
     return model
 
 
-def from_pretrained(source: Source) -> nn.Module:
+def from_pretrained(source: Source, resolve: Resolve | None = None) -> nn.Module:
     """A model rebuilt from a saved directory (vitzoo, transformers or timm layout), a file whose
-    layout names the architecture, or "hf-hub:org/repo[@rev]"; the config comes from the source."""
-    from ..model import ViTConfig, VisionTransformer
-
-    data = load_source(source)
+    layout names the architecture, or "hf-hub:org/repo[@rev]"; the config comes from the source
+    (and, for a named architecture, from what `resolve` says of it)."""
+    data = load_source(source, resolve)
     fields = {k: v for k, v in data.config.items() if not k.startswith("_")}
     if "num_heads" not in data.declared:
         raise WeightsMismatchError(
@@ -89,12 +86,8 @@ def from_pretrained(source: Source) -> nn.Module:
     _load_into(model, data, strict=True, assign=True)
     base: PretrainedCfg | None = None
     if data.architecture:
-        from ..registry import UnknownModelError, get_entry
-
-        try:
-            base = get_entry(data.architecture).default_cfg
-        except UnknownModelError:
-            base = None
+        arch = resolve(data.architecture) if resolve is not None else None
+        base = arch.default_cfg if arch is not None else None
         model.architecture = data.architecture
     model.pretrained_cfg = _pretrained_cfg(base, data, model)
     return model
@@ -156,8 +149,6 @@ def _pretrained_cfg(base: PretrainedCfg | None, data: SourceData, model: nn.Modu
     config = getattr(model, "config", None)
     if config is None:
         return cfg
-    from ..layers import to_2tuple
-
     labels = resolve_label_names(cfg)
     if config.num_classes != ckpt_classes or (labels is not None and len(labels) != config.num_classes):
         labels = None

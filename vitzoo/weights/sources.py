@@ -9,6 +9,10 @@ A source is one of
 
 The config.json next to the weights tells the architecture fields no tensor shape reveals (head
 count, LayerNorm eps, the source grid for non-square images) and the preprocessing/labels.
+
+When a source names an architecture (vitzoo's "architecture", timm's "architecture") rather than
+stating its fields, a `Resolve` callable handed in by the caller says what that name means;
+vitzoo/builder.py passes one that asks the registry. This layer never imports the registry.
 """
 
 from __future__ import annotations
@@ -16,15 +20,35 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from .convert import TRANSFORMERS_EPS, infer_config_fields, to_vitzoo
-from .errors import WeightsError, WeightsFileError, WeightsMismatchError, WeightsNotFoundError
+from .. import layout
+from ..layers import to_2tuple
+from ..model import ViTConfig
+from ..pretrained_cfg import PretrainedCfg
+from .errors import WeightsFileError, WeightsMismatchError, WeightsNotFoundError
 from .files import StateDict, read_checkpoint, read_json
 from .hub import HF_PREFIX, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref
+from .keymaps import TRANSFORMERS_EPS, infer_config_fields, to_vitzoo
 
-VITZOO_FORMAT = "vitzoo"  # the "format" value in our config.json
 LOCAL_WEIGHT_FILES = (*WEIGHT_FILES, "model.pth", "model.npz")
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a named architecture means, as the caller's registry knows it."""
+
+    name: str  # the vitzoo name
+    config: dict[str, Any] | None  # its ViTConfig fields (None: its builder makes no ViT)
+    default_cfg: PretrainedCfg | None  # its preprocessing without weights
+
+
+# A vitzoo name, or a timm architecture name ("vit_base_patch16_224"), -> what it is, or None.
+Resolve = Callable[[str], "Architecture | None"]
+
+
+def _no_names(name: str) -> Architecture | None:
+    return None
 
 
 @dataclass
@@ -45,12 +69,13 @@ class SourceData:
         return set(self.config.get("_declared", ()))
 
 
-def load_source(source: str | os.PathLike[str]) -> SourceData:
-    """Read any supported source (see the module docstring)."""
+def load_source(source: str | os.PathLike[str], resolve: Resolve | None = None) -> SourceData:
+    """Read any supported source (see the module docstring); `resolve` explains architecture names."""
+    resolve = resolve or _no_names
     if isinstance(source, str) and source.startswith(HF_PREFIX):
         ref = parse_hub_ref(source)
         weights, config = fetch_repo(ref)
-        data = _from_files(weights, config, label=str(ref))
+        data = _from_files(weights, config, label=str(ref), resolve=resolve)
         data.pretrained.setdefault("source", str(ref))
         return data
     if isinstance(source, str) and source.startswith(TIMM_PREFIX):
@@ -63,16 +88,16 @@ def load_source(source: str | os.PathLike[str]) -> SourceData:
             raise WeightsNotFoundError(
                 f"directory {str(path)!r} has no weights file; expected one of {', '.join(LOCAL_WEIGHT_FILES)}"
             )
-        return _from_files(weights, config if config.is_file() else None, label=str(weights))
+        return _from_files(weights, config if config.is_file() else None, label=str(weights), resolve=resolve)
     if path.is_file():
-        return _from_files(path, None, label=str(path))
+        return _from_files(path, None, label=str(path), resolve=resolve)
     raise WeightsNotFoundError(
         f"weights source {str(source)!r} is neither an existing file or directory, nor 'hf-hub:org/repo[@rev]', "
         "nor 'timm:<model name>'"
     )
 
 
-def _from_files(weights: Path, config_path: Path | None, *, label: str) -> SourceData:
+def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve: Resolve) -> SourceData:
     raw = read_checkpoint(weights)
     converted = to_vitzoo(raw, file=label)
     del raw
@@ -81,7 +106,7 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str) -> Sourc
     declared: dict[str, Any] = dict(converted.hints)
     if config_path is not None:
         cfg = read_json(config_path)
-        if cfg.get("format") == VITZOO_FORMAT:
+        if cfg.get("format") == layout.FORMAT:
             declared.update(_vitzoo_config(cfg, config_path))
             data.pretrained = dict(cfg.get("pretrained_cfg") or {})
             data.architecture = cfg.get("architecture")
@@ -89,15 +114,16 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str) -> Sourc
             declared.update(_transformers_config(cfg, config_path))
             data.pretrained = _transformers_labels(cfg, fields.get("num_classes", 0))
         elif "architecture" in cfg:
-            more, data.pretrained, data.architecture = _timm_config(cfg, config_path)
+            more, data.pretrained, data.architecture = _timm_config(cfg, resolve)
             declared.update(more)
         else:
             raise WeightsFileError(
                 f"{str(config_path)!r} is not a config vitzoo knows: expected a vitzoo config (\"format\": "
                 "\"vitzoo\"), a transformers ViT/DeiT config (\"model_type\") or a timm config (\"architecture\")"
             )
-    if "num_heads" not in declared:
-        arch_cfg = _registered_config(data.architecture)
+    if "num_heads" not in declared and data.architecture:
+        arch = resolve(data.architecture)
+        arch_cfg = arch.config if arch is not None else None
         if arch_cfg is not None:
             for name in ("num_heads", "norm_eps", "global_pool", "pos_embed"):
                 declared.setdefault(name, arch_cfg[name])
@@ -105,8 +131,6 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str) -> Sourc
     # Fields stated by a config win over those read off the shapes; shapes decide the rest.
     fields.update({k: v for k, v in declared.items() if k != "_declared"})
     if img is not None and "patch_size" in fields:
-        from ..layers import to_2tuple
-
         (h, w), (ph, pw) = to_2tuple(img), to_2tuple(fields["patch_size"])
         data.src_grid = (h // ph, w // pw)
     fields["_declared"] = sorted(declared)
@@ -115,8 +139,6 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str) -> Sourc
 
 
 def _vitzoo_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
-    from ..model import ViTConfig
-
     try:
         return ViTConfig.from_dict(cfg.get("config") or {}).to_dict()
     except (TypeError, ValueError) as e:
@@ -159,11 +181,9 @@ def _transformers_labels(cfg: dict[str, Any], num_classes: int) -> dict[str, Any
     return out
 
 
-def _timm_config(cfg: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any], str | None]:
-    from ..zoo import TIMM_NAMES
-
-    arch = str(cfg["architecture"]).split(".")[0]
-    ours = {timm: name for name, timm in TIMM_NAMES.items()}.get(arch)
+def _timm_config(cfg: dict[str, Any], resolve: Resolve) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    arch = resolve(str(cfg["architecture"]).split(".")[0])
+    ours = arch.name if arch is not None else None
     fields: dict[str, Any] = {}
     args = dict(cfg.get("model_args") or {})
     for key in ("img_size", "patch_size", "in_chans", "embed_dim", "depth", "num_heads", "mlp_ratio", "qkv_bias",
@@ -181,17 +201,6 @@ def _timm_config(cfg: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[
     if "label_names" not in pretrained and cfg.get("label_names"):
         pretrained["label_names"] = cfg["label_names"]
     return fields, pretrained, ours
-
-
-def _registered_config(name: str | None) -> dict[str, Any] | None:
-    if not name:
-        return None
-    from ..registry import UnknownModelError, get_entry
-
-    try:
-        return get_entry(name).resolve_config().to_dict()
-    except (UnknownModelError, WeightsError):
-        return None
 
 
 def _from_timm(name: str) -> SourceData:

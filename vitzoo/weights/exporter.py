@@ -1,0 +1,42 @@
+"""Writing a vitzoo model for another library: `export(model, "timm", path)` gives a safetensors
+file that timm's own loader reads with identical logits (`"vitzoo"` is `save_pretrained`, see
+vitzoo/layout.py). Reading other layouts is vitzoo/weights/keymaps.py's job.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from torch import nn
+
+from ..atomic import write_safetensors
+from ..layout import save_pretrained
+from .errors import WeightsMismatchError
+from .keymaps import to_timm
+
+EXPORT_FORMATS = ("timm", "vitzoo")
+
+
+def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
+    """Write `model` for another library. "timm": a safetensors file that
+    `timm.create_model(<timm name>, pretrained=True, pretrained_cfg_overlay=dict(file=path))` loads
+    with identical logits; "vitzoo": `save_pretrained` into the directory `path`."""
+    if format == "vitzoo":
+        return save_pretrained(model, path)
+    if format != "timm":
+        raise ValueError(f"unknown export format {format!r}; expected one of {', '.join(EXPORT_FORMATS)}")
+    config = getattr(model, "config", None)
+    if config is not None:
+        problems = []
+        if getattr(config, "pos_embed", "learned") != "learned":
+            problems.append("fixed sincos position embedding (timm's ViT learns it)")
+        if not getattr(config, "final_norm", True):
+            problems.append("no final LayerNorm")
+        if problems:
+            raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
+    state = to_timm(model.state_dict(), what=f"{type(model).__name__} {getattr(model, 'architecture', '') or ''}".strip())
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(f"export to timm writes a safetensors file: expected a path ending in .safetensors, got {str(path)!r}")
+    return write_safetensors(path, state, metadata={"format": "pt"})
