@@ -4,7 +4,7 @@
     python benchmarks/accuracy.py --goals speed sample  # a subset
     python benchmarks/accuracy.py --threads 1           # a busy machine: see below
 
-Goals (issue 4):
+Goals, each reported as met or not (docs/recipes.md and docs/measurements.md keep past results):
   fashion  vit_mnist from scratch on full Fashion-MNIST: >= 92.0% test accuracy, <= 10 min training
   sample   vit_mnist on the embedded MNIST sample (4,000 digits): >= 97.5% on its 1,000 test digits, <= 3 min
   tiny     vit_mnist_tiny (the tutorial's model) on the sample: >= 92%, <= 1 min

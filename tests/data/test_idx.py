@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitzoo.data import IdxFormatError, SAMPLE_DIR, read_idx, write_idx
+from vitzoo.data import SAMPLE_DIR, IdxFormatError, read_idx, write_idx
 
 
 @pytest.mark.parametrize("name", ["images-idx3-ubyte", "images-idx3-ubyte.gz"])
@@ -37,7 +37,7 @@ def test_multibyte_values_are_big_endian(tmp_path: Path) -> None:
 def test_bad_magic_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "not-idx"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(20))
-    with pytest.raises(IdxFormatError, match="not-idx.*magic"):
+    with pytest.raises(IdxFormatError, match=r"not-idx.*magic"):
         read_idx(bad)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 import threading
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -70,7 +69,7 @@ def test_missing_files_offline_say_where_we_looked(tmp_path: Path) -> None:
 def test_mismatched_label_count_is_an_error(tmp_path: Path) -> None:
     _fake_raw(tmp_path, gz=False)
     write_idx(tmp_path / STEMS[1], torch.zeros(5, dtype=torch.uint8))
-    with pytest.raises(ValueError, match="train-labels-idx1-ubyte.*expected 12 labels"):
+    with pytest.raises(ValueError, match=r"train-labels-idx1-ubyte.*expected 12 labels"):
         load_mnist("mnist", tmp_path, download=False)
 
 
@@ -87,13 +86,15 @@ def local_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tensors = _fake_raw(served, gz=True)
     resources = [(s + ".gz", hashlib.md5((served / (s + ".gz")).read_bytes()).hexdigest()) for s in STEMS]
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(SimpleHTTPRequestHandler, directory=str(served)))
-    SimpleHTTPRequestHandler.log_message = lambda *a, **k: None
+    monkeypatch.setattr(SimpleHTTPRequestHandler, "log_message", lambda *a, **k: None)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     monkeypatch.setattr(torchvision.datasets.MNIST, "mirrors", [f"http://127.0.0.1:{server.server_port}/"])
     monkeypatch.setattr(torchvision.datasets.MNIST, "resources", resources)
     yield tensors
     server.shutdown()
+    server.server_close()
+    thread.join()
 
 
 def test_download_goes_through_torchvision(tmp_path: Path, local_mirror: dict[str, torch.Tensor]) -> None:
@@ -108,5 +109,5 @@ def test_download_goes_through_torchvision(tmp_path: Path, local_mirror: dict[st
 def test_failed_download_explains_the_offline_route(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Port 9 (discard) on localhost refuses the connection at once.
     monkeypatch.setattr(torchvision.datasets.MNIST, "mirrors", ["http://127.0.0.1:9/"])
-    with pytest.raises(DatasetNotFoundError, match="downloading them failed.*--data-dir"):
+    with pytest.raises(DatasetNotFoundError, match=r"downloading them failed.*--data-dir"):
         load_mnist("mnist", tmp_path, download=True)

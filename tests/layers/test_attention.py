@@ -13,7 +13,7 @@ from vitzoo.layers import Attention
 def reference_attention(attn: Attention, x: torch.Tensor) -> torch.Tensor:
     """The textbook computation: separate q, k, v projections (rows [q | k | v] of the fused
     weight), one softmax per head, heads concatenated, output projection."""
-    B, N, D = x.shape
+    _B, _N, D = x.shape
     H = attn.num_heads
     d = D // H
     w, b = attn.qkv.weight, attn.qkv.bias

@@ -30,7 +30,7 @@ def test_captured_weights_are_the_softmax_of_scaled_scores():
         out = attn(x)
     assert len(maps) == 1 and maps[0].shape == (2, 3, 5, 5)
     # Recompute the weights by hand from the fused qkv projection (rows [q | k | v]).
-    q, k, v = attn.qkv(x).reshape(2, 5, 3, 3, 4).permute(2, 0, 3, 1, 4)
+    q, k, _v = attn.qkv(x).reshape(2, 5, 3, 3, 4).permute(2, 0, 3, 1, 4)
     expected = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(4), dim=-1)
     torch.testing.assert_close(maps[0], expected)
     torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 3, 5))

@@ -30,8 +30,9 @@ def main(argv: list[str]) -> int:
         configure_finetune_parser(parser)
         return run_finetune(parser.parse_args(rest))
     if mode == "ddp":
-        from safetensors.torch import save_file
         import os
+
+        from safetensors.torch import save_file
 
         out = rest[0]
         full = load_mnist_sample()

@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_model
 from safetensors.torch import save_file
 
 from vitzoo.train import CheckpointError, TrainState, WarmupCosine, load_checkpoint, param_groups, save_checkpoint
-
-from conftest import tiny_model
 
 
 def _setup(seed: int):
@@ -71,7 +70,7 @@ def test_other_model_is_refused(tmp_path: Path) -> None:
     save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={})
     other = tiny_model(depth=1)
     other_opt = torch.optim.AdamW(param_groups(other, weight_decay=0.05), lr=1e-3)
-    with pytest.raises(CheckpointError, match="does not fit this model.*unexpected.*blocks.1"):
+    with pytest.raises(CheckpointError, match=r"does not fit this model.*unexpected.*blocks\.1"):
         load_checkpoint(tmp_path / "ck.safetensors", model=other, optimizer=other_opt,
                         scheduler=WarmupCosine(other_opt, peak_lr=1e-3, warmup_steps=0, total_steps=1))
 

@@ -30,7 +30,7 @@ def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
-        raise AssertionError("torchrun with 2 processes did not finish in 120 s:\n" + output[-3000:])
+        raise AssertionError("torchrun with 2 processes did not finish in 120 s:\n" + output[-3000:]) from None
     assert proc.returncode == 0, output[-3000:]
     rank0, rank1 = load_file(tmp_path / "rank0.safetensors"), load_file(tmp_path / "rank1.safetensors")
     assert rank0.keys() == rank1.keys()

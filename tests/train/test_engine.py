@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY, tiny_model
 
 import vitzoo
 from vitzoo.data import DataSplits
 from vitzoo.train import CHECKPOINT_NAME, TrainConfig, evaluate_split, fit
-
-from conftest import TINY, tiny_model
 
 CONFIG = dict(epochs=2, batch_size=32, lr=3e-3, progress=False, seed=7)
 
@@ -34,7 +33,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, small_splits: DataSplits
 
 
 def test_fit_learns_and_writes_the_run_directory(reference, small_splits: DataSplits) -> None:
-    model, result, out = reference
+    _model, result, out = reference
     assert not result.interrupted and len(result.history) == 2
     assert result.best_acc > 0.2  # 10 classes: chance is 0.10 (26 steps of a 2-block model; seeded)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -88,7 +87,7 @@ def test_ctrl_c_mid_epoch_then_resume_reaches_identical_weights(reference, small
     assert not result.interrupted
     assert _same_weights(ref_model, resumed)
     # the epoch split across the interruption reports the same numbers as the uninterrupted one
-    for a, b in zip(result.history, ref_result.history):
+    for a, b in zip(result.history, ref_result.history, strict=True):
         assert (a["train_loss"], a["val_acc"], a["step"]) == (b["train_loss"], b["val_acc"], b["step"])
 
 
@@ -123,7 +122,7 @@ def test_distilled_model_and_layer_decay(small_splits: DataSplits, tmp_path: Pat
 
 
 def test_class_count_mismatch_is_reported(small_splits: DataSplits, tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="5 output classes.*10.*num_classes=10"):
+    with pytest.raises(ValueError, match=r"5 output classes.*10.*num_classes=10"):
         fit(tiny_model(num_classes=5), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path)
 
 
@@ -155,9 +154,25 @@ def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits:
             os.kill(os.getpid(), signal.SIGINT)
 
     assert fit(tiny_model(), small_splits, config=config, out_dir=tmp_path / "cut", on_step=interrupt).interrupted
-    with pytest.raises(CheckpointError, match="with a weight average.*without one"):
+    with pytest.raises(CheckpointError, match=r"with a weight average.*without one"):
         fit(tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "cut", resume=True)
     fit(tiny_model(seed=5), small_splits, config=config, out_dir=tmp_path / "cut", resume=True)
     resumed = load_file(str(tmp_path / "cut" / CHECKPOINT_NAME))
     assert resumed.keys() == saved.keys()
     assert all(torch.equal(resumed[k], saved[k]) for k in saved)  # weights, average, optimizer, RNG
+
+
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("epochs", 0, "an int >= 1"),
+        ("min_lr_ratio", 1.5, r"a float in \[0, 1\]"),
+        ("label_smoothing", 1.0, r"a float in \[0, 1\)"),
+        ("amp", "fp16", "'auto', 'bf16' or 'off'"),
+        ("ema_decay", 1.0, r"None or a float in \(0, 1\)"),
+        ("threads", 0, "None or an int >= 1"),
+    ],
+)
+def test_invalid_train_config_names_the_field_and_what_it_expects(field: str, value: object, expected: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{field}={value!r} is invalid; expected {expected}"):
+        TrainConfig(**{field: value})

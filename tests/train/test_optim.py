@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import tiny_model
 
 from vitzoo.train import WarmupCosine, freeze_backbone, param_groups, warmup_cosine
-
-from conftest import tiny_model
 
 
 def _names(groups: list[dict], decay: bool) -> set[str]:

@@ -136,8 +136,8 @@ def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist
     a, b = load_file(killed / "checkpoint.safetensors"), load_file(reference / "checkpoint.safetensors")
     model_keys = [k for k in a if k.startswith("model.")]
     assert model_keys and all(torch.equal(a[k], b[k]) for k in model_keys)
-    assert [json.loads(l)["val_acc"] for l in (killed / "metrics.jsonl").read_text().splitlines()] == [
-        json.loads(l)["val_acc"] for l in (reference / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["val_acc"] for line in (killed / "metrics.jsonl").read_text().splitlines()] == [
+        json.loads(line)["val_acc"] for line in (reference / "metrics.jsonl").read_text().splitlines()
     ]
 
 

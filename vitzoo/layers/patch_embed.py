@@ -84,7 +84,8 @@ class PatchEmbed(nn.Module):
         # token matrix, so the flatten + transpose below is a free view of contiguous tokens.
         # From NCHW it would be a strided view, and without a class token (whose concatenation
         # copies) every residual add and LayerNorm of the encoder would then work on transposed
-        # memory: vit_mnist trains ~8% faster this way. Same values up to float rounding.
+        # memory, which costs vit_mnist's training measurably (docs/measurements.md). Same values
+        # up to float rounding.
         x = x.to(memory_format=torch.channels_last)
         if self.stem is not None:
             x = self.stem(x)  # (B, c_last, H / 2^n, W / 2^n), rounded up

@@ -9,7 +9,15 @@ and the example scripts.
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, TrainState, load_checkpoint, save_checkpoint
 from .cli import configure_eval_parser, configure_finetune_parser, recipe_defaults, run_eval, run_finetune
 from .engine import (
-    EvalResult, FitResult, TrainConfig, build_transforms, evaluate, evaluate_split, fit, make_optimizer, train_step,
+    EvalResult,
+    FitResult,
+    TrainConfig,
+    build_transforms,
+    evaluate,
+    evaluate_split,
+    fit,
+    make_optimizer,
+    train_step,
 )
 from .export import export_pretrained
 from .optim import WarmupCosine, freeze_backbone, param_groups, warmup_cosine

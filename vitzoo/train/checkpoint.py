@@ -144,7 +144,7 @@ def load_checkpoint(
         opt_state.setdefault(int(index), {}).update(scalars)
     groups = meta["param_groups"]
     if len(groups) != len(optimizer.param_groups) or any(
-        len(g["params"]) != len(h["params"]) for g, h in zip(groups, optimizer.param_groups)
+        len(g["params"]) != len(h["params"]) for g, h in zip(groups, optimizer.param_groups, strict=True)
     ):
         raise CheckpointError(
             f"checkpoint {path} was written with different optimizer parameter groups "

@@ -6,7 +6,8 @@ One engine serves the CLI (`vitzoo finetune`, `vitzoo eval`) and the example scr
   (optim.py), per-step warmup + cosine schedule, label smoothing, gradient-norm clipping;
 * optional linear probe (frozen backbone) and layer-wise lr decay for pretrained models;
 * bf16 autocast only where it helps: on CUDA; on CPU `amp="auto"` stays fp32, because bf16
-  autocast makes these small models several times slower there (benchmarks/accuracy.py measures it);
+  autocast makes these small models slower there (benchmarks/accuracy.py measures it,
+  docs/measurements.md has the figures);
 * `seed` fixes initial order, augmentation and dropout: a run is repeatable, and a run resumed
   from a checkpoint reaches bit-identical weights (batches are a function of (seed, epoch, step)
   and the checkpoint holds optimizer, schedule and RNG state);
@@ -16,6 +17,10 @@ One engine serves the CLI (`vitzoo finetune`, `vitzoo eval`) and the example scr
   epoch and on Ctrl-C (first Ctrl-C: finish the step, save, stop; second: abort), the best
   model exported as a loadable pretrained directory (`best/`);
 * under torchrun: DistributedDataParallel, each rank its own data slice, rank 0 writes.
+
+`fit` reads as the loop it runs: `setup_run` builds a `Run` (model, loaders, optimizer,
+schedule, state), then each epoch is `train_one_epoch` (the steps) and `end_epoch` (evaluate,
+metrics, best export, checkpoint); `train_step` and `evaluate` are the pieces those call.
 """
 
 from __future__ import annotations
@@ -28,17 +33,19 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputSpec
 from ..atomic import write_json
+from ..checks import check_fields
+from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputSpec
 from . import distributed
 from .checkpoint import CHECKPOINT_NAME, TrainState, load_checkpoint, save_checkpoint
 from .ema import WeightEma
@@ -75,7 +82,7 @@ class TrainConfig:
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
 
     def __post_init__(self) -> None:
-        checks = [
+        check_fields(self, [
             (self.epochs >= 1, "epochs", "an int >= 1"),
             (self.batch_size >= 1, "batch_size", "an int >= 1"),
             (self.lr > 0, "lr", "a positive float"),
@@ -91,10 +98,7 @@ class TrainConfig:
             (0 <= self.erase <= 1, "erase", "a probability in [0, 1]"),
             (self.ema_decay is None or 0 < self.ema_decay < 1, "ema_decay", "None or a float in (0, 1), e.g. 0.9995"),
             (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
-        ]
-        for ok, name, expected in checks:
-            if not ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} is invalid; expected {expected}")
+        ])
 
 
 @dataclass
@@ -129,9 +133,9 @@ def resolve_device(name: str, info: distributed.DistInfo | None = None) -> torch
 
 def make_optimizer(groups: list[dict], *, lr: float, device: torch.device) -> torch.optim.AdamW:
     """AdamW, fused into one kernel per step where PyTorch has one for the device (CPU and CUDA
-    since torch 2.4): on CPU the default per-parameter loop costs vit_mnist ~4% of each step
-    (benchmarks/accuracy.py, speed). Same update rule, same state dict, so checkpoints and
-    --resume do not depend on it."""
+    since torch 2.4): on CPU the default per-parameter loop is a measurable share of a small
+    model's step (benchmarks/accuracy.py, speed; docs/measurements.md). Same update rule, same
+    state dict, so checkpoints and --resume do not depend on it."""
     fused = device.type in ("cpu", "cuda") and all(
         p.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64) for g in groups for p in g["params"]
     )
@@ -141,7 +145,7 @@ def make_optimizer(groups: list[dict], *, lr: float, device: torch.device) -> to
 def use_bf16(amp: str, device: torch.device) -> bool:
     if amp == "bf16":
         return True
-    if amp == "auto":  # on CPU bf16 autocast is measured to be much slower for these models
+    if amp == "auto":  # on CPU bf16 autocast is slower for these models (docs/measurements.md)
         return device.type == "cuda" and torch.cuda.is_bf16_supported()
     return False
 
@@ -252,17 +256,80 @@ class _StopFlag:
         self.requested = True
         tqdm.write("\ninterrupt: finishing this step and saving a checkpoint (Ctrl-C again to abort)")
 
-    def __enter__(self) -> "_StopFlag":
+    def __enter__(self) -> _StopFlag:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handler)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
 
 
 # ----------------------------------------------------------------------------- fit
+@dataclass
+class Run:
+    """One training run as `fit` drives it: what `setup_run` builds once, and what changes.
+
+    `model` is the plain module (checkpoints, EMA updates, exports); `ddp_model` is what the
+    steps call (the same module, or its DistributedDataParallel wrapper under torchrun); `state`
+    is what a checkpoint saves, `history` the metrics of the finished epochs."""
+
+    config: TrainConfig
+    splits: DataSplits
+    out_dir: Path
+    dist: distributed.DistInfo
+    device: torch.device
+    bf16: bool
+    model: nn.Module
+    ddp_model: nn.Module
+    ema: WeightEma | None
+    optimizer: torch.optim.Optimizer
+    scheduler: WarmupCosine
+    trainable: list[torch.Tensor]
+    train_loader: BatchLoader
+    val_loader: BatchLoader
+    info: dict[str, Any]  # run.json, also stored in every checkpoint
+    state: TrainState = field(default_factory=TrainState)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best_dir: Path | None = None
+    train_seconds: float = 0.0
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.out_dir / CHECKPOINT_NAME
+
+    @property
+    def eval_model(self) -> nn.Module:
+        """The model that gets evaluated and exported: the weight average when there is one."""
+        return self.ema.module if self.ema is not None else self.model
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.train_loader)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+
+    def evaluate(self, model: nn.Module) -> EvalResult:
+        return evaluate(
+            model, self.val_loader, num_classes=self.splits.train.num_classes, device=self.device, bf16=self.bf16,
+            info=self.dist,
+        )
+
+    def save_checkpoint(self) -> None:
+        if self.dist.is_main:
+            save_checkpoint(
+                self.checkpoint_path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                state=self.state, run_info=self.info, ema=self.ema,
+            )
+
+    def log(self, message: str) -> None:
+        """Print on rank 0 only, above any progress bar."""
+        if self.dist.is_main:
+            tqdm.write(message)
+
+
 def fit(
     model: nn.Module,
     splits: DataSplits,
@@ -278,19 +345,112 @@ def fit(
     `out_dir` receives checkpoint.safetensors, metrics.jsonl, curves.png, run.json and best/.
     `resume=True` continues from out_dir's checkpoint. `on_step(epoch, step)` is called after
     every optimizer step (progress hooks, tests)."""
-    info = distributed.setup(resolve_device(config.device).type)
-    device = resolve_device(config.device, info)
+    run = setup_run(model, splits, config=config, out_dir=out_dir, resume=resume, run_info=run_info)
+    interrupted = False
+    with _StopFlag() as stop:
+        while run.state.epoch < config.epochs and not interrupted:
+            epoch = run.state.epoch
+            if train_one_epoch(run, stop, on_step=on_step):  # Ctrl-C inside the epoch
+                run.save_checkpoint()
+                run.log(
+                    f"stopped at epoch {epoch + 1}, step {run.state.step}; checkpoint saved to "
+                    f"{run.checkpoint_path} (continue with --resume)"
+                )
+                interrupted = True
+                break
+            end_epoch(run)
+            if _should_stop(stop.requested, run.dist):  # Ctrl-C in the last step or at the end of the epoch
+                interrupted = run.state.epoch < config.epochs
+                if interrupted:
+                    run.log(f"stopped after epoch {epoch + 1}; checkpoint saved to {run.checkpoint_path} (continue with --resume)")
+    distributed.teardown(run.dist)
+    return FitResult(
+        out_dir=run.out_dir, best_acc=run.state.best_acc, best_epoch=run.state.best_epoch,
+        final_acc=run.history[-1]["val_acc"] if run.history else math.nan, history=run.history,
+        interrupted=interrupted, best_dir=run.best_dir, train_seconds=run.train_seconds,
+    )
+
+
+def setup_run(
+    model: nn.Module,
+    splits: DataSplits,
+    *,
+    config: TrainConfig,
+    out_dir: str | os.PathLike[str],
+    resume: bool = False,
+    run_info: dict[str, Any] | None = None,
+) -> Run:
+    """Everything before the first step: join the processes, check the arguments, seed, build
+    loaders, optimizer and schedule, restore the checkpoint when resuming, write run.json and wrap
+    the model for DDP. Errors come before anything but the run directory is written."""
+    dist = distributed.setup(resolve_device(config.device).type)
+    device = resolve_device(config.device, dist)
     out_dir = Path(out_dir)
-    ckpt_path = out_dir / CHECKPOINT_NAME
-    if info.is_main:
+    _check_fit_arguments(model, splits, config, out_dir, resume=resume, dist=dist)
+    if config.threads is not None:
+        # Small models gain little from a second thread, and on a machine whose cores are busy
+        # OpenMP threads waiting for each other make every step several times slower.
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    if config.linear_probe:
+        freeze_backbone(model)
+    model.to(device)
+    ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
+    bf16 = use_bf16(config.amp, device)
+    train_loader, val_loader = _make_loaders(model, splits, config, dist)
+    groups = param_groups(model, weight_decay=config.weight_decay, layer_decay=config.layer_decay)
+    optimizer = make_optimizer(groups, lr=config.lr, device=device)
+    steps_per_epoch = len(train_loader)
+    scheduler = WarmupCosine(
+        optimizer, peak_lr=config.lr, warmup_steps=round(config.warmup_epochs * steps_per_epoch),
+        total_steps=config.epochs * steps_per_epoch, min_lr_ratio=config.min_lr_ratio,
+    )
+    info = {
+        **(run_info or {}),
+        "data": splits.name,
+        "classes": list(splits.classes),
+        "train_images": len(splits.train),
+        "val_images": len(splits.val),
+        "world_size": dist.world_size,
+        "device": str(device),
+        "bf16": bf16,
+        "train_config": dataclasses.asdict(config),
+        "model_config": model.config.to_dict() if hasattr(model, "config") else None,
+    }
+    run = Run(
+        config=config, splits=splits, out_dir=out_dir, dist=dist, device=device, bf16=bf16, model=model,
+        ddp_model=model, ema=ema, optimizer=optimizer, scheduler=scheduler,
+        trainable=[p for g in groups for p in g["params"]], train_loader=train_loader, val_loader=val_loader,
+        info=info,
+    )
+    if resume:
+        run.state, _ = load_checkpoint(run.checkpoint_path, model=model, optimizer=optimizer, scheduler=scheduler, ema=ema)
+        run.history = [r for r in read_metrics(out_dir / METRICS_NAME) if r["epoch"] < run.state.epoch]
+        run.log(f"resuming {out_dir} at epoch {run.state.epoch + 1}, step {run.state.step} of {steps_per_epoch}")
+    if dist.is_main:
+        write_json(out_dir / "run.json", info)
+    if dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        run.ddp_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    run.best_dir = out_dir / BEST_DIR if (out_dir / BEST_DIR).is_dir() else None
+    run.train_seconds = sum(r.get("epoch_time_s", 0.0) for r in run.history)
+    return run
+
+
+def _check_fit_arguments(
+    model: nn.Module, splits: DataSplits, config: TrainConfig, out_dir: Path, *, resume: bool, dist: distributed.DistInfo
+) -> None:
+    """Refuse to overwrite a run, a batch the processes cannot share, and a head that does not fit the data."""
+    if dist.is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
-        if ckpt_path.exists() and not resume:
+        if (out_dir / CHECKPOINT_NAME).exists() and not resume:
             raise FileExistsError(
                 f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
             )
-    if config.batch_size % info.world_size:
+    if config.batch_size % dist.world_size:
         raise ValueError(
-            f"batch_size={config.batch_size} is not divisible by the {info.world_size} processes; "
+            f"batch_size={config.batch_size} is not divisible by the {dist.world_size} processes; "
             "expected a multiple of the process count (it is the global batch)"
         )
     num_classes = splits.train.num_classes
@@ -301,174 +461,123 @@ def fit(
             f"create it with num_classes={num_classes}"
         )
 
-    if config.threads is not None:
-        # Small models gain little from a second thread, and on a machine whose cores are busy
-        # OpenMP threads waiting for each other make every step several times slower.
-        torch.set_num_threads(config.threads)
-    torch.manual_seed(config.seed)
-    if config.linear_probe:
-        freeze_backbone(model)
-    model.to(device)
-    ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
-    eval_model = ema.module if ema is not None else model
-    bf16 = use_bf16(config.amp, device)
+
+def _make_loaders(
+    model: nn.Module, splits: DataSplits, config: TrainConfig, dist: distributed.DistInfo
+) -> tuple[BatchLoader, BatchLoader]:
+    """Train and validation loaders; each rank gets its slice of every batch (batch_size is global)."""
     train_tf, eval_tf = build_transforms(
         model, splits, randaugment=config.randaugment, augment=config.augment, erase=config.erase
     )
-    per_rank_batch = config.batch_size // info.world_size
     train_loader = BatchLoader(
-        splits.train, batch_size=per_rank_batch, transform=train_tf, shuffle=True, seed=config.seed,
-        rank=info.rank, world_size=info.world_size,
+        splits.train, batch_size=config.batch_size // dist.world_size, transform=train_tf, shuffle=True,
+        seed=config.seed, rank=dist.rank, world_size=dist.world_size,
     )
     val_loader = BatchLoader(
         splits.val, batch_size=config.eval_batch_size, transform=eval_tf, shuffle=False,
-        rank=info.rank, world_size=info.world_size,
+        rank=dist.rank, world_size=dist.world_size,
     )
-    steps_per_epoch = len(train_loader)
-    groups = param_groups(model, weight_decay=config.weight_decay, layer_decay=config.layer_decay)
-    optimizer = make_optimizer(groups, lr=config.lr, device=device)
-    scheduler = WarmupCosine(
-        optimizer, peak_lr=config.lr, warmup_steps=round(config.warmup_epochs * steps_per_epoch),
-        total_steps=config.epochs * steps_per_epoch, min_lr_ratio=config.min_lr_ratio,
-    )
-    trainable = [p for g in groups for p in g["params"]]
+    return train_loader, val_loader
 
-    run = {
-        **(run_info or {}),
-        "data": splits.name,
-        "classes": list(splits.classes),
-        "train_images": len(splits.train),
-        "val_images": len(splits.val),
-        "world_size": info.world_size,
-        "device": str(device),
-        "bf16": bf16,
-        "train_config": dataclasses.asdict(config),
-        "model_config": model.config.to_dict() if hasattr(model, "config") else None,
+
+def train_one_epoch(
+    run: Run, stop: _StopFlag, *, on_step: Callable[[int, int], None] | None = None
+) -> bool:
+    """Optimizer steps from `run.state`'s (epoch, step) to the end of the epoch. Returns True when
+    a Ctrl-C stopped it early; all ranks agree on the step, since DDP all-reduces every step."""
+    config, state, epoch = run.config, run.state, run.state.epoch
+    run.ddp_model.train()
+    if config.linear_probe:
+        freeze_norm_statistics(run.model)
+    bar = tqdm(
+        total=run.steps_per_epoch, initial=state.step, desc=f"epoch {epoch + 1}/{config.epochs}", unit="step",
+        disable=not (config.progress and run.dist.is_main), leave=False, dynamic_ncols=True,
+    )
+    stopped = False
+    started = time.perf_counter()
+    for x, y in run.train_loader.iterate(epoch, start_step=state.step):
+        x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
+        output, loss = train_step(
+            run.ddp_model, run.optimizer, run.trainable, x, y, label_smoothing=config.label_smoothing,
+            clip_grad=config.clip_grad, autocast=run.autocast,
+        )
+        run.scheduler.step()
+        with torch.no_grad():
+            correct = int((_logits(output).argmax(-1) == y).sum())
+        loss_value = float(loss.detach())
+        state.step += 1
+        state.global_step += 1
+        if run.ema is not None:
+            run.ema.update(run.model, state.global_step)
+        state.epoch_loss_sum += loss_value * len(y)
+        state.epoch_correct += correct
+        state.epoch_seen += len(y)
+        bar.update(1)
+        if state.step % 10 == 0 or state.step == run.steps_per_epoch:
+            bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{run.scheduler.lr:.2e}", refresh=False)
+        if on_step is not None:
+            on_step(epoch, state.step)
+        if _should_stop(stop.requested, run.dist) and state.step < run.steps_per_epoch:
+            stopped = True
+            break
+    bar.close()
+    state.epoch_time += time.perf_counter() - started
+    distributed.sync_buffers(run.model, run.dist)
+    if run.ema is not None:
+        distributed.sync_buffers(run.ema.module, run.dist)
+    return stopped
+
+
+def end_epoch(run: Run) -> dict[str, Any]:
+    """After a complete epoch: evaluate, record the metrics, advance the state to the next epoch,
+    export the best model and checkpoint (in that order: a resumed run must not skip an export).
+    Returns the epoch's metrics record."""
+    state, epoch = run.state, run.state.epoch
+    val = run.evaluate(run.eval_model)
+    sums = torch.tensor([state.epoch_loss_sum, state.epoch_correct, state.epoch_seen], dtype=torch.float64)
+    distributed.all_reduce_sum(sums, run.dist)
+    run.train_seconds += state.epoch_time
+    record = {
+        "epoch": epoch,
+        "step": state.global_step,
+        "train_loss": float(sums[0] / sums[2]),
+        "train_acc": float(sums[1] / sums[2]),
+        "val_loss": val.loss,
+        "val_acc": val.accuracy,
+        "lr": run.scheduler.lr,
+        "epoch_time_s": round(state.epoch_time, 3),
+        "train_images_per_s": round(float(sums[2]) / max(state.epoch_time, 1e-9), 1),
     }
-    state = TrainState()
-    history: list[dict[str, Any]] = []
-    if resume:
-        state, _ = load_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, ema=ema)
-        history = [r for r in read_metrics(out_dir / METRICS_NAME) if r["epoch"] < state.epoch]
-        if info.is_main:
-            tqdm.write(f"resuming {out_dir} at epoch {state.epoch + 1}, step {state.step} of {steps_per_epoch}")
-    if info.is_main:
-        write_json(out_dir / "run.json", run)
-
-    ddp_model: nn.Module = model
-    if info.enabled:
-        from torch.nn.parallel import DistributedDataParallel
-
-        ddp_model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-    def checkpoint() -> None:
-        if info.is_main:
-            save_checkpoint(ckpt_path, model=model, optimizer=optimizer, scheduler=scheduler, state=state, run_info=run, ema=ema)
-
-    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
-    interrupted = False
-    best_dir: Path | None = out_dir / BEST_DIR if (out_dir / BEST_DIR).is_dir() else None
-    train_seconds = sum(r.get("epoch_time_s", 0.0) for r in history)
-    with _StopFlag() as stop:
-        while state.epoch < config.epochs and not interrupted:
-            epoch = state.epoch
-            ddp_model.train()
-            if config.linear_probe:
-                freeze_norm_statistics(model)
-            bar = tqdm(
-                total=steps_per_epoch, initial=state.step, desc=f"epoch {epoch + 1}/{config.epochs}", unit="step",
-                disable=not (config.progress and info.is_main), leave=False, dynamic_ncols=True,
+    if run.ema is not None:  # val_acc is the average's; this is the training weights'
+        record["raw_val_acc"] = run.evaluate(run.model).accuracy
+    run.history.append(record)
+    improved = val.accuracy > state.best_acc
+    if improved:
+        state.best_acc, state.best_epoch = val.accuracy, epoch
+    state.epoch, state.step = epoch + 1, 0
+    state.epoch_loss_sum, state.epoch_correct, state.epoch_seen, state.epoch_time = 0.0, 0, 0, 0.0
+    if run.dist.is_main:
+        tqdm.write(_epoch_line(record, run.config, ema=run.ema is not None))
+        write_metrics(run.out_dir / METRICS_NAME, run.history)
+        if improved:
+            run.best_dir = export_pretrained(
+                run.eval_model, run.out_dir / BEST_DIR, classes=run.splits.classes,
+                extra={"val_acc": val.accuracy, "epoch": epoch, "data": run.splits.name},
             )
-            started = time.perf_counter()
-            for x, y in train_loader.iterate(epoch, start_step=state.step):
-                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-                output, loss = train_step(
-                    ddp_model, optimizer, trainable, x, y, label_smoothing=config.label_smoothing,
-                    clip_grad=config.clip_grad, autocast=autocast,
-                )
-                scheduler.step()
-                with torch.no_grad():
-                    correct = int((_logits(output).argmax(-1) == y).sum())
-                loss_value = float(loss.detach())
-                state.step += 1
-                state.global_step += 1
-                if ema is not None:
-                    ema.update(model, state.global_step)
-                state.epoch_loss_sum += loss_value * len(y)
-                state.epoch_correct += correct
-                state.epoch_seen += len(y)
-                bar.update(1)
-                if state.step % 10 == 0 or state.step == steps_per_epoch:
-                    bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{scheduler.lr:.2e}", refresh=False)
-                if on_step is not None:
-                    on_step(epoch, state.step)
-                if _should_stop(stop.requested, info) and state.step < steps_per_epoch:
-                    interrupted = True
-                    break
-            bar.close()
-            state.epoch_time += time.perf_counter() - started
-            distributed.sync_buffers(model, info)
-            if ema is not None:
-                distributed.sync_buffers(ema.module, info)
-            if interrupted:
-                checkpoint()
-                if info.is_main:
-                    tqdm.write(f"stopped at epoch {epoch + 1}, step {state.step}; checkpoint saved to {ckpt_path} (continue with --resume)")
-                break
+    run.save_checkpoint()
+    if run.dist.is_main:
+        plot_curves(run.history, run.out_dir / CURVES_NAME, title=f"{run.info.get('model', 'model')} on {run.splits.name}")
+    distributed.barrier(run.dist)
+    return record
 
-            # ---------------------------------------------------------------- end of epoch
-            val = evaluate(eval_model, val_loader, num_classes=num_classes, device=device, bf16=bf16, info=info)
-            sums = torch.tensor([state.epoch_loss_sum, state.epoch_correct, state.epoch_seen], dtype=torch.float64)
-            distributed.all_reduce_sum(sums, info)
-            train_seconds += state.epoch_time
-            record = {
-                "epoch": epoch,
-                "step": state.global_step,
-                "train_loss": float(sums[0] / sums[2]),
-                "train_acc": float(sums[1] / sums[2]),
-                "val_loss": val.loss,
-                "val_acc": val.accuracy,
-                "lr": scheduler.lr,
-                "epoch_time_s": round(state.epoch_time, 3),
-                "train_images_per_s": round(float(sums[2]) / max(state.epoch_time, 1e-9), 1),
-            }
-            if ema is not None:  # val_acc is the average's; this is the training weights'
-                raw = evaluate(model, val_loader, num_classes=num_classes, device=device, bf16=bf16, info=info)
-                record["raw_val_acc"] = raw.accuracy
-            history.append(record)
-            improved = val.accuracy > state.best_acc
-            if improved:
-                state.best_acc, state.best_epoch = val.accuracy, epoch
-            state.epoch, state.step = epoch + 1, 0
-            state.epoch_loss_sum, state.epoch_correct, state.epoch_seen, state.epoch_time = 0.0, 0, 0, 0.0
-            if info.is_main:
-                tqdm.write(
-                    f"epoch {epoch + 1:>3}/{config.epochs}  train loss {record['train_loss']:.4f} acc {100 * record['train_acc']:.2f}%"
-                    f"  val loss {val.loss:.4f} acc {100 * val.accuracy:.2f}%"
-                    + (f" (EMA; weights {100 * record['raw_val_acc']:.2f}%)" if ema is not None else "")
-                    + f"  ({record['epoch_time_s']:.1f} s, "
-                    f"{record['train_images_per_s']:.0f} img/s)"
-                )
-                write_metrics(out_dir / METRICS_NAME, history)
-                if improved:  # before the checkpoint: a resumed run must not skip an export
-                    best_dir = export_pretrained(
-                        eval_model, out_dir / BEST_DIR, classes=splits.classes,
-                        extra={"val_acc": val.accuracy, "epoch": epoch, "data": splits.name},
-                    )
-            checkpoint()
-            if info.is_main:
-                plot_curves(history, out_dir / CURVES_NAME, title=f"{run.get('model', 'model')} on {splits.name}")
-            distributed.barrier(info)
-            if _should_stop(stop.requested, info):
-                interrupted = state.epoch < config.epochs
-                if interrupted and info.is_main:
-                    tqdm.write(f"stopped after epoch {epoch + 1}; checkpoint saved to {ckpt_path} (continue with --resume)")
 
-    distributed.teardown(info)
-    return FitResult(
-        out_dir=out_dir, best_acc=state.best_acc, best_epoch=state.best_epoch,
-        final_acc=history[-1]["val_acc"] if history else math.nan, history=history,
-        interrupted=interrupted, best_dir=best_dir, train_seconds=train_seconds,
+def _epoch_line(record: dict[str, Any], config: TrainConfig, *, ema: bool) -> str:
+    return (
+        f"epoch {record['epoch'] + 1:>3}/{config.epochs}  train loss {record['train_loss']:.4f} acc {100 * record['train_acc']:.2f}%"
+        f"  val loss {record['val_loss']:.4f} acc {100 * record['val_acc']:.2f}%"
+        + (f" (EMA; weights {100 * record['raw_val_acc']:.2f}%)" if ema else "")
+        + f"  ({record['epoch_time_s']:.1f} s, "
+        f"{record['train_images_per_s']:.0f} img/s)"
     )
 
 
