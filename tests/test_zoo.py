@@ -1,5 +1,5 @@
 """The built-in zoo: every ImageNet config has exactly timm's parameter count, and the MNIST
-configs have the shapes the issue asks for."""
+configs have the tutorial's and the recommended shapes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ TIMM_NAMES = timm_counterparts()
 
 timm = pytest.importorskip("timm")
 
-# The counts the issue states, independent of timm's version.
+# The published parameter counts (timm's model cards), independent of the installed timm.
 EXPECTED_PARAMS = {
     "vit_ti16": 5_717_416,
     "vit_s16": 22_050_664,

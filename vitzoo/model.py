@@ -190,7 +190,7 @@ class VisionTransformer(nn.Module):
         if self.patch_embed.proj.weight.is_meta:
             # Built on the meta device (to count parameters, or to receive a checkpoint by
             # assignment): there is no data to initialise, and random init on meta tensors goes
-            # through torch's Python reference ops, whose first use imports torch._dynamo (~3 s).
+            # through torch's Python reference ops, whose first use imports torch._dynamo (slow to load).
             return
         def init_linear(m: nn.Module) -> None:
             if isinstance(m, nn.Linear):

@@ -1,4 +1,4 @@
-"""Key maps of vitzoo.weights.keymaps, judged by the issue's bar: a checkpoint of each layout,
+"""Key maps of vitzoo.weights.keymaps: a checkpoint of each layout,
 loaded through vitzoo, computes the reference implementation's logits (max |diff| <= 1e-5, fp32).
 
 Most ImageNet configs are built with depth=2 on both sides to keep the suite fast; the shapes

@@ -94,3 +94,15 @@ def test_nonexistent_local_source(tmp_path):
         vitzoo.create("vit_ti16", weights=str(tmp_path / "missing.safetensors"))
     with pytest.raises(FileNotFoundError, match="has no weights file"):
         vitzoo.create("vit_ti16", weights=str(tmp_path))
+
+
+def test_timm_sources_without_timm_name_the_extra(monkeypatch):
+    """timm is optional at run time: only "timm:<name>" sources need it, and they say how to get it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "timm", None)  # `import timm` now raises ImportError
+    with pytest.raises(WeightsError, match=r"timm is not installed.*pip install 'vitzoo\[timm\]'"):
+        vitzoo.create("vit_ti16", weights="timm:vit_tiny_patch16_224.augreg_in21k_ft_in1k")
+    with pytest.raises(WeightsError, match=r"'timm:vit_tiny_patch16_224' is read through timm.*vitzoo\[timm\]"):
+        vitzoo.download("timm:vit_tiny_patch16_224")
+    assert vitzoo.create("vit_mnist").config.depth == 4  # everything else works without timm

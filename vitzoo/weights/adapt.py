@@ -81,11 +81,28 @@ def fit_state_dict(
     target = model.state_dict()
     state = dict(state)
     report = FitReport()
-    config = getattr(model, "config", None)
+    for note, level in [
+        *_fit_head(state, target, file),
+        *_fit_pos_embed(state, target, model, file, src_grid),
+        *_fit_in_chans(state, target),
+    ]:
+        report.adapted.append(note)
+        logger.log(level, "%s: %s", file, note)
+    report.missing, report.unexpected = _check_keys_and_shapes(state, target, model, file, strict)
+    out: StateDict = {}
+    for k in target:
+        if k in state:
+            v = state[k]
+            out[k] = v if v.dtype == target[k].dtype else v.to(target[k].dtype)
+    return out, report
 
-    # ---- classifier: a different number of classes means a new head, not an error
-    model_head = target.get("head.weight")
-    ckpt_head = state.get("head.weight")
+
+Notes = list[tuple[str, int]]  # (what was adapted, logging level)
+
+
+def _fit_head(state: StateDict, target: StateDict, file: str) -> Notes:
+    """A different number of classes means a new head (or none, for num_classes=0), not an error."""
+    model_head, ckpt_head = target.get("head.weight"), state.get("head.weight")
     if model_head is not None and (ckpt_head is None or ckpt_head.shape[0] != model_head.shape[0]):
         if ckpt_head is not None and ckpt_head.shape[1:] != model_head.shape[1:]:
             raise WeightsMismatchError(
@@ -98,48 +115,59 @@ def fit_state_dict(
             if key in target:
                 state[key] = _new_head(target[key].shape, key, target[key].dtype)
         note = f"classifier head re-initialised: checkpoint has {found} classes, model has {model_head.shape[0]}"
-        report.adapted.append(note)
-        logger.warning("%s: %s", file, note)
-    elif model_head is None and ckpt_head is not None and "head.weight" not in target:
+        return [(note, logging.WARNING)]
+    if model_head is None and ckpt_head is not None:
         for key in HEAD_KEYS:
             state.pop(key, None)
         note = f"classifier head dropped: checkpoint has {ckpt_head.shape[0]} classes, model has num_classes=0"
-        report.adapted.append(note)
-        logger.warning("%s: %s", file, note)
+        return [(note, logging.WARNING)]
+    return []
 
-    # ---- position embedding on a different grid
-    if "pos_embed" in state and "pos_embed" in target and state["pos_embed"].shape != target["pos_embed"].shape:
-        old, new = state["pos_embed"], target["pos_embed"]
-        prefix = int("cls_token" in state) + int("dist_token" in state)
-        model_prefix = getattr(model, "num_prefix_tokens", prefix)
-        if prefix != model_prefix or old.shape[-1] != new.shape[-1]:
-            raise WeightsMismatchError(
-                f"{file}: key 'pos_embed' has shape {tuple(old.shape)} with {prefix} prefix token(s), the model "
-                f"expects {tuple(new.shape)} with {model_prefix}; only the patch grid can be resampled"
-            )
-        new_grid = tuple(config.grid_size) if config is not None else _square(new.shape[1] - prefix, "model", file)
-        old_grid = src_grid if src_grid is not None else _square(old.shape[1] - prefix, "checkpoint", file)
-        if old_grid[0] * old_grid[1] != old.shape[1] - prefix:
-            raise WeightsMismatchError(
-                f"{file}: 'pos_embed' has {old.shape[1] - prefix} grid positions, not the {old_grid} grid its config names"
-            )
-        state["pos_embed"] = resample_pos_embed(old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=prefix)
-        note = f"position embedding resampled (bicubic) from a {old_grid[0]}x{old_grid[1]} to a {new_grid[0]}x{new_grid[1]} grid"
-        report.adapted.append(note)
-        logger.info("%s: %s", file, note)
 
-    # ---- a different number of input channels
+def _fit_pos_embed(
+    state: StateDict, target: StateDict, model: nn.Module, file: str, src_grid: tuple[int, int] | None
+) -> Notes:
+    """A position embedding on another patch grid is resampled; its prefix tokens must agree."""
+    if "pos_embed" not in state or "pos_embed" not in target or state["pos_embed"].shape == target["pos_embed"].shape:
+        return []
+    old, new = state["pos_embed"], target["pos_embed"]
+    prefix = int("cls_token" in state) + int("dist_token" in state)
+    model_prefix = getattr(model, "num_prefix_tokens", prefix)
+    if prefix != model_prefix or old.shape[-1] != new.shape[-1]:
+        raise WeightsMismatchError(
+            f"{file}: key 'pos_embed' has shape {tuple(old.shape)} with {prefix} prefix token(s), the model "
+            f"expects {tuple(new.shape)} with {model_prefix}; only the patch grid can be resampled"
+        )
+    config = getattr(model, "config", None)
+    new_grid = tuple(config.grid_size) if config is not None else _square(new.shape[1] - prefix, "model", file)
+    old_grid = src_grid if src_grid is not None else _square(old.shape[1] - prefix, "checkpoint", file)
+    if old_grid[0] * old_grid[1] != old.shape[1] - prefix:
+        raise WeightsMismatchError(
+            f"{file}: 'pos_embed' has {old.shape[1] - prefix} grid positions, not the {old_grid} grid its config names"
+        )
+    state["pos_embed"] = resample_pos_embed(old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=prefix)
+    note = f"position embedding resampled (bicubic) from a {old_grid[0]}x{old_grid[1]} to a {new_grid[0]}x{new_grid[1]} grid"
+    return [(note, logging.INFO)]
+
+
+def _fit_in_chans(state: StateDict, target: StateDict) -> Notes:
+    """A first convolution for another number of input channels is adapted (see adapt_input_conv)."""
     key = "patch_embed.stem.0.weight" if "patch_embed.stem.0.weight" in target else "patch_embed.proj.weight"
-    if key in state and key in target:
-        w, t = state[key], target[key]
-        if w.ndim == 4 and t.ndim == 4 and w.shape[1] != t.shape[1] and (w.shape[0], *w.shape[2:]) == (t.shape[0], *t.shape[2:]):
-            state[key] = adapt_input_conv(w, t.shape[1])
-            how = "summed over channels" if t.shape[1] == 1 else "tiled and rescaled"
-            note = f"{key} adapted from {w.shape[1]} to {t.shape[1]} input channels ({how})"
-            report.adapted.append(note)
-            logger.info("%s: %s", file, note)
+    if key not in state or key not in target:
+        return []
+    w, t = state[key], target[key]
+    if not (w.ndim == 4 and t.ndim == 4 and w.shape[1] != t.shape[1] and (w.shape[0], *w.shape[2:]) == (t.shape[0], *t.shape[2:])):
+        return []
+    state[key] = adapt_input_conv(w, t.shape[1])
+    how = "summed over channels" if t.shape[1] == 1 else "tiled and rescaled"
+    return [(f"{key} adapted from {w.shape[1]} to {t.shape[1]} input channels ({how})", logging.INFO)]
 
-    # ---- whatever still differs is an error
+
+def _check_keys_and_shapes(
+    state: StateDict, target: StateDict, model: nn.Module, file: str, strict: bool
+) -> tuple[list[str], list[str]]:
+    """Whatever still differs is an error (keys only when strict; shapes always). Returns the
+    missing and unexpected keys that strict=False lets through."""
     missing = sorted(k for k in target if k not in state)
     unexpected = sorted(k for k in state if k not in target)
     if strict and (missing or unexpected):
@@ -152,7 +180,6 @@ def fit_state_dict(
             f"{file} does not fit {type(model).__name__}: " + "; ".join(parts)
             + " (pass strict=False to load the keys that do fit)"
         )
-    report.missing, report.unexpected = missing, unexpected
     bad = [
         f"{k}: expected {tuple(target[k].shape)}, found {tuple(state[k].shape)}"
         for k in target
@@ -160,12 +187,7 @@ def fit_state_dict(
     ]
     if bad:
         raise WeightsMismatchError(f"{file}: tensor(s) of the wrong shape: " + "; ".join(bad[:20]))
-    out: StateDict = {}
-    for k in target:
-        if k in state:
-            v = state[k]
-            out[k] = v if v.dtype == target[k].dtype else v.to(target[k].dtype)
-    return out, report
+    return missing, unexpected
 
 
 def _square(n: int, what: str, file: str) -> tuple[int, int]:
