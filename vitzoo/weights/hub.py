@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from .errors import WeightsDownloadError, WeightsNotCachedError, WeightsNotFoundError
+from .errors import WeightsDownloadError, WeightsError, WeightsNotCachedError, WeightsNotFoundError
 
 try:  # the HTTP client huggingface_hub uses (httpx2 in huggingface_hub 1.x+, httpx before)
     import httpx2 as _httpx
@@ -153,9 +154,21 @@ def fetch_source(source: str) -> list[Path]:
     return [weights] + ([config] if config is not None else [])
 
 
+def require_timm(source: str) -> Any:
+    """timm, which only "timm:<name>" sources need; a clear error naming the extra when it is absent."""
+    try:
+        import timm
+    except ImportError as e:
+        raise WeightsError(
+            f"{source!r} is read through timm's own loader, and timm is not installed; "
+            "install it with `pip install 'vitzoo[timm]'` (or `pip install timm`)"
+        ) from e
+    return timm
+
+
 def timm_hub_ref(name: str) -> HubRef:
     """The Hub repository that timm's own loader downloads `name` ("arch.tag") from."""
-    import timm
+    timm = require_timm(f"{TIMM_PREFIX}{name}")
 
     try:
         cfg = timm.models.get_pretrained_cfg(name)

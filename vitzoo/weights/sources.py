@@ -28,7 +28,7 @@ from ..model import ViTConfig
 from ..pretrained_cfg import PretrainedCfg
 from .errors import WeightsFileError, WeightsMismatchError, WeightsNotFoundError
 from .files import StateDict, read_checkpoint, read_json
-from .hub import HF_PREFIX, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref
+from .hub import HF_PREFIX, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref, require_timm
 from .keymaps import TRANSFORMERS_EPS, infer_config_fields, to_vitzoo
 
 LOCAL_WEIGHT_FILES = (*WEIGHT_FILES, "model.pth", "model.npz")
@@ -205,7 +205,7 @@ def _timm_config(cfg: dict[str, Any], resolve: Resolve) -> tuple[dict[str, Any],
 
 def _from_timm(name: str) -> SourceData:
     """Take the weights from timm's own loader (it downloads through huggingface_hub too)."""
-    import timm
+    timm = require_timm(f"{TIMM_PREFIX}{name}")
 
     try:
         model = timm.create_model(name, pretrained=True)
