@@ -33,11 +33,11 @@ import platform
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 import vitzoo
 from vitzoo.data import load_data
@@ -73,16 +73,25 @@ def accuracy_goal(goal: str, *, threads: int | None, fashion_dir: str, workdir: 
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     result = fit(
-        model, splits, config=TrainConfig(**recipe, threads=threads, progress=False, seed=0),
-        out_dir=workdir / goal, run_info={"model": model_name},
+        model,
+        splits,
+        config=TrainConfig(**recipe, threads=threads, progress=False, seed=0),
+        out_dir=workdir / goal,
+        run_info={"model": model_name},
     )
     wall = time.perf_counter() - started
     final = result.history[-1]["val_acc"]
     return {
-        "goal": goal, "model": model_name, "data": data_name, "recipe": recipe,
-        "final_acc": final, "best_acc": result.best_acc,
-        "train_seconds": round(result.train_seconds, 1), "wall_seconds": round(wall, 1),
-        "target_acc": target_acc, "budget_s": budget_s,
+        "goal": goal,
+        "model": model_name,
+        "data": data_name,
+        "recipe": recipe,
+        "final_acc": final,
+        "best_acc": result.best_acc,
+        "train_seconds": round(result.train_seconds, 1),
+        "wall_seconds": round(wall, 1),
+        "target_acc": target_acc,
+        "budget_s": budget_s,
         "met": final >= target_acc and result.train_seconds <= budget_s,
         "load_average_during": round((load_before + os.getloadavg()[0]) / 2, 2),
     }
@@ -144,9 +153,17 @@ def timm_twin(ours: torch.nn.Module) -> torch.nn.Module:
         backbone = torch.nn.Sequential(*copy.deepcopy(ours.patch_embed.stem), copy.deepcopy(ours.patch_embed.proj))
         kwargs["embed_layer"] = partial(HybridEmbed, backbone=backbone, proj=False)
     theirs = timm.models.vision_transformer.VisionTransformer(
-        img_size=c.img_size, patch_size=1 if c.conv_stem else c.patch_size, in_chans=c.in_chans,
-        num_classes=c.num_classes, embed_dim=c.embed_dim, depth=c.depth, num_heads=c.num_heads,
-        mlp_ratio=c.mlp_ratio, qkv_bias=c.qkv_bias, class_token=c.class_token, global_pool=c.global_pool,
+        img_size=c.img_size,
+        patch_size=1 if c.conv_stem else c.patch_size,
+        in_chans=c.in_chans,
+        num_classes=c.num_classes,
+        embed_dim=c.embed_dim,
+        depth=c.depth,
+        num_heads=c.num_heads,
+        mlp_ratio=c.mlp_ratio,
+        qkv_bias=c.qkv_bias,
+        class_token=c.class_token,
+        global_pool=c.global_pool,
         fc_norm=False,  # vitzoo normalises the tokens before pooling (timm's default for "avg" is after)
         **kwargs,
     )
@@ -170,16 +187,23 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
         same = (timm_twin(ours).eval()(x) - ours.eval()(x)).abs().max().item()
     # Library against library: our model with our engine's optimizer, timm's model with the
     # optimizer timm's train.py creates; and the models alone, both with torch's default AdamW.
-    rates = _interleave({
-        "vitzoo": _train_step_fn(vitzoo.create("vit_mnist"), x, y, 5, "vitzoo"),
-        "timm": _train_step_fn(timm_twin(ours), x, y, 5, "timm"),
-        "vitzoo_model": _train_step_fn(vitzoo.create("vit_mnist"), x, y, 5, "plain"),
-        "timm_model": _train_step_fn(timm_twin(ours), x, y, 5, "plain"),
-    }, rounds)
-    out["vs_timm"] = {"vitzoo_img_s": round(rates["vitzoo"], 1), "timm_img_s": round(rates["timm"], 1),
-                      "ratio": round(rates["vitzoo"] / rates["timm"], 3), "target": 1.05,
-                      "models_only_ratio": round(rates["vitzoo_model"] / rates["timm_model"], 3),
-                      "max_logit_diff": same}
+    rates = _interleave(
+        {
+            "vitzoo": _train_step_fn(vitzoo.create("vit_mnist"), x, y, 5, "vitzoo"),
+            "timm": _train_step_fn(timm_twin(ours), x, y, 5, "timm"),
+            "vitzoo_model": _train_step_fn(vitzoo.create("vit_mnist"), x, y, 5, "plain"),
+            "timm_model": _train_step_fn(timm_twin(ours), x, y, 5, "plain"),
+        },
+        rounds,
+    )
+    out["vs_timm"] = {
+        "vitzoo_img_s": round(rates["vitzoo"], 1),
+        "timm_img_s": round(rates["timm"], 1),
+        "ratio": round(rates["vitzoo"] / rates["timm"], 3),
+        "target": 1.05,
+        "models_only_ratio": round(rates["vitzoo_model"] / rates["timm_model"], 3),
+        "max_logit_diff": same,
+    }
     out["vs_timm"]["met"] = out["vs_timm"]["ratio"] >= 1.05
 
     # End-to-end epoch (the engine's loop: batches from uint8 tensors, per-batch augmentation,
@@ -197,8 +221,12 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
         run_dir = workdir / f"epoch{next(counter)}"
         torch.manual_seed(0)
         model = vitzoo.create("vit_mnist")
-        result = fit(model, splits, config=TrainConfig(**{**recipe, "epochs": 1}, threads=threads, progress=True),
-                     out_dir=run_dir)
+        result = fit(
+            model,
+            splits,
+            config=TrainConfig(**{**recipe, "epochs": 1}, threads=threads, progress=True),
+            out_dir=run_dir,
+        )
         shutil.rmtree(run_dir, ignore_errors=True)
         engine_rates.append(result.history[0]["train_images_per_s"])
         return 0.0  # the rate comes from the engine's own clock (training loop only)
@@ -215,8 +243,12 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
     _interleave({"engine": engine_epoch, "model": timed_model_only}, max(2, rounds // 2))
     engine_rate = sum(engine_rates) / len(engine_rates)
     model_rate = sum(model_rates) / len(model_rates)
-    out["epoch_vs_model"] = {"epoch_img_s": round(engine_rate, 1), "model_only_img_s": round(model_rate, 1),
-                             "ratio": round(engine_rate / model_rate, 3), "target": 0.9}
+    out["epoch_vs_model"] = {
+        "epoch_img_s": round(engine_rate, 1),
+        "model_only_img_s": round(model_rate, 1),
+        "ratio": round(engine_rate / model_rate, 3),
+        "target": 0.9,
+    }
     out["epoch_vs_model"]["met"] = out["epoch_vs_model"]["ratio"] >= 0.9
 
     # bf16 autocast against fp32 on this CPU: the measurement behind `--amp auto`.
@@ -228,15 +260,20 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
             return bf16_step()
 
     rates = _interleave({"fp32": fp32, "bf16": bf16}, rounds)
-    out["bf16_vs_fp32"] = {"fp32_img_s": round(rates["fp32"], 1), "bf16_img_s": round(rates["bf16"], 1),
-                           "bf16_speedup": round(rates["bf16"] / rates["fp32"], 3)}
+    out["bf16_vs_fp32"] = {
+        "fp32_img_s": round(rates["fp32"], 1),
+        "bf16_img_s": round(rates["bf16"], 1),
+        "bf16_speedup": round(rates["bf16"] / rates["fp32"], 3),
+    }
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--goals", nargs="+", choices=GOALS, default=list(GOALS))
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's; 1 on a busy machine)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's; 1 on a busy machine)"
+    )
     parser.add_argument("--fashion-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds per speed comparison")
     parser.add_argument("--json", default=None, help="also write the results here")

@@ -89,10 +89,10 @@ def serve_repo(files: dict[str, Path]) -> tuple[ThreadingHTTPServer, str]:
             if body:
                 self.wfile.write(data)
 
-        def do_HEAD(self) -> None:  # noqa: N802
+        def do_HEAD(self) -> None:
             self._answer(False)
 
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             self._answer(True)
 
         def log_message(self, *args: object) -> None:
@@ -141,7 +141,10 @@ def draw(med: dict[str, dict[str, float]], size_mb: float, path: Path) -> None:
     sides = ("vitzoo", "timm")
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
     for ax, (key, title) in zip(axes, (("wall_s", "process wall time (s)"), ("growth", "RSS growth / weights size"))):
-        values = [med[s]["wall_s"] if key == "wall_s" else (med[s]["peak_rss_mb"] - med[s]["base_rss_mb"]) / size_mb for s in sides]
+        values = [
+            med[s]["wall_s"] if key == "wall_s" else (med[s]["peak_rss_mb"] - med[s]["base_rss_mb"]) / size_mb
+            for s in sides
+        ]
         ax.bar(sides, values, color=["tab:blue", "tab:gray"])
         for i, v in enumerate(values):
             ax.text(i, v, f"{v:.2f}", ha="center", va="bottom")
@@ -155,24 +158,40 @@ def draw(med: dict[str, dict[str, float]], size_mb: float, path: Path) -> None:
 
 def run(work: Path, repeats: int) -> tuple[dict[str, dict[str, float]], float]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_HOME=str(work / "hf"), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
-               OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"))
+    env.update(
+        HF_HOME=str(work / "hf"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
+    )
 
     # 1. Random ViT-B/16 weights in timm's hub layout (what timm's real repo holds).
     print("writing ViT-B/16 weights (random values) in timm's hub layout ...", flush=True)
     layout = work / "repo"
     subprocess.run(
-        [sys.executable, "-c",
-         "import sys, timm; from timm.models._hub import save_for_hf; "
-         "save_for_hf(timm.create_model('vit_base_patch16_224'), sys.argv[1], safe_serialization=True)", str(layout)],
-        env=env, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, timm; from timm.models._hub import save_for_hf; "
+            "save_for_hf(timm.create_model('vit_base_patch16_224'), sys.argv[1], safe_serialization=True)",
+            str(layout),
+        ],
+        env=env,
+        check=True,
     )
 
     # 2. Download it once through huggingface_hub from a local Hub: the cache is now warm.
     server, url = serve_repo({p.name: p for p in layout.iterdir() if p.is_file()})
     warm = subprocess.run(
-        [sys.executable, "-c", "import vitzoo.weights as w, json; print(json.dumps([str(p) for p in w.download('vit_b16')]))"],
-        env={**env, "HF_ENDPOINT": url}, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import vitzoo.weights as w, json; print(json.dumps([str(p) for p in w.download('vit_b16')]))",
+        ],
+        env={**env, "HF_ENDPOINT": url},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     server.shutdown()
     cached = Path(json.loads(warm.stdout.strip().splitlines()[-1])[0])
@@ -186,25 +205,35 @@ def run(work: Path, repeats: int) -> tuple[dict[str, dict[str, float]], float]:
         for which in ("vitzoo", "timm") if i % 2 == 0 else ("timm", "vitzoo"):
             r = run_child(which, cached, offline)
             results[which].append(r)
-            print(f"  run {i + 1} {which:6s}: wall {r['wall_s']:.2f} s, create {r['create_s']:.2f} s, "
-                  f"+forward {r['first_s']:.2f} s, "
-                  f"peak RSS {r['peak_rss_mb']:.0f} MiB (after imports {r['base_rss_mb']:.0f} MiB)", flush=True)
+            print(
+                f"  run {i + 1} {which:6s}: wall {r['wall_s']:.2f} s, create {r['create_s']:.2f} s, "
+                f"+forward {r['first_s']:.2f} s, "
+                f"peak RSS {r['peak_rss_mb']:.0f} MiB (after imports {r['base_rss_mb']:.0f} MiB)",
+                flush=True,
+            )
 
     med = {w: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for w, rs in results.items()}
     v, t = med["vitzoo"], med["timm"]
     assert v["params"] == t["params"], "the two sides built different models"
     print()
-    print(f"ViT-B/16, {int(v['params']):,} parameters, weights file {size_mb:.1f} MiB; medians of {repeats} fresh processes each")
+    print(
+        f"ViT-B/16, {int(v['params']):,} parameters, weights file {size_mb:.1f} MiB; medians of {repeats} fresh processes each"
+    )
     print(f"{'':24s}{'vitzoo':>12s}{'timm':>12s}{'ratio':>10s}")
-    for key, label in (("wall_s", "process wall time (s)"), ("create_s", "create call (s)"),
-                       ("first_s", "create + forward (s)")):
+    for key, label in (
+        ("wall_s", "process wall time (s)"),
+        ("create_s", "create call (s)"),
+        ("first_s", "create + forward (s)"),
+    ):
         print(f"{label:24s}{v[key]:12.2f}{t[key]:12.2f}{v[key] / t[key]:10.2f}")
     for key, label in (("peak_rss_mb", "peak RSS (MiB)"),):
         print(f"{label:24s}{v[key]:12.0f}{t[key]:12.0f}{v[key] / t[key]:10.2f}")
     grow_v, grow_t = v["peak_rss_mb"] - v["base_rss_mb"], t["peak_rss_mb"] - t["base_rss_mb"]
     print(f"{'RSS growth in create':24s}{grow_v:12.0f}{grow_t:12.0f}{grow_v / grow_t:10.2f}")
-    print(f"peak RSS / weights size:  vitzoo {v['peak_rss_mb'] / size_mb:.2f}x total, {grow_v / size_mb:.2f}x above imports; "
-          f"timm {t['peak_rss_mb'] / size_mb:.2f}x total, {grow_t / size_mb:.2f}x above imports")
+    print(
+        f"peak RSS / weights size:  vitzoo {v['peak_rss_mb'] / size_mb:.2f}x total, {grow_v / size_mb:.2f}x above imports; "
+        f"timm {t['peak_rss_mb'] / size_mb:.2f}x total, {grow_t / size_mb:.2f}x above imports"
+    )
     return med, size_mb
 
 

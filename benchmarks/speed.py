@@ -29,8 +29,8 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -95,7 +95,10 @@ def model_gemms(model: vitzoo.VisionTransformer, batch: int, dtype: torch.dtype)
         k_t = act(batch * heads, head_dim, tokens)
         attn = act(batch * heads, tokens, tokens)
         flops = 2 * batch * heads * tokens * tokens * head_dim
-        return [Gemm(f"{name}.qk", lambda: torch.bmm(q, k_t), flops), Gemm(f"{name}.av", lambda: torch.bmm(attn, q), flops)]
+        return [
+            Gemm(f"{name}.qk", lambda: torch.bmm(q, k_t), flops),
+            Gemm(f"{name}.av", lambda: torch.bmm(attn, q), flops),
+        ]
 
     rows = batch * tokens
     gemms = [linear("patch_embed", batch * model.patch_embed.num_patches, model.patch_embed.proj.weight)]
@@ -135,7 +138,7 @@ def benchmark(
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
         gemms = model_gemms(ours, batch, dtype)
 
-        def autocast() -> contextlib.AbstractContextManager:
+        def autocast(dtype: torch.dtype = dtype) -> contextlib.AbstractContextManager:
             if dtype is torch.float32:
                 return contextlib.nullcontext()
             return torch.autocast("cpu", dtype=dtype)
@@ -148,7 +151,7 @@ def benchmark(
             with autocast():
                 theirs(x)
 
-        def run_gemms() -> None:
+        def run_gemms(gemms: list = gemms) -> None:
             for gemm in gemms:
                 gemm.run()
 
@@ -211,20 +214,37 @@ def _cpu_name() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="vit_b16", choices=sorted(TIMM_NAMES), help="vitzoo name (timm counterpart is implied)")
+    parser.add_argument(
+        "--model", default="vit_b16", choices=sorted(TIMM_NAMES), help="vitzoo name (timm counterpart is implied)"
+    )
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=18, help="interleaved rounds (6 orders of the three); the median is reported")
+    parser.add_argument(
+        "--rounds", type=int, default=18, help="interleaved rounds (6 orders of the three); the median is reported"
+    )
     parser.add_argument("--calls", type=int, default=1, help="forward calls timed per round and contestant")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads (default: torch's choice, one per core); 1 is steadier on a busy machine")
-    parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS),
-                        help="wall: elapsed time; cpu: this process's CPU time (steadier on a shared machine, with --threads 1)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's choice, one per core); 1 is steadier on a busy machine",
+    )
+    parser.add_argument(
+        "--clock",
+        default="wall",
+        choices=sorted(CLOCKS),
+        help="wall: elapsed time; cpu: this process's CPU time (steadier on a shared machine, with --threads 1)",
+    )
     parser.add_argument("--json", help="also write the results (with every round's timings) to this file")
     args = parser.parse_args(argv)
-    for flag, value, low in (("--batch", args.batch, 1), ("--rounds", args.rounds, 1), ("--calls", args.calls, 1),
-                             ("--warmup", args.warmup, 0), ("--threads", args.threads or 1, 1)):
+    for flag, value, low in (
+        ("--batch", args.batch, 1),
+        ("--rounds", args.rounds, 1),
+        ("--calls", args.calls, 1),
+        ("--warmup", args.warmup, 0),
+        ("--threads", args.threads or 1, 1),
+    ):
         if value < low:
             parser.error(f"{flag} must be >= {low}, got {value}")
     if args.threads is not None:
@@ -234,21 +254,31 @@ def main(argv: list[str] | None = None) -> None:
     results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes, args.clock)
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
-    print(f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
-          f"median of {args.rounds} interleaved rounds x {args.calls} calls, {args.clock} clock")
-    print(f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
-          f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after")
-    print(f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"
-          f"{'per-round [IQR]':>24}{'vitzoo share':>14}{'timm share':>12}")
+    print(
+        f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
+        f"median of {args.rounds} interleaved rounds x {args.calls} calls, {args.clock} clock"
+    )
+    print(
+        f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
+        f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after"
+    )
+    print(
+        f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"
+        f"{'per-round [IQR]':>24}{'vitzoo share':>14}{'timm share':>12}"
+    )
     for dtype_name, r in results.items():
         img = r["img_per_s"]
-        print(f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
-              f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
-              f"{' [%.3f, %.3f]' % r['per_round_ratio_quartiles']:>14}"
-              f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}")
+        print(
+            f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
+            f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
+            f"{' [{:.3f}, {:.3f}]'.format(*r['per_round_ratio_quartiles']):>14}"
+            f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}"
+        )
     for dtype_name, r in results.items():
-        print(f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "
-              f"bound runs them at {r['matmul_bound_gflop_per_s']:.0f} GFLOP/s")
+        print(
+            f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "
+            f"bound runs them at {r['matmul_bound_gflop_per_s']:.0f} GFLOP/s"
+        )
     if args.json:
         payload = {"args": vars(args), "conditions": before | {"loadavg_1min_after": load_after}, "results": results}
         tmp = f"{args.json}.tmp"

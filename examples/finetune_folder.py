@@ -36,9 +36,13 @@ def count_classes(root: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", help="ImageNet-style folder: train/ and val/, or one folder of class folders")
-    parser.add_argument("--model", default="deit_s16", help="a ViT or DeiT with pretrained weights (vitzoo list --pretrained)")
+    parser.add_argument(
+        "--model", default="deit_s16", help="a ViT or DeiT with pretrained weights (vitzoo list --pretrained)"
+    )
     parser.add_argument("--weights", default=None, help="local weights instead of the default pretrained source")
-    parser.add_argument("--img-size", type=int, default=None, help="input size (default: the weights'); smaller is faster")
+    parser.add_argument(
+        "--img-size", type=int, default=None, help="input size (default: the weights'); smaller is faster"
+    )
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--lr", type=float, default=None)
@@ -64,8 +68,11 @@ def main() -> int:
     # 2. Images decoded once at the size the weights' preprocessing implies (input / crop_pct).
     cfg = model.pretrained_cfg
     splits = load_image_folder(
-        args.folder, store_size=store_size_for(max(cfg.input_size[1:]), cfg.crop_pct),
-        val_split=args.val_split, seed=args.seed, strict=args.strict,
+        args.folder,
+        store_size=store_size_for(max(cfg.input_size[1:]), cfg.crop_pct),
+        val_split=args.val_split,
+        seed=args.seed,
+        strict=args.strict,
     )
 
     # 3. The pretrained recipe, with any overrides.
@@ -76,11 +83,19 @@ def main() -> int:
     config = TrainConfig(**recipe, linear_probe=args.linear_probe, seed=args.seed, threads=args.threads)
 
     out = args.out or f"runs/example-{args.model}-folder-{time.strftime('%Y%m%d-%H%M%S')}"
-    result = fit(model, splits, config=config, out_dir=out, resume=args.resume,
-                 run_info={"model": args.model, "weights": args.weights or "pretrained"})
+    result = fit(
+        model,
+        splits,
+        config=config,
+        out_dir=out,
+        resume=args.resume,
+        run_info={"model": args.model, "weights": args.weights or "pretrained"},
+    )
     if int(os.environ.get("RANK", "0")) == 0:
-        print(f"best val accuracy {100 * result.best_acc:.2f}% (epoch {result.best_epoch + 1}); classes {list(splits.classes)}; "
-              f"run directory {out}; predict with: vitzoo predict {args.model} --weights {out}/best IMAGE")
+        print(
+            f"best val accuracy {100 * result.best_acc:.2f}% (epoch {result.best_epoch + 1}); classes {list(splits.classes)}; "
+            f"run directory {out}; predict with: vitzoo predict {args.model} --weights {out}/best IMAGE"
+        )
     return 130 if result.interrupted else 0
 
 

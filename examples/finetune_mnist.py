@@ -26,9 +26,13 @@ from vitzoo.train import TrainConfig, fit, recipe_defaults
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="vit_mnist", help="vit_mnist (default), vit_mnist_tiny or any registered name")
+    parser.add_argument(
+        "--model", default="vit_mnist", help="vit_mnist (default), vit_mnist_tiny or any registered name"
+    )
     parser.add_argument("--data", default="mnist-sample", choices=["mnist-sample", "mnist", "fashion-mnist"])
-    parser.add_argument("--data-dir", default=None, help="folder with the raw IDX files (.gz or not); downloads go here")
+    parser.add_argument(
+        "--data-dir", default=None, help="folder with the raw IDX files (.gz or not); downloads go here"
+    )
     parser.add_argument("--epochs", type=int, default=None, help="default: the recipe's")
     parser.add_argument("--out", default=None, help="run directory (default runs/example-<model>-<data>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
@@ -53,8 +57,10 @@ def main() -> int:
     result = fit(model, splits, config=config, out_dir=out, resume=args.resume, run_info={"model": args.model})
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         state = "interrupted (continue with --resume)" if result.interrupted else "finished"
-        print(f"{state}: best test accuracy {100 * result.best_acc:.2f}% at epoch {result.best_epoch + 1}; "
-              f"run directory {out} (curves.png, metrics.jsonl, best/)")
+        print(
+            f"{state}: best test accuracy {100 * result.best_acc:.2f}% at epoch {result.best_epoch + 1}; "
+            f"run directory {out} (curves.png, metrics.jsonl, best/)"
+        )
     return 130 if result.interrupted else 0
 
 

@@ -36,16 +36,38 @@ vitzoo.register(
 #    (vitzoo.create("vit_fashion_wide", num_classes=5) passes num_classes=5).
 @vitzoo.register_model(
     default_cfg=PretrainedCfg(
-        input_size=(1, 28, 28), mean=(0.2860,), std=(0.3530,), interpolation="bilinear", crop_pct=1.0,
+        input_size=(1, 28, 28),
+        mean=(0.2860,),
+        std=(0.3530,),
+        interpolation="bilinear",
+        crop_pct=1.0,
         num_classes=10,
-        label_names=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        label_names=(
+            "T-shirt/top",
+            "Trouser",
+            "Pullover",
+            "Dress",
+            "Coat",
+            "Sandal",
+            "Shirt",
+            "Sneaker",
+            "Bag",
+            "Ankle boot",
+        ),
     )
 )
 def vit_fashion_wide(**overrides) -> VisionTransformer:
     """A wide, shallow ViT for Fashion-MNIST (28x28 grayscale, patch 7, average pooling)."""
     config = ViTConfig(
-        img_size=28, patch_size=7, in_chans=1, num_classes=10, embed_dim=128, depth=4, num_heads=8,
-        class_token=False, global_pool="avg",
+        img_size=28,
+        patch_size=7,
+        in_chans=1,
+        num_classes=10,
+        embed_dim=128,
+        depth=4,
+        num_heads=8,
+        class_token=False,
+        global_pool="avg",
     )
     return VisionTransformer(config.replace(**overrides))
 
@@ -55,7 +77,9 @@ def first_blocks(base: VisionTransformer, depth: int) -> dict[str, torch.Tensor]
     """The base's state dict without blocks `depth` and later. Every other tensor (patch embedding,
     tokens, position embedding, final norm, head) has the same shape in the shallower model."""
     if not 0 < depth <= base.config.depth:
-        raise ValueError(f"depth must be in 1..{base.config.depth} for a base with {base.config.depth} blocks, got {depth}")
+        raise ValueError(
+            f"depth must be in 1..{base.config.depth} for a base with {base.config.depth} blocks, got {depth}"
+        )
     return {
         key: value
         for key, value in base.state_dict().items()
@@ -84,7 +108,11 @@ def make_shallow(base_name: str, depth: int, base_weights: str | None, out: Path
         base=base_name,
         depth=depth,
         num_classes=base.config.num_classes,
-        pretrained={"first_blocks": base.pretrained_cfg.replace(source=str(out), description=f"first {depth} blocks of {base_name}")},
+        pretrained={
+            "first_blocks": base.pretrained_cfg.replace(
+                source=str(out), description=f"first {depth} blocks of {base_name}"
+            )
+        },
         description=f"{base_name} cut to its first {depth} blocks",
         override=True,  # running the example twice in one session re-registers it
     )
@@ -95,8 +123,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="vit_s16", help="the pretrained model to cut (default: vit_s16)")
     parser.add_argument("--depth", type=int, default=6, help="how many of its blocks to keep (default: 6)")
-    parser.add_argument("--base-weights", help="a local file or directory with the base's weights instead of its default source")
-    parser.add_argument("--out", type=Path, default=Path("runs/custom_shallow"), help="where the shallow model is saved")
+    parser.add_argument(
+        "--base-weights", help="a local file or directory with the base's weights instead of its default source"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("runs/custom_shallow"), help="where the shallow model is saved"
+    )
     args = parser.parse_args(argv)
 
     for name in ("vit_mnist_deep", "vit_fashion_wide"):

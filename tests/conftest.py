@@ -24,9 +24,9 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import unquote
 
 import pytest
@@ -47,10 +47,10 @@ class FakeHub:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_HEAD(self) -> None:  # noqa: N802 (http.server's naming)
+            def do_HEAD(self) -> None:
                 hub._answer(self, body=False)
 
-            def do_GET(self) -> None:  # noqa: N802
+            def do_GET(self) -> None:
                 hub._answer(self, body=True)
 
             def log_message(self, *args: object) -> None:  # keep test output clean

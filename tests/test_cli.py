@@ -16,13 +16,12 @@ import pytest
 import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
+from test_plugins import GOOD, write_dist
 
 import vitzoo
 from vitzoo import cli, registry
 from vitzoo.flops import vit_flops
 from vitzoo.model import ViTConfig
-
-from test_plugins import GOOD, write_dist  # noqa: E402  (tests/ is on sys.path under pytest)
 
 SUBCOMMANDS = ["list", "info", "download", "convert", "predict", "finetune", "eval", "viz"]
 
@@ -58,8 +57,15 @@ def test_every_subcommand_has_help(capsys):
 
 @pytest.mark.parametrize(
     "argv",
-    [["lst"], ["info"], ["list", "--bogus"], ["convert", "a"], ["predict", "vit_mnist", "x.png", "--topk", "0"],
-     ["predict", "vit_mnist", "x.png", "--topk", "many"], ["convert", "a", "b", "--to", "onnx"]],
+    [
+        ["lst"],
+        ["info"],
+        ["list", "--bogus"],
+        ["convert", "a"],
+        ["predict", "vit_mnist", "x.png", "--topk", "0"],
+        ["predict", "vit_mnist", "x.png", "--topk", "many"],
+        ["convert", "a", "b", "--to", "onnx"],
+    ],
 )
 def test_bad_usage_exits_2(capsys, argv):
     code, out, err = run(capsys, *argv)
@@ -158,8 +164,17 @@ def test_predict_with_saved_weights(tmp_path, capsys):
     model.save_pretrained(tmp_path / "weights")
     images = digit_images(tmp_path)
 
-    code, out, err = run(capsys, "predict", "vit_mnist_tiny", *map(str, images), "--weights", str(tmp_path / "weights"),
-                         "--topk", "3", "--json")
+    code, out, err = run(
+        capsys,
+        "predict",
+        "vit_mnist_tiny",
+        *map(str, images),
+        "--weights",
+        str(tmp_path / "weights"),
+        "--topk",
+        "3",
+        "--json",
+    )
     assert code == 0, err
     result = json.loads(out)
     # The expected probabilities, computed independently: pixels / 255, MNIST mean/std.
@@ -172,7 +187,9 @@ def test_predict_with_saved_weights(tmp_path, capsys):
         assert [x["label"] for x in r["predictions"]] == [str(i) for i in top.indices.tolist()]
         assert [x["probability"] for x in r["predictions"]] == pytest.approx(top.values.tolist(), abs=1e-5)
 
-    code, out, _ = run(capsys, "predict", "vit_mnist_tiny", str(images[0]), "--weights", str(tmp_path / "weights"), "--topk", "20")
+    code, out, _ = run(
+        capsys, "predict", "vit_mnist_tiny", str(images[0]), "--weights", str(tmp_path / "weights"), "--topk", "20"
+    )
     assert code == 0 and out.splitlines()[0].split() == ["IMAGE", "RANK", "PROB", "CLASS", "LABEL"]
     assert len(out.splitlines()) == 1 + 10  # topk is capped at the number of classes
 
@@ -199,7 +216,9 @@ def test_convert_bare_file_to_vitzoo_and_timm(tmp_path, capsys):
     model = vitzoo.create("vit_mnist").eval()
     save_file(model.state_dict(), tmp_path / "bare.safetensors")
 
-    code, out, err = run(capsys, "convert", str(tmp_path / "bare.safetensors"), str(tmp_path / "ours"), "--model", "vit_mnist")
+    code, out, err = run(
+        capsys, "convert", str(tmp_path / "bare.safetensors"), str(tmp_path / "ours"), "--model", "vit_mnist"
+    )
     assert code == 0, err
     assert out.strip() == f"converted {tmp_path / 'bare.safetensors'} -> {tmp_path / 'ours'} (vitzoo layout)"
     restored = vitzoo.from_pretrained(tmp_path / "ours").eval()
@@ -211,7 +230,9 @@ def test_convert_bare_file_to_vitzoo_and_timm(tmp_path, capsys):
     assert code == 1 and "convolutional stem" in err and not (tmp_path / "t.safetensors").exists()
     plain = vitzoo.create("vit_mnist", conv_stem=(), patch_size=7).eval()
     plain.save_pretrained(tmp_path / "plain")
-    code, out, err = run(capsys, "convert", str(tmp_path / "plain"), str(tmp_path / "t.safetensors"), "--to", "timm", "--json")
+    code, out, err = run(
+        capsys, "convert", str(tmp_path / "plain"), str(tmp_path / "t.safetensors"), "--to", "timm", "--json"
+    )
     assert code == 0, err
     assert json.loads(out)["dst"] == str(tmp_path / "t.safetensors")
     timm_state = load_file(tmp_path / "t.safetensors")
@@ -230,8 +251,11 @@ def test_download_fills_the_cache(tmp_path, fake_hub, hf_cache, capsys, monkeypa
     save_file(model.state_dict(), tmp_path / "w.safetensors")
     fake_hub.publish("acme/tiny-digits", {"model.safetensors": tmp_path / "w.safetensors"})
     vitzoo.register(
-        "cli_hub_variant", base="vit_mnist_tiny",
-        pretrained={"acme": vitzoo.PretrainedCfg(source="hf-hub:acme/tiny-digits", input_size=(1, 32, 32), num_classes=10)},
+        "cli_hub_variant",
+        base="vit_mnist_tiny",
+        pretrained={
+            "acme": vitzoo.PretrainedCfg(source="hf-hub:acme/tiny-digits", input_size=(1, 32, 32), num_classes=10)
+        },
     )
     try:
         code, out, err = run(capsys, "download", "cli_hub_variant", "--json")
@@ -263,7 +287,9 @@ def test_python_m_vitzoo_with_plugins_on_the_path(tmp_path):
     """Real discovery from PYTHONPATH: a good plugin is listed with its origin, a broken one costs
     exactly one warning line on stderr, and the command still succeeds."""
     write_dist(tmp_path, "good-plugin", {"good_plug": GOOD}, {"good": "good_plug"})
-    write_dist(tmp_path, "broken-plugin", {"broken_plug": "raise RuntimeError('plugin bug')\n"}, {"broken": "broken_plug"})
+    write_dist(
+        tmp_path, "broken-plugin", {"broken_plug": "raise RuntimeError('plugin bug')\n"}, {"broken": "broken_plug"}
+    )
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     proc = run_process("info", "plug_tiny", "--json", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -306,7 +332,7 @@ def test_delegated_subcommands_take_their_options_from_their_modules(capsys):
 
 
 def test_delegated_subcommand_runs(tmp_path, capsys):
-    code, out, err = run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(tmp_path / "p.png"))
+    code, _, err = run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(tmp_path / "p.png"))
     assert code == 0, err
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -315,8 +341,10 @@ def test_missing_delegated_module_is_a_one_line_error(capsys, monkeypatch):
     monkeypatch.setitem(cli.DELEGATED, "viz", ("vitzoo.no_such_module", "configure_viz_parser", "run_viz", "draw"))
     code, out, err = run(capsys, "viz", "patches", "--out", "x.png")
     assert (code, out) == (1, "")
-    assert err == ("vitzoo: error: `vitzoo viz` is not available in this installation "
-                   "(ModuleNotFoundError: No module named 'vitzoo.no_such_module')\n")
+    assert err == (
+        "vitzoo: error: `vitzoo viz` is not available in this installation "
+        "(ModuleNotFoundError: No module named 'vitzoo.no_such_module')\n"
+    )
 
 
 def test_info_of_a_builder_that_is_not_a_vit(capsys):

@@ -10,7 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import vitzoo
 from vitzoo.flops import count_flops, measure_flops, model_flops, vit_flops
 from vitzoo.layers.attention import capture_attention
-from vitzoo.model import ViTConfig, VisionTransformer
+from vitzoo.model import VisionTransformer, ViTConfig
 
 
 def counted(model: nn.Module, x: torch.Tensor) -> int:
@@ -27,11 +27,28 @@ def counted(model: nn.Module, x: torch.Tensor) -> int:
     [
         ViTConfig(img_size=32, patch_size=8, in_chans=3, num_classes=7, embed_dim=24, depth=2, num_heads=3),
         # rectangular image and patches, avg pooling without class token, odd MLP ratio
-        ViTConfig(img_size=(24, 40), patch_size=(8, 4), num_classes=5, embed_dim=16, depth=3, num_heads=2,
-                  mlp_ratio=2.5, class_token=False, global_pool="avg"),
+        ViTConfig(
+            img_size=(24, 40),
+            patch_size=(8, 4),
+            num_classes=5,
+            embed_dim=16,
+            depth=3,
+            num_heads=2,
+            mlp_ratio=2.5,
+            class_token=False,
+            global_pool="avg",
+        ),
         # distillation token (two heads) and the representation layer
-        ViTConfig(img_size=32, patch_size=16, num_classes=4, embed_dim=12, depth=1, num_heads=2,
-                  distilled=True, representation_size=20),
+        ViTConfig(
+            img_size=32,
+            patch_size=16,
+            num_classes=4,
+            embed_dim=12,
+            depth=1,
+            num_heads=2,
+            distilled=True,
+            representation_size=20,
+        ),
         # no classifier: features only
         ViTConfig(img_size=16, patch_size=4, in_chans=1, num_classes=0, embed_dim=8, depth=2, num_heads=2),
     ],

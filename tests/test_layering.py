@@ -103,7 +103,7 @@ def test_the_import_graph_has_no_cycle():
         path.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                pytest.fail("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+                pytest.fail("import cycle: " + " -> ".join([*path[path.index(nxt) :], nxt]))
             if nxt not in state:
                 visit(nxt)
         path.pop()
@@ -125,7 +125,9 @@ def test_importing_the_bottom_layer_loads_nothing_above_it(module):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stdout)
-    assert not [m for m in loaded if m.startswith(("vitzoo.weights", "vitzoo.registry", "vitzoo.zoo", "vitzoo.builder"))]
+    assert not [
+        m for m in loaded if m.startswith(("vitzoo.weights", "vitzoo.registry", "vitzoo.zoo", "vitzoo.builder"))
+    ]
     assert module in loaded
 
 
@@ -142,3 +144,11 @@ def test_no_package_attribute_shadows_one_of_its_modules():
         module = importlib.import_module(name)
         attribute = getattr(importlib.import_module(parent), child)
         assert isinstance(attribute, types.ModuleType) and attribute is module, f"{parent}.{child} is {attribute!r}"
+
+
+def test_the_namespace_exports_exactly_its_lazy_names():
+    import vitzoo
+
+    assert sorted(vitzoo.__all__) == sorted(vitzoo._EXPORTS)
+    for name in vitzoo.__all__:
+        assert getattr(vitzoo, name) is not None

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import vitzoo
-from vitzoo import ViTConfig, VisionTransformer
+from vitzoo import VisionTransformer, ViTConfig
 from vitzoo.layers import DropPath, to_2tuple
 from vitzoo.registry import count_parameters, get_entry
 
@@ -312,13 +312,23 @@ def test_timm_state_dict_loads_key_by_key_with_identical_logits(name):
 
 # ----------------------------------------------------------------------------- hybrid (conv stem)
 def test_conv_stem_model_round_trips_through_json_and_save_pretrained(tmp_path):
-    from vitzoo.weights.keymaps import infer_config_fields, to_timm
     from vitzoo.weights.errors import WeightsMismatchError
+    from vitzoo.weights.keymaps import infer_config_fields, to_timm
 
-    config = ViTConfig.from_dict(dict(
-        img_size=28, patch_size=8, in_chans=1, conv_stem=[4, 8], num_classes=3, embed_dim=16, depth=1,
-        num_heads=2, class_token=False, global_pool="avg",
-    ))
+    config = ViTConfig.from_dict(
+        dict(
+            img_size=28,
+            patch_size=8,
+            in_chans=1,
+            conv_stem=[4, 8],
+            num_classes=3,
+            embed_dim=16,
+            depth=1,
+            num_heads=2,
+            class_token=False,
+            global_pool="avg",
+        )
+    )
     assert config.conv_stem == (4, 8) and config.grid_size == (4, 4)  # JSON lists become tuples
     torch.manual_seed(0)
     model = VisionTransformer(config)

@@ -7,12 +7,16 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo import RegistryError, UnknownModelError, ViTConfig, VisionTransformer
-from vitzoo import registry
+from vitzoo import RegistryError, UnknownModelError, VisionTransformer, ViTConfig, registry
 from vitzoo.pretrained_cfg import IMAGENET_MEAN
 
 DEIT_NAMES = [
-    "deit_b16", "deit_b16_distilled", "deit_s16", "deit_s16_distilled", "deit_ti16", "deit_ti16_distilled",
+    "deit_b16",
+    "deit_b16_distilled",
+    "deit_s16",
+    "deit_s16_distilled",
+    "deit_ti16",
+    "deit_ti16_distilled",
 ]
 
 
@@ -77,7 +81,11 @@ def test_unknown_pretrained_tag_lists_the_known_ones():
 # ----------------------------------------------------------------------------- list_models
 def test_list_models_shell_patterns():
     assert builtin(vitzoo.list_models("deit_*")) == DEIT_NAMES
-    assert builtin(vitzoo.list_models("deit_*_distilled")) == ["deit_b16_distilled", "deit_s16_distilled", "deit_ti16_distilled"]
+    assert builtin(vitzoo.list_models("deit_*_distilled")) == [
+        "deit_b16_distilled",
+        "deit_s16_distilled",
+        "deit_ti16_distilled",
+    ]
     assert builtin(vitzoo.list_models("vit_?16")) == ["vit_b16", "vit_l16", "vit_s16"]
     assert builtin(vitzoo.list_models(["vit_mnist_t*", "deit_ti16"])) == ["deit_ti16", "vit_mnist_tiny"]
     assert builtin(vitzoo.list_models("deit_*", exclude="*_distilled")) == ["deit_b16", "deit_s16", "deit_ti16"]
@@ -104,14 +112,23 @@ def test_list_models_pretrained_lists_name_dot_tag():
 def test_model_info_fields():
     info = vitzoo.model_info("vit_b16")
     assert set(info) >= {
-        "name", "origin", "description", "config", "num_params", "default_pretrained", "pretrained", "preprocessing",
+        "name",
+        "origin",
+        "description",
+        "config",
+        "num_params",
+        "default_pretrained",
+        "pretrained",
+        "preprocessing",
     }
     assert info["name"] == "vit_b16" and info["origin"] == "built-in"
     assert info["num_params"] == 86_567_656
     assert info["config"] == ViTConfig(embed_dim=768, depth=12, num_heads=12).to_dict()
     assert info["default_pretrained"] == "augreg2_in21k_ft_in1k"
     assert set(info["pretrained"]) == {"augreg2_in21k_ft_in1k", "augreg_in21k_ft_in1k"}
-    assert info["pretrained"]["augreg_in21k_ft_in1k"]["source"] == "hf-hub:timm/vit_base_patch16_224.augreg_in21k_ft_in1k"
+    assert (
+        info["pretrained"]["augreg_in21k_ft_in1k"]["source"] == "hf-hub:timm/vit_base_patch16_224.augreg_in21k_ft_in1k"
+    )
     assert info["preprocessing"]["input_size"] == (3, 224, 224)
     # A tag selects that source.
     assert vitzoo.model_info("vit_b16.augreg_in21k_ft_in1k")["default_pretrained"] == "augreg_in21k_ft_in1k"
@@ -122,8 +139,9 @@ def test_model_info_fields():
 
 # ----------------------------------------------------------------------------- register
 def test_register_a_config_variant(clean_registry):
-    entry = vitzoo.register("test_vit_ti8_short", base="vit_ti16", patch_size=8, depth=2, img_size=32,
-                            description="a test variant")
+    entry = vitzoo.register(
+        "test_vit_ti8_short", base="vit_ti16", patch_size=8, depth=2, img_size=32, description="a test variant"
+    )
     assert entry.name == "test_vit_ti8_short"
     assert "test_vit_ti8_short" in vitzoo.list_models("test_*")
     info = vitzoo.model_info("test_vit_ti8_short")
@@ -136,8 +154,9 @@ def test_register_a_config_variant(clean_registry):
     # Preprocessing is inherited from the base name.
     assert model.pretrained_cfg.mean == vitzoo.create("vit_ti16", depth=1).pretrained_cfg.mean
 
-    from_config = vitzoo.register("test_from_config", base=ViTConfig(img_size=16, patch_size=8, embed_dim=8,
-                                                                      depth=1, num_heads=2, num_classes=4))
+    from_config = vitzoo.register(
+        "test_from_config", base=ViTConfig(img_size=16, patch_size=8, embed_dim=8, depth=1, num_heads=2, num_classes=4)
+    )
     assert from_config.config.embed_dim == 8
     assert vitzoo.create("test_from_config").eval()(torch.randn(2, 3, 16, 16)).shape == (2, 4)
 
@@ -178,7 +197,9 @@ def test_register_model_decorator(clean_registry):
 
 
 def test_duplicate_name_raises_naming_both_unless_override(clean_registry):
-    with pytest.raises(RegistryError, match=r"'vit_b16' is already registered \(origin: built-in\).*\(origin: user code\)"):
+    with pytest.raises(
+        RegistryError, match=r"'vit_b16' is already registered \(origin: built-in\).*\(origin: user code\)"
+    ):
         vitzoo.register("vit_b16", base="vit_ti16")
     with pytest.raises(RegistryError, match="override=True"):
 

@@ -48,12 +48,29 @@ _EXPORTS = {
     "export": "weights",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "PretrainedCfg",
+    "RegistryError",
+    "UnknownModelError",
+    "ViTConfig",
+    "VisionTransformer",
+    "convert",
+    "create",
+    "download",
+    "export",
+    "from_pretrained",
+    "list_models",
+    "load_weights",
+    "model_info",
+    "register",
+    "register_model",
+    "save_pretrained",
+]
 
 if TYPE_CHECKING:
     from .builder import convert, create, download, from_pretrained, load_weights
     from .layout import save_pretrained
-    from .model import ViTConfig, VisionTransformer
+    from .model import VisionTransformer, ViTConfig
     from .pretrained_cfg import PretrainedCfg
     from .registry import RegistryError, UnknownModelError, list_models, model_info, register, register_model
     from .weights import export

@@ -27,9 +27,9 @@ from .layout import save_pretrained
 from .model import ViTConfig
 from .pretrained_cfg import PretrainedCfg
 from .weights import Architecture, WeightsError, WeightsNotFoundError, export, load
+from .weights.adapt import FitReport
 from .weights.exporter import EXPORT_FORMATS
 from .weights.hub import HF_PREFIX, TIMM_PREFIX, fetch_source
-from .weights.adapt import FitReport
 
 Source = str | os.PathLike[str]
 

@@ -6,7 +6,8 @@ every layer may use it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def check_fields(obj: Any, checks: Iterable[tuple[bool, str, str]]) -> None:

@@ -19,7 +19,8 @@ import json
 import math
 import sys
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 PROG = "vitzoo"
 
@@ -91,7 +92,7 @@ def _gflops_of(name: str, info: dict[str, Any]) -> float | None:
         with torch.device("meta"):
             model = get_entry(name).builder()
         return measure_flops(model, tuple(info["preprocessing"]["input_size"])) / 1e9
-    except Exception:  # noqa: BLE001 — an unmeasurable third-party model shows "?" rather than failing
+    except Exception:
         return None
 
 
@@ -110,28 +111,58 @@ def cmd_list(args: argparse.Namespace) -> int:
             entry = get_entry(full)
             tag = full.split(".", 1)[1]
             cfg = entry.pretrained[tag]
-            rows.append({
-                "name": full, "default": tag == entry.default_tag, "source": cfg.source,
-                "input_size": list(cfg.input_size), "num_classes": cfg.num_classes,
-                "license": cfg.license, "origin": entry.origin,
-            })
+            rows.append(
+                {
+                    "name": full,
+                    "default": tag == entry.default_tag,
+                    "source": cfg.source,
+                    "input_size": list(cfg.input_size),
+                    "num_classes": cfg.num_classes,
+                    "license": cfg.license,
+                    "origin": entry.origin,
+                }
+            )
         text = _table(
             ["NAME.TAG", "DEFAULT", "SOURCE", "INPUT", "CLASSES", "LICENSE"],
-            [[r["name"], "*" if r["default"] else "", r["source"], _size(r["input_size"]), r["num_classes"], r["license"] or "-"] for r in rows],
+            [
+                [
+                    r["name"],
+                    "*" if r["default"] else "",
+                    r["source"],
+                    _size(r["input_size"]),
+                    r["num_classes"],
+                    r["license"] or "-",
+                ]
+                for r in rows
+            ],
         )
     else:
         rows = []
         for name in names:
             info = model_info(name)
-            rows.append({
-                "name": name, "num_params": info["num_params"], "gflops": _gflops_of(name, info),
-                "input_size": list(info["preprocessing"]["input_size"]),
-                "pretrained": list(info["pretrained"]), "origin": info["origin"],
-            })
+            rows.append(
+                {
+                    "name": name,
+                    "num_params": info["num_params"],
+                    "gflops": _gflops_of(name, info),
+                    "input_size": list(info["preprocessing"]["input_size"]),
+                    "pretrained": list(info["pretrained"]),
+                    "origin": info["origin"],
+                }
+            )
         text = _table(
             ["NAME", "PARAMS", "GFLOPS", "INPUT", "PRETRAINED", "ORIGIN"],
-            [[r["name"], _human_count(r["num_params"]), _significant(r["gflops"]),
-              _size(r["input_size"]), len(r["pretrained"]) or "-", r["origin"]] for r in rows],
+            [
+                [
+                    r["name"],
+                    _human_count(r["num_params"]),
+                    _significant(r["gflops"]),
+                    _size(r["input_size"]),
+                    len(r["pretrained"]) or "-",
+                    r["origin"],
+                ]
+                for r in rows
+            ],
         )
     _emit(args, rows, text)
     return 0
@@ -144,12 +175,15 @@ def cmd_info(args: argparse.Namespace) -> int:
     info["gflops"] = _gflops_of(args.name, info)
     pre = info["preprocessing"]
     lines = [info["name"] + (f" — {info['description']}" if info["description"] else "")]
-    flops = "unknown (this model cannot run on the meta device)" if info["gflops"] is None else (
-        f"{_significant(info['gflops'], 4)} at {_size(pre['input_size'])} (one image, multiply-add = 2 FLOPs)"
+    flops = (
+        "unknown (this model cannot run on the meta device)"
+        if info["gflops"] is None
+        else (f"{_significant(info['gflops'], 4)} at {_size(pre['input_size'])} (one image, multiply-add = 2 FLOPs)")
     )
     lines += [
         f"  origin       {info['origin']}",
-        f"  parameters   {info['num_params']:,}" + (f" ({_human_count(info['num_params'])})" if info["num_params"] >= 1e5 else ""),
+        f"  parameters   {info['num_params']:,}"
+        + (f" ({_human_count(info['num_params'])})" if info["num_params"] >= 1e5 else ""),
         f"  GFLOPs       {flops}",
     ]
     if info["config"]:
@@ -270,7 +304,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         results.append({"image": path, "predictions": preds})
     rows = [
         [r["image"] if rank == 0 else "", rank + 1, f"{p['probability']:.4f}", p["index"], p["label"]]
-        for r in results for rank, p in enumerate(r["predictions"])
+        for r in results
+        for rank, p in enumerate(r["predictions"])
     ]
     _emit(args, results, _table(["IMAGE", "RANK", "PROB", "CLASS", "LABEL"], rows))
     return 0
@@ -332,39 +367,67 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = [_common()]
 
-    p = sub.add_parser("list", parents=common, help="list registered models", description=(
-        "List registered models. PATTERN is a shell pattern (vit_*16); a bare word matches as a substring."))
-    p.add_argument("patterns", nargs="*", metavar="PATTERN", help="shell-style pattern(s); a bare word matches anywhere")
+    p = sub.add_parser(
+        "list",
+        parents=common,
+        help="list registered models",
+        description=(
+            "List registered models. PATTERN is a shell pattern (vit_*16); a bare word matches as a substring."
+        ),
+    )
+    p.add_argument(
+        "patterns", nargs="*", metavar="PATTERN", help="shell-style pattern(s); a bare word matches anywhere"
+    )
     p.add_argument("--pretrained", action="store_true", help="list NAME.TAG for every pretrained source instead")
     p.set_defaults(handler=cmd_list)
 
-    p = sub.add_parser("info", parents=common, help="config, parameters, GFLOPs, sources, preprocessing, origin",
-                       description="Describe one model: its config, parameter count, GFLOPs at its input size, "
-                       "pretrained sources, preprocessing and origin (built-in, plugin or user code).")
+    p = sub.add_parser(
+        "info",
+        parents=common,
+        help="config, parameters, GFLOPs, sources, preprocessing, origin",
+        description="Describe one model: its config, parameter count, GFLOPs at its input size, "
+        "pretrained sources, preprocessing and origin (built-in, plugin or user code).",
+    )
     p.add_argument("name", metavar="NAME[.TAG]", help="a registered model, optionally with a pretrained tag")
     p.set_defaults(handler=cmd_info)
 
-    p = sub.add_parser("download", parents=common, help="fetch pretrained weights into the cache",
-                       description="Fetch weights into the Hugging Face cache ahead of time, for later offline use "
-                       "(HF_HUB_OFFLINE=1). Honours HF_ENDPOINT, HF_HOME and HF_HUB_CACHE.")
+    p = sub.add_parser(
+        "download",
+        parents=common,
+        help="fetch pretrained weights into the cache",
+        description="Fetch weights into the Hugging Face cache ahead of time, for later offline use "
+        "(HF_HUB_OFFLINE=1). Honours HF_ENDPOINT, HF_HOME and HF_HUB_CACHE.",
+    )
     p.add_argument("names", nargs="+", metavar="NAME[.TAG]", help="models (their default source, or the tag's)")
     p.set_defaults(handler=cmd_download)
 
-    p = sub.add_parser("convert", parents=common, help="convert a checkpoint between layouts",
-                       description="Read a checkpoint in any supported layout (timm, transformers, Google .npz, "
-                       "torchvision, vitzoo) and write it in vitzoo's layout (a save_pretrained directory) or timm's.")
+    p = sub.add_parser(
+        "convert",
+        parents=common,
+        help="convert a checkpoint between layouts",
+        description="Read a checkpoint in any supported layout (timm, transformers, Google .npz, "
+        "torchvision, vitzoo) and write it in vitzoo's layout (a save_pretrained directory) or timm's.",
+    )
     p.add_argument("src", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name>")
     p.add_argument("dst", metavar="DST", help="where to write the converted checkpoint")
     p.add_argument("--to", choices=["vitzoo", "timm"], default="vitzoo", help="target layout (default: vitzoo)")
-    p.add_argument("--model", metavar="NAME", help="the vitzoo model the checkpoint belongs to (when it cannot be inferred)")
+    p.add_argument(
+        "--model", metavar="NAME", help="the vitzoo model the checkpoint belongs to (when it cannot be inferred)"
+    )
     p.set_defaults(handler=cmd_convert)
 
-    p = sub.add_parser("predict", parents=common, help="classify images: top-k labels and probabilities",
-                       description="Classify images with a model's pretrained weights (or --weights), using the "
-                       "preprocessing those weights expect.")
+    p = sub.add_parser(
+        "predict",
+        parents=common,
+        help="classify images: top-k labels and probabilities",
+        description="Classify images with a model's pretrained weights (or --weights), using the "
+        "preprocessing those weights expect.",
+    )
     p.add_argument("name", metavar="NAME[.TAG]", help="a registered model")
     p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
-    p.add_argument("--weights", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name> instead of the default source")
+    p.add_argument(
+        "--weights", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name> instead of the default source"
+    )
     p.add_argument("--topk", type=int, default=5, metavar="K", help="how many classes to show per image (default: 5)")
     p.set_defaults(handler=cmd_predict)
 
@@ -381,8 +444,14 @@ def _command_in(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
-def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-                      file: Any = None, line: str | None = None) -> None:
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
     print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
@@ -406,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:  # `vitzoo list | head`
             sys.stderr.close()
             return 0
-        except Exception as exc:  # noqa: BLE001 — the command's contract: one line, no traceback
+        except Exception as exc:
             if debug:
                 raise
             code = 2 if isinstance(exc, UsageError) else 1

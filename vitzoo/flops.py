@@ -16,8 +16,9 @@ pass on the "meta" device under FlopCounterMode: shapes only, no memory, no arit
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

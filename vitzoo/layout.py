@@ -27,7 +27,9 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike[str]) -> Path
     """Write `model` as config.json + model.safetensors into `directory` (created if needed)."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
-        raise TypeError(f"save_pretrained needs a vitzoo VisionTransformer (with a .config), got {type(model).__name__}")
+        raise TypeError(
+            f"save_pretrained needs a vitzoo VisionTransformer (with a .config), got {type(model).__name__}"
+        )
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"save_pretrained: {str(directory)!r} exists and is not a directory")

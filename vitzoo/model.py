@@ -75,19 +75,26 @@ class ViTConfig:
                 "expected img_size to be a positive multiple of patch_size on both axes"
             )
         check_heads(self.embed_dim, self.num_heads)
-        check_fields(self, [
-            (self.in_chans >= 1, "in_chans", "an int >= 1"),
-            (self.num_classes >= 0, "num_classes", "an int >= 0"),
-            (self.depth >= 0, "depth", "an int >= 0"),
-            (self.mlp_ratio > 0, "mlp_ratio", "a positive number"),
-            (self.pos_embed in ("learned", "sincos"), "pos_embed", "'learned' or 'sincos'"),
-            (self.global_pool in ("token", "avg"), "global_pool", "'token' or 'avg'"),
-            (self.representation_size is None or self.representation_size > 0, "representation_size", "None or an int > 0"),
-            (self.norm_eps > 0, "norm_eps", "a positive float"),
-            (0 <= self.drop_rate < 1, "drop_rate", "a float in [0, 1)"),
-            (0 <= self.attn_drop_rate < 1, "attn_drop_rate", "a float in [0, 1)"),
-            (0 <= self.drop_path_rate < 1, "drop_path_rate", "a float in [0, 1)"),
-        ])
+        check_fields(
+            self,
+            [
+                (self.in_chans >= 1, "in_chans", "an int >= 1"),
+                (self.num_classes >= 0, "num_classes", "an int >= 0"),
+                (self.depth >= 0, "depth", "an int >= 0"),
+                (self.mlp_ratio > 0, "mlp_ratio", "a positive number"),
+                (self.pos_embed in ("learned", "sincos"), "pos_embed", "'learned' or 'sincos'"),
+                (self.global_pool in ("token", "avg"), "global_pool", "'token' or 'avg'"),
+                (
+                    self.representation_size is None or self.representation_size > 0,
+                    "representation_size",
+                    "None or an int > 0",
+                ),
+                (self.norm_eps > 0, "norm_eps", "a positive float"),
+                (0 <= self.drop_rate < 1, "drop_rate", "a float in [0, 1)"),
+                (0 <= self.attn_drop_rate < 1, "attn_drop_rate", "a float in [0, 1)"),
+                (0 <= self.drop_path_rate < 1, "drop_path_rate", "a float in [0, 1)"),
+            ],
+        )
         if self.distilled and not self.class_token:
             raise ValueError("distilled=True needs class_token=True (DeiT token order is [cls, dist, patches])")
         if self.global_pool == "token" and not self.class_token:
@@ -97,7 +104,7 @@ class ViTConfig:
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
 
-    def replace(self, **overrides: Any) -> "ViTConfig":
+    def replace(self, **overrides: Any) -> ViTConfig:
         unknown = sorted(set(overrides) - set(self.field_names()))
         if unknown:
             raise TypeError(
@@ -109,7 +116,7 @@ class ViTConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ViTConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ViTConfig:
         return cls().replace(**data)
 
     @property
@@ -138,7 +145,10 @@ class VisionTransformer(nn.Module):
         self.head_hidden_size = config.representation_size or D
 
         self.patch_embed = PatchEmbed(
-            img_size=config.img_size, patch_size=config.patch_size, in_chans=config.in_chans, embed_dim=D,
+            img_size=config.img_size,
+            patch_size=config.patch_size,
+            in_chans=config.in_chans,
+            embed_dim=D,
             conv_stem=config.conv_stem,
         )
         num_tokens = self.patch_embed.num_patches + self.num_prefix_tokens
@@ -192,6 +202,7 @@ class VisionTransformer(nn.Module):
             # assignment): there is no data to initialise, and random init on meta tensors goes
             # through torch's Python reference ops, whose first use imports torch._dynamo (slow to load).
             return
+
         def init_linear(m: nn.Module) -> None:
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)
@@ -234,7 +245,9 @@ class VisionTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that an optimizer should not decay (tokens and position embedding)."""
-        return {name for name in ("pos_embed", "cls_token", "dist_token") if isinstance(getattr(self, name), nn.Parameter)}
+        return {
+            name for name in ("pos_embed", "cls_token", "dist_token") if isinstance(getattr(self, name), nn.Parameter)
+        }
 
     # ----------------------------------------------------------------------------- forward
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
@@ -247,7 +260,9 @@ class VisionTransformer(nn.Module):
         x = self.blocks(x)
         return self.norm(x)
 
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward_head(
+        self, x: torch.Tensor, pre_logits: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Tokens -> logits. With `pre_logits=True`, the pooled feature fed to the classifier."""
         if self.config.global_pool == "avg":
             feature = x[:, self.num_prefix_tokens :].mean(dim=1)

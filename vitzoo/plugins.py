@@ -30,8 +30,10 @@ import importlib
 import importlib.metadata
 import sys
 import warnings
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager
+from typing import Any
 
 ENTRY_POINT_GROUP = "vitzoo.models"
 
@@ -41,7 +43,7 @@ class RegistryAccess:
     """What plugin discovery needs of the registry, handed in by the registry itself."""
 
     lock: Any  # the registry's re-entrant lock: discovery runs under it
-    origin: Callable[[str], ContextManager[None]]  # origin("plugin (dist)") for the entries registered inside
+    origin: Callable[[str], AbstractContextManager[None]]  # origin("plugin (dist)") for the entries registered inside
     snapshot: Callable[[], dict[str, Any]]  # name -> entry
     restore: Callable[[dict[str, Any]], None]
     clash_error: type[Exception]  # the registry's RegistryError
@@ -127,7 +129,7 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
         eps = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
         # Sorted so that which of two clashing plugins is "first" does not depend on sys.path order.
         return sorted(eps, key=lambda ep: (_dist_name(ep), ep.name))
-    except Exception as exc:  # noqa: BLE001 — e.g. a malformed entry_points.txt of some package
+    except Exception as exc:
         warnings.warn(
             f"vitzoo could not read the installed packages' entry points, so no plugin is loaded: "
             f"{type(exc).__name__}: {exc}",
@@ -158,13 +160,12 @@ def _load(ep: importlib.metadata.EntryPoint, access: RegistryAccess) -> None:
         if _state["clash"] is None:
             _state["clash"] = exc
         return
-    except Exception as exc:  # noqa: BLE001 — any failure inside third-party code means "skip it"
+    except Exception as exc:
         access.restore(before)
         error = f"{type(exc).__name__}: {exc}"
         _records.append(PluginRecord(ep.name, ep.value, dist, (), error))
         warnings.warn(
-            f"vitzoo plugin {ep.name!r} ({ep.value}, distribution {dist!r}) failed to load and is "
-            f"skipped: {error}",
+            f"vitzoo plugin {ep.name!r} ({ep.value}, distribution {dist!r}) failed to load and is skipped: {error}",
             PluginWarning,
             stacklevel=2,
         )

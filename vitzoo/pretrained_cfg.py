@@ -39,14 +39,14 @@ class PretrainedCfg:
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def replace(self, **changes: Any) -> "PretrainedCfg":
+    def replace(self, **changes: Any) -> PretrainedCfg:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PretrainedCfg":
+    def from_dict(cls, data: dict[str, Any]) -> PretrainedCfg:
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
         for key in ("input_size", "mean", "std", "label_names"):

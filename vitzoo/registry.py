@@ -23,15 +23,16 @@ import difflib
 import fnmatch
 import inspect
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
 
 from . import plugins, zoo
-from .model import ViTConfig, VisionTransformer
+from .model import VisionTransformer, ViTConfig
 from .pretrained_cfg import PretrainedCfg
 
 Builder = Callable[..., nn.Module]
@@ -222,7 +223,7 @@ def register(
 
 # ----------------------------------------------------------------------------- looking up
 def split_name(name: str) -> tuple[str, str | None]:
-    """"vit_b16.augreg_in1k" -> ("vit_b16", "augreg_in1k"); "vit_b16" -> ("vit_b16", None)."""
+    """ "vit_b16.augreg_in1k" -> ("vit_b16", "augreg_in1k"); "vit_b16" -> ("vit_b16", None)."""
     base, _, tag = name.partition(".")
     return base, (tag or None)
 
@@ -266,7 +267,9 @@ def timm_counterparts() -> dict[str, str]:
         return {e.name: e.timm_name for e in _entries.values() if e.timm_name}
 
 
-def list_models(pattern: str | list[str] = "*", pretrained: bool | None = None, exclude: str | list[str] = ()) -> list[str]:
+def list_models(
+    pattern: str | list[str] = "*", pretrained: bool | None = None, exclude: str | list[str] = ()
+) -> list[str]:
     """Registered names matching shell-style `pattern`(s). pretrained=True lists "name.tag"
     for every pretrained source; pretrained=False lists only names without any source."""
     _populate()
@@ -333,9 +336,14 @@ def _populate() -> None:
             for model in zoo.MODELS:
                 _add(
                     ModelEntry(
-                        name=model.name, builder=_config_builder(model.config), config=model.config,
-                        pretrained=_to_pretrained_dict(model.pretrained), default_cfg=model.default_cfg,
-                        origin="built-in", description=model.description, timm_name=model.timm_name,
+                        name=model.name,
+                        builder=_config_builder(model.config),
+                        config=model.config,
+                        pretrained=_to_pretrained_dict(model.pretrained),
+                        default_cfg=model.default_cfg,
+                        origin="built-in",
+                        description=model.description,
+                        timm_name=model.timm_name,
                     ),
                     override=False,
                 )

@@ -24,8 +24,15 @@ from .pretrained_cfg import (
 def _timm_augreg(repo: str, description: str, **kw) -> PretrainedCfg:
     """A timm hub release of Google's AugReg weights (inputs normalised to [-1, 1])."""
     return PretrainedCfg(
-        source=f"hf-hub:timm/{repo}", mean=INCEPTION_MEAN, std=INCEPTION_STD, crop_pct=0.9,
-        interpolation="bicubic", license="apache-2.0", description=description, label_set="imagenet-1k", **kw,
+        source=f"hf-hub:timm/{repo}",
+        mean=INCEPTION_MEAN,
+        std=INCEPTION_STD,
+        crop_pct=0.9,
+        interpolation="bicubic",
+        license="apache-2.0",
+        description=description,
+        label_set="imagenet-1k",
+        **kw,
     )
 
 
@@ -33,8 +40,13 @@ def _timm_deit(repo: str) -> PretrainedCfg:
     # crop_pct 0.9 is what timm's release of these weights states in its config.json (the DeiT
     # paper evaluated at 0.875); the source's own config wins, so the two must agree.
     return PretrainedCfg(
-        source=f"hf-hub:timm/{repo}", mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.9,
-        interpolation="bicubic", license="apache-2.0", label_set="imagenet-1k",
+        source=f"hf-hub:timm/{repo}",
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        crop_pct=0.9,
+        interpolation="bicubic",
+        license="apache-2.0",
+        label_set="imagenet-1k",
         description="DeiT (Touvron et al. 2021), ImageNet-1k, Facebook release",
     )
 
@@ -42,8 +54,13 @@ def _timm_deit(repo: str) -> PretrainedCfg:
 _IN1K = "ImageNet-21k pretrain, ImageNet-1k fine-tune (AugReg, Steiner et al. 2021)"
 _IMAGENET_CFG = PretrainedCfg()  # preprocessing for models without weights: 224, [-1, 1]
 _MNIST_CFG = PretrainedCfg(
-    input_size=(1, 28, 28), mean=MNIST_MEAN, std=MNIST_STD, interpolation="bilinear", crop_pct=1.0,
-    num_classes=10, label_names=tuple(str(d) for d in range(10)),
+    input_size=(1, 28, 28),
+    mean=MNIST_MEAN,
+    std=MNIST_STD,
+    interpolation="bilinear",
+    crop_pct=1.0,
+    num_classes=10,
+    label_names=tuple(str(d) for d in range(10)),
 )
 
 
@@ -65,8 +82,16 @@ def _mnist_models() -> list[ZooModel]:
         ZooModel(
             "vit_mnist_tiny",
             ViTConfig(
-                img_size=32, patch_size=16, in_chans=1, num_classes=10, embed_dim=9, depth=3, num_heads=3,
-                mlp_ratio=4.0, pos_embed="sincos", final_norm=False,
+                img_size=32,
+                patch_size=16,
+                in_chans=1,
+                num_classes=10,
+                embed_dim=9,
+                depth=3,
+                num_heads=3,
+                mlp_ratio=4.0,
+                pos_embed="sincos",
+                final_norm=False,
             ),
             _MNIST_CFG.replace(input_size=(1, 32, 32)),
             description="The classic from-scratch MNIST tutorial ViT (5,689 parameters), fixed sinusoidal positions",
@@ -79,8 +104,17 @@ def _mnist_models() -> list[ZooModel]:
         ZooModel(
             "vit_mnist",
             ViTConfig(
-                img_size=28, patch_size=8, conv_stem=(32, 64), in_chans=1, num_classes=10, embed_dim=64, depth=4,
-                num_heads=4, mlp_ratio=2.0, class_token=False, global_pool="avg",
+                img_size=28,
+                patch_size=8,
+                conv_stem=(32, 64),
+                in_chans=1,
+                num_classes=10,
+                embed_dim=64,
+                depth=4,
+                num_heads=4,
+                mlp_ratio=2.0,
+                class_token=False,
+                global_pool="avg",
             ),
             _MNIST_CFG,
             description="Recommended small hybrid ViT for 28x28 digits and fashion items (conv stem, 16 tokens, average pooling)",
@@ -99,25 +133,43 @@ def _vit_models() -> list[ZooModel]:
     ]:
         sources = {"augreg_in21k_ft_in1k": _timm_augreg(f"{timm_name}.augreg_in21k_ft_in1k", _IN1K)}
         if name == "vit_b16":  # timm's default for ViT-B/16 is the re-tuned AugReg2 release
-            sources = {"augreg2_in21k_ft_in1k": _timm_augreg(f"{timm_name}.augreg2_in21k_ft_in1k", _IN1K + ", AugReg2"), **sources}
-        models.append(ZooModel(
-            name, ViTConfig(img_size=224, patch_size=kw.pop("patch_size", 16), **kw), _IMAGENET_CFG, sources,
-            description=f"ViT at 224, same shapes as timm's {timm_name}", timm_name=timm_name,
-        ))
-    vit_b16 = models[2].config
-    models.append(ZooModel(
-        "vit_b16_in21k", vit_b16.replace(num_classes=21843, representation_size=768), _IMAGENET_CFG,
-        {
-            "google_in21k": PretrainedCfg(
-                source="hf-hub:google/vit-base-patch16-224-in21k", mean=INCEPTION_MEAN, std=INCEPTION_STD,
-                # Google zeroed the 21k classifier of this release and transformers' ViTModel has none:
-                # the checkpoint is a feature extractor (num_classes=0) ending in the representation layer.
-                interpolation="bilinear", crop_pct=1.0, num_classes=0, license="apache-2.0",
-                description="Original ImageNet-21k ViT-B/16 (transformers layout; its pooler is the representation layer, no classifier)",
+            sources = {
+                "augreg2_in21k_ft_in1k": _timm_augreg(f"{timm_name}.augreg2_in21k_ft_in1k", _IN1K + ", AugReg2"),
+                **sources,
+            }
+        models.append(
+            ZooModel(
+                name,
+                ViTConfig(img_size=224, patch_size=kw.pop("patch_size", 16), **kw),
+                _IMAGENET_CFG,
+                sources,
+                description=f"ViT at 224, same shapes as timm's {timm_name}",
+                timm_name=timm_name,
             )
-        },
-        description="ViT-B/16 with the 768-d representation layer of the original ImageNet-21k release",
-    ))
+        )
+    vit_b16 = models[2].config
+    models.append(
+        ZooModel(
+            "vit_b16_in21k",
+            vit_b16.replace(num_classes=21843, representation_size=768),
+            _IMAGENET_CFG,
+            {
+                "google_in21k": PretrainedCfg(
+                    source="hf-hub:google/vit-base-patch16-224-in21k",
+                    mean=INCEPTION_MEAN,
+                    std=INCEPTION_STD,
+                    # Google zeroed the 21k classifier of this release and transformers' ViTModel has none:
+                    # the checkpoint is a feature extractor (num_classes=0) ending in the representation layer.
+                    interpolation="bilinear",
+                    crop_pct=1.0,
+                    num_classes=0,
+                    license="apache-2.0",
+                    description="Original ImageNet-21k ViT-B/16 (transformers layout; its pooler is the representation layer, no classifier)",
+                )
+            },
+            description="ViT-B/16 with the 768-d representation layer of the original ImageNet-21k release",
+        )
+    )
     return models
 
 
@@ -131,14 +183,16 @@ def _deit_models() -> list[ZooModel]:
         for distilled in (False, True):
             suffix = "_distilled" if distilled else ""
             timm_name = f"deit_{timm_size}{suffix}_patch16_224"
-            models.append(ZooModel(
-                f"deit_{size}16{suffix}",
-                ViTConfig(img_size=224, patch_size=16, depth=12, distilled=distilled, **kw),
-                _IMAGENET_CFG.replace(mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.9),
-                {"fb_in1k": _timm_deit(f"{timm_name}.fb_in1k")},
-                description=f"DeiT-{size.upper()}/16{' with distillation token' if distilled else ''}, same shapes as timm's {timm_name}",
-                timm_name=timm_name,
-            ))
+            models.append(
+                ZooModel(
+                    f"deit_{size}16{suffix}",
+                    ViTConfig(img_size=224, patch_size=16, depth=12, distilled=distilled, **kw),
+                    _IMAGENET_CFG.replace(mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.9),
+                    {"fb_in1k": _timm_deit(f"{timm_name}.fb_in1k")},
+                    description=f"DeiT-{size.upper()}/16{' with distillation token' if distilled else ''}, same shapes as timm's {timm_name}",
+                    timm_name=timm_name,
+                )
+            )
     return models
 
 

@@ -45,8 +45,27 @@ def test_benchmark_runs_end_to_end(speed, tmp_path, capsys):
     out = tmp_path / "speed.json"
     threads = torch.get_num_threads()
     try:  # one thread: steady on a busy machine; restored so that later tests keep theirs
-        speed.main(["--model", "vit_ti16", "--batch", "1", "--rounds", "2", "--warmup", "0", "--dtypes", "fp32",
-                    "bf16", "--threads", "1", "--clock", "cpu", "--json", str(out)])
+        speed.main(
+            [
+                "--model",
+                "vit_ti16",
+                "--batch",
+                "1",
+                "--rounds",
+                "2",
+                "--warmup",
+                "0",
+                "--dtypes",
+                "fp32",
+                "bf16",
+                "--threads",
+                "1",
+                "--clock",
+                "cpu",
+                "--json",
+                str(out),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     printed = capsys.readouterr().out

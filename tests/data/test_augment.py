@@ -34,7 +34,9 @@ def test_channel_conversion_both_ways() -> None:
     rgb[:, 1] = 1.0  # pure green -> luma 0.587
     assert torch.allclose(convert_channels(rgb, 1), torch.full((1, 1, 2, 2), 0.587))
     spec = InputSpec(channels=3, size=(8, 8), mean=(0, 0, 0), std=(1, 1, 1))
-    assert BatchTransform(spec=spec, train=True)(torch.zeros(3, 1, 8, 8, dtype=torch.uint8), torch.Generator()).shape == (3, 3, 8, 8)
+    assert BatchTransform(spec=spec, train=True)(
+        torch.zeros(3, 1, 8, 8, dtype=torch.uint8), torch.Generator()
+    ).shape == (3, 3, 8, 8)
 
 
 def test_digit_augmentation_is_per_image_seeded_and_mild() -> None:
@@ -53,7 +55,9 @@ def test_digit_augmentation_is_per_image_seeded_and_mild() -> None:
 
 
 def test_natural_train_crop_flip_randaugment_shapes_and_determinism() -> None:
-    spec = InputSpec(channels=3, size=(16, 16), mean=(0.5,) * 3, std=(0.5,) * 3, interpolation="bicubic", crop_pct=0.875)
+    spec = InputSpec(
+        channels=3, size=(16, 16), mean=(0.5,) * 3, std=(0.5,) * 3, interpolation="bicubic", crop_pct=0.875
+    )
     tf = BatchTransform(spec=spec, train=True, kind="natural", hflip=True)
     images = torch.randint(0, 256, (5, 3, 18, 18), dtype=torch.uint8)
     a = tf(images, torch.Generator().manual_seed(3))
@@ -80,7 +84,9 @@ def test_random_erasing_blanks_one_rectangle_per_chosen_image() -> None:
         box = mask[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
         assert box.all() and int(mask.sum()) == box.numel()
         assert 0.01 <= box.numel() / 784 <= 0.36
-    assert torch.equal(BatchTransform(spec=spec, train=False, erase=0.5)(white), torch.ones(64, 1, 28, 28))  # never at eval
+    assert torch.equal(
+        BatchTransform(spec=spec, train=False, erase=0.5)(white), torch.ones(64, 1, 28, 28)
+    )  # never at eval
 
 
 def test_erase_probability_is_checked() -> None:

@@ -29,9 +29,14 @@ def test_order_is_seeded_per_epoch_and_resumable() -> None:
 
 
 def test_ranks_partition_the_epoch_with_equal_step_counts() -> None:
-    loaders = [BatchLoader(_data(), batch_size=2, transform=identity, shuffle=True, seed=1, rank=r, world_size=3) for r in range(3)]
+    loaders = [
+        BatchLoader(_data(), batch_size=2, transform=identity, shuffle=True, seed=1, rank=r, world_size=3)
+        for r in range(3)
+    ]
     shards = [_ids(loader, 0) for loader in loaders]
     assert all(len(s) == 4 for s in shards)  # 10 padded to 12, 4 each
     assert set().union(*shards) == set(range(10))
-    evals = [BatchLoader(_data(), batch_size=2, transform=identity, shuffle=False, rank=r, world_size=3) for r in range(3)]
+    evals = [
+        BatchLoader(_data(), batch_size=2, transform=identity, shuffle=False, rank=r, world_size=3) for r in range(3)
+    ]
     assert sorted(v for loader in evals for v in _ids(loader, 0)) == list(range(10))  # no padding for evaluation

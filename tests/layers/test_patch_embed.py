@@ -84,7 +84,9 @@ def test_wrong_input_shape_names_expected_and_given():
 
 
 # ----------------------------------------------------------------------------- convolutional stem
-@pytest.mark.parametrize("img_size, conv_stem, grid", [(28, (16, 32), (4, 4)), (32, (8,), (8, 8)), ((28, 20), (4, 8), (4, 3))])
+@pytest.mark.parametrize(
+    "img_size, conv_stem, grid", [(28, (16, 32), (4, 4)), (32, (8,), (8, 8)), ((28, 20), (4, 8), (4, 3))]
+)
 def test_conv_stem_halves_the_image_per_stage_rounding_up(img_size, conv_stem, grid):
     stride = 2 ** (len(conv_stem) + 1)
     embed = PatchEmbed(img_size=img_size, patch_size=stride, in_chans=1, embed_dim=6, conv_stem=conv_stem)

@@ -1,7 +1,7 @@
 """Subprocess entry point for tests that need a real process: `kill -9` and torchrun.
 
-    python _worker.py cli  <finetune args>      registers `test_tiny_vit`, runs run_finetune
-    python -m torch.distributed.run --nproc_per_node=2 _worker.py ddp OUT_DIR
+python _worker.py cli  <finetune args>      registers `test_tiny_vit`, runs run_finetune
+python -m torch.distributed.run --nproc_per_node=2 _worker.py ddp OUT_DIR
 """
 
 from __future__ import annotations
@@ -15,7 +15,16 @@ import vitzoo
 from vitzoo.data import DataSplits, load_mnist_sample
 from vitzoo.train import TrainConfig, configure_finetune_parser, fit, run_finetune
 
-TINY = dict(patch_size=8, conv_stem=(4, 8), embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token")
+TINY = dict(
+    patch_size=8,
+    conv_stem=(4, 8),
+    embed_dim=16,
+    depth=2,
+    num_heads=2,
+    mlp_ratio=2.0,
+    class_token=True,
+    global_pool="token",
+)
 
 
 def register_tiny() -> None:
@@ -36,15 +45,21 @@ def main(argv: list[str]) -> int:
 
         out = rest[0]
         full = load_mnist_sample()
-        splits = DataSplits(train=full.train.subset(torch.arange(600)), val=full.val.subset(torch.arange(200)),
-                            name="mnist-sample", kind="digits")
+        splits = DataSplits(
+            train=full.train.subset(torch.arange(600)),
+            val=full.val.subset(torch.arange(200)),
+            name="mnist-sample",
+            kind="digits",
+        )
         torch.manual_seed(0)
         model = vitzoo.create("test_tiny_vit")
         if os.environ.get("RANK") == "1":
             # A different start on purpose: DDP must broadcast rank 0's weights at wrap time.
             torch.nn.init.normal_(model.head.weight)
         fit(model, splits, config=TrainConfig(epochs=2, batch_size=64, progress=False), out_dir=out)
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, f"{out}/rank{os.environ['RANK']}.safetensors")
+        save_file(
+            {k: v.contiguous() for k, v in model.state_dict().items()}, f"{out}/rank{os.environ['RANK']}.safetensors"
+        )
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
 

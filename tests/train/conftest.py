@@ -8,7 +8,9 @@ import torch
 import vitzoo
 from vitzoo.data import DataSplits, load_mnist_sample
 
-TINY = dict(patch_size=7, conv_stem=(), embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token")
+TINY = dict(
+    patch_size=7, conv_stem=(), embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token"
+)
 
 
 def tiny_model(seed: int = 0, **overrides) -> torch.nn.Module:
@@ -22,7 +24,9 @@ def small_splits() -> DataSplits:
     full = load_mnist_sample()
     train_idx = torch.cat([torch.nonzero(full.train.labels == c).flatten()[:40] for c in range(10)]).sort().values
     val_idx = torch.cat([torch.nonzero(full.val.labels == c).flatten()[:20] for c in range(10)]).sort().values
-    return DataSplits(train=full.train.subset(train_idx), val=full.val.subset(val_idx), name="mnist-sample", kind="digits")
+    return DataSplits(
+        train=full.train.subset(train_idx), val=full.val.subset(val_idx), name="mnist-sample", kind="digits"
+    )
 
 
 @pytest.fixture(autouse=True, scope="session")

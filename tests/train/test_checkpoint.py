@@ -33,8 +33,14 @@ def test_round_trip_continues_identically(tmp_path: Path) -> None:
     for _ in range(3):
         _step(model, opt, sched)
     state = TrainState(epoch=2, step=5, global_step=17, epoch_loss_sum=1.5, best_acc=0.5, best_epoch=1)
-    path = save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=state,
-                           run_info={"model": "tiny"})
+    path = save_checkpoint(
+        tmp_path / "ck.safetensors",
+        model=model,
+        optimizer=opt,
+        scheduler=sched,
+        state=state,
+        run_info={"model": "tiny"},
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["ck.safetensors"]  # no temp file left behind
 
     model2, opt2, sched2 = _setup(1)
@@ -51,7 +57,9 @@ def test_round_trip_continues_identically(tmp_path: Path) -> None:
 def test_rng_state_is_restored(tmp_path: Path) -> None:
     model, opt, sched = _setup(0)
     torch.manual_seed(5)
-    save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={})
+    save_checkpoint(
+        tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={}
+    )
     expected = torch.rand(3)
     torch.manual_seed(123)
     load_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched)
@@ -67,17 +75,25 @@ def test_plain_safetensors_is_not_a_checkpoint(tmp_path: Path) -> None:
 
 def test_other_model_is_refused(tmp_path: Path) -> None:
     model, opt, sched = _setup(0)
-    save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={})
+    save_checkpoint(
+        tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={}
+    )
     other = tiny_model(depth=1)
     other_opt = torch.optim.AdamW(param_groups(other, weight_decay=0.05), lr=1e-3)
     with pytest.raises(CheckpointError, match=r"does not fit this model.*unexpected.*blocks\.1"):
-        load_checkpoint(tmp_path / "ck.safetensors", model=other, optimizer=other_opt,
-                        scheduler=WarmupCosine(other_opt, peak_lr=1e-3, warmup_steps=0, total_steps=1))
+        load_checkpoint(
+            tmp_path / "ck.safetensors",
+            model=other,
+            optimizer=other_opt,
+            scheduler=WarmupCosine(other_opt, peak_lr=1e-3, warmup_steps=0, total_steps=1),
+        )
 
 
 def test_truncated_file_is_a_clear_error(tmp_path: Path) -> None:
     model, opt, sched = _setup(0)
-    path = save_checkpoint(tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={})
+    path = save_checkpoint(
+        tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=TrainState(), run_info={}
+    )
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="cannot read checkpoint"):
         load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)

@@ -71,7 +71,9 @@ def test_same_seed_same_weights_other_seed_differs(reference, small_splits: Data
     assert not _same_weights(model, other)
 
 
-def test_ctrl_c_mid_epoch_then_resume_reaches_identical_weights(reference, small_splits: DataSplits, tmp_path: Path) -> None:
+def test_ctrl_c_mid_epoch_then_resume_reaches_identical_weights(
+    reference, small_splits: DataSplits, tmp_path: Path
+) -> None:
     ref_model, ref_result, _ = reference
 
     def interrupt(epoch: int, step: int) -> None:
@@ -117,7 +119,9 @@ def test_linear_probe_trains_only_the_head(small_splits: DataSplits, tmp_path: P
 
 def test_distilled_model_and_layer_decay(small_splits: DataSplits, tmp_path: Path) -> None:
     model = tiny_model(distilled=True)
-    result = fit(model, small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1, "layer_decay": 0.75}), out_dir=tmp_path)
+    result = fit(
+        model, small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1, "layer_decay": 0.75}), out_dir=tmp_path
+    )
     assert 0.0 <= result.final_acc <= 1.0 and not model.head_dist.weight.isnan().any()
 
 
@@ -143,7 +147,7 @@ def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits:
     # val_acc is the average's accuracy, raw_val_acc the training weights'
     for prefix, key in [("ema.", "val_acc"), ("model.", "raw_val_acc")]:
         model = tiny_model()
-        model.load_state_dict({k[len(prefix):]: v for k, v in saved.items() if k.startswith(prefix)})
+        model.load_state_dict({k[len(prefix) :]: v for k, v in saved.items() if k.startswith(prefix)})
         assert evaluate_split(model, small_splits.val, kind="digits").accuracy == pytest.approx(records[-1][key])
     assert not all(torch.equal(saved["ema." + k], saved["model." + k]) for k in tiny_model().state_dict())
     best = vitzoo.create("vit_mnist", weights=str(tmp_path / "full" / "best"), **TINY)

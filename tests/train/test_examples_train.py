@@ -35,8 +35,22 @@ def test_finetune_mnist_example(tmp_path: Path) -> None:
     write_idx(data / "train-labels-idx1-ubyte.gz", sample.train.labels[:256].to(torch.uint8))
     write_idx(data / "t10k-images-idx3-ubyte", sample.val.images[:100, 0])  # plain and .gz mixed
     write_idx(data / "t10k-labels-idx1-ubyte", sample.val.labels[:100].to(torch.uint8))
-    out = _run(str(EXAMPLES / "finetune_mnist.py"), "--model", "vit_mnist_tiny", "--data", "mnist", "--data-dir", str(data),
-               "--epochs", "1", "--out", "run", "--threads", "1", cwd=tmp_path)
+    out = _run(
+        str(EXAMPLES / "finetune_mnist.py"),
+        "--model",
+        "vit_mnist_tiny",
+        "--data",
+        "mnist",
+        "--data-dir",
+        str(data),
+        "--epochs",
+        "1",
+        "--out",
+        "run",
+        "--threads",
+        "1",
+        cwd=tmp_path,
+    )
     assert "finished: best test accuracy" in out and "run directory run" in out
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 1
 
@@ -51,8 +65,25 @@ def test_finetune_folder_example_from_local_pretrained_weights(tmp_path: Path) -
             path = tmp_path / "images" / f"class{c}" / f"{i}.jpg"
             path.parent.mkdir(parents=True, exist_ok=True)
             Image.new("RGB", (50, 40 + i), color).save(path)
-    out = _run(str(EXAMPLES / "finetune_folder.py"), "images", "--model", "deit_ti16", "--weights", str(tmp_path / "deit"),
-               "--img-size", "32", "--epochs", "1", "--batch-size", "4", "--out", "run", "--threads", "1", cwd=tmp_path)
+    out = _run(
+        str(EXAMPLES / "finetune_folder.py"),
+        "images",
+        "--model",
+        "deit_ti16",
+        "--weights",
+        str(tmp_path / "deit"),
+        "--img-size",
+        "32",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--out",
+        "run",
+        "--threads",
+        "1",
+        cwd=tmp_path,
+    )
     assert "classes ['class0', 'class1']" in out
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["model_config"]["img_size"] == 32 and run["train_images"] == 8 and run["val_images"] == 2

@@ -10,8 +10,16 @@ from vitzoo.train.metrics import format_confusion, plot_curves, read_metrics, wr
 
 
 def test_metrics_round_trip_and_png(tmp_path: Path) -> None:
-    records = [{"epoch": e, "train_loss": 1.0 / (e + 1), "val_loss": 1.2 / (e + 1), "train_acc": 0.5 + e / 10,
-                "val_acc": 0.45 + e / 10} for e in range(3)]
+    records = [
+        {
+            "epoch": e,
+            "train_loss": 1.0 / (e + 1),
+            "val_loss": 1.2 / (e + 1),
+            "train_acc": 0.5 + e / 10,
+            "val_acc": 0.45 + e / 10,
+        }
+        for e in range(3)
+    ]
     write_metrics(tmp_path / "m.jsonl", records)
     assert read_metrics(tmp_path / "m.jsonl") == records
     png = plot_curves(records, tmp_path / "c.png", title="t")

@@ -56,7 +56,12 @@ def test_scheduler_sets_scaled_lrs_and_restores_from_state() -> None:
     lrs = [g["lr"] for g in opt.param_groups]
     assert sched.lr == pytest.approx(0.01 * warmup_cosine(5, warmup_steps=2, total_steps=10, min_lr_ratio=0.0))
     assert min(lrs) == pytest.approx(sched.lr * 0.125)
-    other = WarmupCosine(torch.optim.AdamW(param_groups(model, weight_decay=0.05, layer_decay=0.5), lr=1.0),
-                         peak_lr=0.01, warmup_steps=2, total_steps=10, min_lr_ratio=0.0)
+    other = WarmupCosine(
+        torch.optim.AdamW(param_groups(model, weight_decay=0.05, layer_decay=0.5), lr=1.0),
+        peak_lr=0.01,
+        warmup_steps=2,
+        total_steps=10,
+        min_lr_ratio=0.0,
+    )
     other.load_state_dict(sched.state_dict())
     assert [g["lr"] for g in other.optimizer.param_groups] == lrs

@@ -31,7 +31,9 @@ from _worker import register_tiny  # noqa: E402  (the same tiny model the subpro
 @pytest.fixture(autouse=True)
 def tiny_models():
     register_tiny()
-    vitzoo.register("test_tiny_rgb", base="deit_ti16", override=True, img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
+    vitzoo.register(
+        "test_tiny_rgb", base="deit_ti16", override=True, img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2
+    )
     yield
     for name in ("test_tiny_vit", "test_tiny_rgb"):
         if name in registry.snapshot():
@@ -66,7 +68,12 @@ def _eval(*argv: str) -> int:
 def test_finetune_then_eval_prints_accuracy_and_confusion(mnist_dir: Path, tmp_path: Path, capsys, ema) -> None:
     out = tmp_path / "run"
     args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
-    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--batch-size", "32", "--out", str(out), "--no-progress", *ema) == 0
+    assert (
+        _finetune(
+            "test_tiny_vit", *args, "--epochs", "2", "--batch-size", "32", "--out", str(out), "--no-progress", *ema
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert f"run directory  {out}" in printed and "best model" in printed and "curves" in printed
     assert ("(EMA; weights" in printed) == bool(ema)
@@ -90,12 +97,28 @@ def test_folder_data_with_rgb_model(tmp_path: Path, capsys) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 Image.new("RGB", (40 + i, 36), color).save(path)
     out = tmp_path / "run"
-    code = _finetune("test_tiny_rgb", "--data", "folder", str(tmp_path / "imgs"), "--epochs", "1", "--batch-size", "4",
-                     "--lr", "1e-3", "--out", str(out), "--no-progress")
+    code = _finetune(
+        "test_tiny_rgb",
+        "--data",
+        "folder",
+        str(tmp_path / "imgs"),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--lr",
+        "1e-3",
+        "--out",
+        str(out),
+        "--no-progress",
+    )
     assert code == 0
     run = json.loads((out / "run.json").read_text())
     assert run["classes"] == ["class0", "class1"] and run["train_images"] == 12 and run["val_images"] == 4
-    assert json.loads((out / "best" / "config.json").read_text())["pretrained_cfg"]["label_names"] == ["class0", "class1"]
+    assert json.loads((out / "best" / "config.json").read_text())["pretrained_cfg"]["label_names"] == [
+        "class0",
+        "class1",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -113,12 +136,29 @@ def test_bad_data_arguments(argv: list[str], message: str, tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist_dir: Path, tmp_path: Path) -> None:
-    common = ["--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--epochs", "6", "--batch-size", "16",
-              "--seed", "3", "--no-progress"]
+    common = [
+        "--data",
+        "mnist",
+        "--data-dir",
+        str(mnist_dir),
+        "--no-download",
+        "--epochs",
+        "6",
+        "--batch-size",
+        "16",
+        "--seed",
+        "3",
+        "--no-progress",
+    ]
     killed = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
-    proc = subprocess.Popen([sys.executable, str(HERE / "_worker.py"), "cli", "test_tiny_vit", *common, "--out", str(killed)],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "_worker.py"), "cli", "test_tiny_vit", *common, "--out", str(killed)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None and not (killed / "checkpoint.safetensors").is_file():
         time.sleep(0.01)

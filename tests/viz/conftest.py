@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +15,9 @@ from vitzoo import VisionTransformer
 
 def _make_vit(**overrides: Any) -> VisionTransformer:
     """A 32x32 RGB ViT with 8x8 patches (a 4x4 grid), 3 heads, 2 blocks; fields overridable."""
-    fields: dict[str, Any] = dict(img_size=32, patch_size=8, in_chans=3, num_classes=4, embed_dim=24, depth=2, num_heads=3)
+    fields: dict[str, Any] = dict(
+        img_size=32, patch_size=8, in_chans=3, num_classes=4, embed_dim=24, depth=2, num_heads=3
+    )
     fields.update(overrides)
     torch.manual_seed(0)
     return VisionTransformer(**fields).eval()

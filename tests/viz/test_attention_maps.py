@@ -86,7 +86,7 @@ def test_plot_attention_single_head_and_rollout_only(make_vit, tmp_path, png_siz
     model = make_vit(distilled=True)
     fig = plot_attention(model, None, layer=0, head=-1, what="heads", out=tmp_path / "head.png")
     assert png_size(tmp_path / "head.png") == (1200, 220)
-    assert [t for t in (ax.get_title() for ax in fig.axes) if t.startswith("layer")][0].startswith("layer 0, head 2")
+    assert next(t for t in (ax.get_title() for ax in fig.axes) if t.startswith("layer")).startswith("layer 0, head 2")
     avg = make_vit(class_token=False, global_pool="avg")
     fig = plot_attention(avg, None, what="rollout", layer=1, out=tmp_path / "rollout.png")
     assert png_size(tmp_path / "rollout.png") == (1200, 360)
@@ -95,18 +95,25 @@ def test_plot_attention_single_head_and_rollout_only(make_vit, tmp_path, png_siz
 
 @pytest.mark.parametrize("layer", [2, -3, 17])
 def test_layer_out_of_range_is_a_clear_error(make_vit, layer, tmp_path):
-    with pytest.raises(ValueError, match=rf"layer {layer} is out of range: the VisionTransformer has 2 blocks; expected an index in \[-2, 1\]"):
+    with pytest.raises(
+        ValueError,
+        match=rf"layer {layer} is out of range: the VisionTransformer has 2 blocks; expected an index in \[-2, 1\]",
+    ):
         plot_attention(make_vit(), None, layer=layer, out=tmp_path / "a.png")
     assert not (tmp_path / "a.png").exists()
 
 
 def test_head_out_of_range_is_a_clear_error(make_vit):
-    with pytest.raises(ValueError, match=r"head 3 is out of range: layer 1 has 3 heads; expected an index in \[-3, 2\]"):
+    with pytest.raises(
+        ValueError, match=r"head 3 is out of range: layer 1 has 3 heads; expected an index in \[-3, 2\]"
+    ):
         plot_attention(make_vit(), None, head=3)
 
 
 @pytest.mark.parametrize(
-    "kwargs", [dict(what="both"), dict(what="heads"), dict(head=0), dict(layer=1)], ids=["both", "heads", "head", "layer"]
+    "kwargs",
+    [dict(what="both"), dict(what="heads"), dict(head=0), dict(layer=1)],
+    ids=["both", "heads", "head", "layer"],
 )
 def test_class_token_attention_of_a_model_without_class_token_is_a_clear_error(make_vit, kwargs):
     with pytest.raises(ValueError, match=r"no class token .* class-token attention is undefined.*what='rollout'"):

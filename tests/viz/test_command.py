@@ -11,8 +11,8 @@ import torch
 import vitzoo
 from vitzoo import registry
 from vitzoo.cli import main
-from vitzoo.viz import configure_viz_parser, plot_position_embedding, run_viz
 from vitzoo.layout import save_pretrained
+from vitzoo.viz import configure_viz_parser, plot_position_embedding, run_viz
 
 
 @pytest.fixture(autouse=True)
@@ -29,9 +29,30 @@ def avg_pool_model():
 def test_parser_offers_every_kind_with_its_options():
     parser = argparse.ArgumentParser(prog="vitzoo viz")
     configure_viz_parser(parser)
-    args = parser.parse_args(["attention", "vit_mnist", "--image", "x.png", "--weights", "w", "--layer", "2", "--head", "1", "--out", "a.png"])
+    args = parser.parse_args(
+        [
+            "attention",
+            "vit_mnist",
+            "--image",
+            "x.png",
+            "--weights",
+            "w",
+            "--layer",
+            "2",
+            "--head",
+            "1",
+            "--out",
+            "a.png",
+        ]
+    )
     assert (args.kind, args.model, args.image, args.weights, args.layer, args.head, args.out) == (
-        "attention", "vit_mnist", "x.png", "w", 2, 1, "a.png"
+        "attention",
+        "vit_mnist",
+        "x.png",
+        "w",
+        2,
+        1,
+        "a.png",
     )
     args = parser.parse_args(["patches", "--patch-size", "7"])
     assert args.model is None and args.patch_size == 7 and args.out == "viz_patches.png"
@@ -95,8 +116,14 @@ def test_weights_option_draws_the_loaded_weights(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["attention", "vit_mnist_tiny", "--layer", "3"], "layer 3 is out of range: the VisionTransformer has 3 blocks; expected an index in [-3, 2]"),
-        (["attention", "viz_test_avg_pool", "--head", "1"], "has no class token (class_token=False, global_pool='avg')"),
+        (
+            ["attention", "vit_mnist_tiny", "--layer", "3"],
+            "layer 3 is out of range: the VisionTransformer has 3 blocks; expected an index in [-3, 2]",
+        ),
+        (
+            ["attention", "viz_test_avg_pool", "--head", "1"],
+            "has no class token (class_token=False, global_pool='avg')",
+        ),
         (["attention", "vit_mnist_tiny", "--image", "{bad}"], "cannot read image"),
         (["patches", "--weights", "x"], "--weights / --pretrained need a model NAME"),
         (["patches", "vit_mnist_tiny", "--patch-size", "5"], "patch size 5x5 does not tile the 32x32 image"),

@@ -10,8 +10,24 @@ from vitzoo.viz.curves import group_metrics, plot_curves, read_metrics
 
 RUN = [
     {"epoch": 1, "train_loss": 1.2, "train_acc": 0.60, "val_loss": 1.0, "val_acc": 0.70, "lr": 1e-3, "phase": "warmup"},
-    {"epoch": 2, "train_loss": 0.7, "train_acc": 0.80, "val_loss": 0.6, "val_acc": 0.85, "lr": 5e-4, "epoch_time_s": 3.5},
-    {"epoch": 3, "train_loss": 0.4, "train_acc": 0.90, "val_loss": 0.5, "val_acc": 0.88, "lr": 1e-4, "epoch_time_s": 3.1},
+    {
+        "epoch": 2,
+        "train_loss": 0.7,
+        "train_acc": 0.80,
+        "val_loss": 0.6,
+        "val_acc": 0.85,
+        "lr": 5e-4,
+        "epoch_time_s": 3.5,
+    },
+    {
+        "epoch": 3,
+        "train_loss": 0.4,
+        "train_acc": 0.90,
+        "val_loss": 0.5,
+        "val_acc": 0.88,
+        "lr": 1e-4,
+        "epoch_time_s": 3.1,
+    },
 ]
 
 
@@ -28,7 +44,7 @@ def test_read_metrics_from_a_file_or_its_run_directory(tmp_path):
 
 
 def test_keys_are_grouped_into_panels_and_non_numbers_ignored():
-    x_key, panels = group_metrics(RUN + [{"epoch": 4, "flag": True, "note": "x", "top5": 0.99}])
+    x_key, panels = group_metrics([*RUN, {"epoch": 4, "flag": True, "note": "x", "top5": 0.99}])
     assert x_key == "epoch"
     assert panels == {
         "loss": ["train_loss", "val_loss"],
@@ -43,7 +59,9 @@ def test_keys_are_grouped_into_panels_and_non_numbers_ignored():
 def test_keys_patterns_choose_the_metrics_and_a_pattern_matching_nothing_is_an_error():
     _, panels = group_metrics(RUN, keys=["*loss", "val_acc"])
     assert panels == {"loss": ["train_loss", "val_loss"], "accuracy": ["val_acc"]}
-    with pytest.raises(ValueError, match=r"metric key pattern 'val_top1' matches no numeric metric; available: train_loss, "):
+    with pytest.raises(
+        ValueError, match=r"metric key pattern 'val_top1' matches no numeric metric; available: train_loss, "
+    ):
         group_metrics(RUN, keys=["val_top1"])
 
 

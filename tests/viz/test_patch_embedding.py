@@ -52,7 +52,9 @@ def test_plot_patch_embedding_writes_a_1200x800_png_and_states_the_exact_reconst
 
 def test_plot_patch_embedding_gray_model_with_fewer_filters_than_asked(make_vit, tmp_path, png_size):
     model = make_vit(in_chans=1, patch_size=4, embed_dim=12, num_heads=2)
-    fig = plot_patch_embedding(model, torch.rand(1, 32, 32), num_filters=64, num_components=64, out=tmp_path / "gray.png")
+    fig = plot_patch_embedding(
+        model, torch.rand(1, 32, 32), num_filters=64, num_components=64, out=tmp_path / "gray.png"
+    )
     assert png_size(tmp_path / "gray.png") == (1200, 800)
     assert "filters 0-11 of 12" in fig.axes[-2].get_title()
     assert "first 12 principal components" in fig.axes[-1].get_title()

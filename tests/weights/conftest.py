@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -13,8 +13,8 @@ import torch
 def timm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """`timm_checkpoint("vit_tiny_patch16_224", depth=2)`: a timm model with random weights saved
     in timm's hub layout (config.json + model.safetensors); cached per arguments for the session."""
-    from timm.models._hub import save_for_hf
     import timm
+    from timm.models._hub import save_for_hf
 
     made: dict[tuple, Path] = {}
 

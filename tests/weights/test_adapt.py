@@ -29,8 +29,9 @@ def ti_ckpt(timm_checkpoint):
 
 
 def timm_model(path, **kwargs):
-    return timm.create_model("vit_tiny_patch16_224", pretrained=True, depth=2,
-                             pretrained_cfg_overlay=dict(file=str(path)), **kwargs).eval()
+    return timm.create_model(
+        "vit_tiny_patch16_224", pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(path)), **kwargs
+    ).eval()
 
 
 def test_num_classes_change_reinitialises_head_and_logs(ti_ckpt, caplog):
@@ -42,8 +43,13 @@ def test_num_classes_change_reinitialises_head_and_logs(ti_ckpt, caplog):
     reference = timm_model(ti_ckpt, num_classes=7)
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():  # everything before the head is the checkpoint's
-        assert max_diff(model.forward_head(model.forward_features(x), pre_logits=True),
-                        reference.forward_head(reference.forward_features(x), pre_logits=True)) <= ATOL
+        assert (
+            max_diff(
+                model.forward_head(model.forward_features(x), pre_logits=True),
+                reference.forward_head(reference.forward_features(x), pre_logits=True),
+            )
+            <= ATOL
+        )
     assert model.pretrained_cfg.num_classes == 7 and model.pretrained_cfg.label_names is None
 
 
@@ -73,15 +79,22 @@ def test_rectangular_checkpoint_back_to_square_grid(ti_ckpt, tmp_path):
     rect = vitzoo.create("vit_ti16", weights=str(ti_ckpt), depth=2, img_size=(160, 224))
     rect.save_pretrained(tmp_path / "rect")
     square = vitzoo.create("vit_ti16", weights=str(tmp_path / "rect"), depth=2)
-    expected = resample_abs_pos_embed(rect.pos_embed.detach(), new_size=[14, 14], old_size=[10, 14], num_prefix_tokens=1)
+    expected = resample_abs_pos_embed(
+        rect.pos_embed.detach(), new_size=[14, 14], old_size=[10, 14], num_prefix_tokens=1
+    )
     assert max_diff(square.pos_embed, expected) <= 1e-6
 
 
 def test_distilled_model_keeps_both_prefix_tokens(timm_checkpoint):
     ckpt = timm_checkpoint("deit_tiny_distilled_patch16_224", depth=2) / "model.safetensors"
     model = vitzoo.create("deit_ti16_distilled", weights=str(ckpt), depth=2, img_size=256).eval()
-    reference = timm.create_model("deit_tiny_distilled_patch16_224", pretrained=True, depth=2, img_size=256,
-                                  pretrained_cfg_overlay=dict(file=str(ckpt))).eval()
+    reference = timm.create_model(
+        "deit_tiny_distilled_patch16_224",
+        pretrained=True,
+        depth=2,
+        img_size=256,
+        pretrained_cfg_overlay=dict(file=str(ckpt)),
+    ).eval()
     x = torch.randn(1, 3, 256, 256)
     with torch.no_grad():
         assert max_diff(model(x), reference(x)) <= ATOL
@@ -107,17 +120,25 @@ def test_grey_input_gives_the_rgb_response_to_a_grey_image():
 
 
 def test_other_differences_are_errors_naming_key_and_shapes(ti_ckpt):
-    with pytest.raises(WeightsMismatchError, match=r"patch_embed\.proj\.weight: expected \(192, 3, 8, 8\), found \(192, 3, 16, 16\)"):
+    with pytest.raises(
+        WeightsMismatchError, match=r"patch_embed\.proj\.weight: expected \(192, 3, 8, 8\), found \(192, 3, 16, 16\)"
+    ):
         vitzoo.create("vit_ti16", weights=str(ti_ckpt), depth=2, patch_size=8)
-    with pytest.raises(WeightsMismatchError, match=r"blocks\.0\.mlp\.fc1\.weight: expected \(384, 192\), found \(768, 192\)"):
+    with pytest.raises(
+        WeightsMismatchError, match=r"blocks\.0\.mlp\.fc1\.weight: expected \(384, 192\), found \(768, 192\)"
+    ):
         vitzoo.create("vit_ti16", weights=str(ti_ckpt), depth=2, mlp_ratio=2.0)
 
 
 def test_missing_and_unexpected_keys_are_listed(ti_ckpt):
-    with pytest.raises(WeightsMismatchError, match=r"missing key\(s\) the model needs: blocks\.2\.attn\.proj\.bias, .*blocks\.3\.") as err:
+    with pytest.raises(
+        WeightsMismatchError, match=r"missing key\(s\) the model needs: blocks\.2\.attn\.proj\.bias, .*blocks\.3\."
+    ) as err:
         vitzoo.create("vit_ti16", weights=str(ti_ckpt), depth=4)
     assert "strict=False" in str(err.value) and str(ti_ckpt) in str(err.value)
-    with pytest.raises(WeightsMismatchError, match=r"unexpected key\(s\) the model does not have: blocks\.1\.attn\.proj\.bias"):
+    with pytest.raises(
+        WeightsMismatchError, match=r"unexpected key\(s\) the model does not have: blocks\.1\.attn\.proj\.bias"
+    ):
         vitzoo.create("vit_ti16", weights=str(ti_ckpt), depth=1)
 
 

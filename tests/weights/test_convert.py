@@ -13,9 +13,9 @@ import timm
 import torch
 
 import vitzoo
+from vitzoo.registry import timm_counterparts
 from vitzoo.weights import UnknownFormatError, WeightsMismatchError
 from vitzoo.weights.keymaps import detect_format, to_vitzoo
-from vitzoo.registry import timm_counterparts
 
 TIMM_NAMES = timm_counterparts()
 
@@ -28,9 +28,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def timm_from_file(timm_name: str, path, **kwargs) -> torch.nn.Module:
     """timm's own model with timm's own loader reading `path` (the reference side)."""
-    return timm.create_model(
-        timm_name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **kwargs
-    ).eval()
+    return timm.create_model(timm_name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **kwargs).eval()
 
 
 # ---------------------------------------------------------------------------- timm hub layout
@@ -64,8 +62,16 @@ def test_full_depth_vit_ti16_has_identical_logits(timm_checkpoint):
 
 
 # ---------------------------------------------------------------------------- transformers
-HF_SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                image_size=32, patch_size=8, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+HF_SMALL = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=128,
+    image_size=32,
+    patch_size=8,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
 
 
 def _randomise(model: torch.nn.Module, seed: int) -> None:
@@ -95,7 +101,9 @@ def test_transformers_eps_also_carried_by_create(tmp_path):
 
     hf = ViTForImageClassification(ViTConfig(**HF_SMALL, num_labels=3)).eval()
     hf.save_pretrained(tmp_path)
-    model = vitzoo.create("vit_ti16", weights=str(tmp_path), img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0)
+    model = vitzoo.create(
+        "vit_ti16", weights=str(tmp_path), img_size=32, patch_size=8, embed_dim=64, depth=2, num_heads=4, mlp_ratio=2.0
+    )
     assert model.config.norm_eps == 1e-12 and model.config.num_classes == 3
 
 
@@ -193,8 +201,9 @@ def test_google_npz_matches_timms_npz_loader(tmp_path):
 
 def test_google_npz_with_pre_logits_and_head_count_from_shapes(tmp_path):
     torch.manual_seed(4)
-    source = vitzoo.VisionTransformer(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3,
-                                      num_classes=6, representation_size=24).eval()
+    source = vitzoo.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=6, representation_size=24
+    ).eval()
     write_original_vit_npz(source, tmp_path / "orig.npz")
     model = vitzoo.from_pretrained(tmp_path / "orig.npz").eval()  # .npz states heads in its shapes
     assert (model.config.num_heads, model.config.representation_size) == (3, 24)
@@ -208,7 +217,9 @@ def test_torchvision_vit_b_16_layout(tmp_path):
     from torchvision.models.vision_transformer import VisionTransformer as TVViT
 
     # vit_b_16's exact shapes, two layers deep.
-    tv = TVViT(image_size=224, patch_size=16, num_layers=2, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=1000).eval()
+    tv = TVViT(
+        image_size=224, patch_size=16, num_layers=2, num_heads=12, hidden_dim=768, mlp_dim=3072, num_classes=1000
+    ).eval()
     _randomise(tv, 5)
     torch.save(tv.state_dict(), tmp_path / "vit_b_16.pth")
     model = vitzoo.create("vit_b16", depth=2).eval()

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import save_file
 
 import vitzoo
-from vitzoo.weights import WeightsFileError
 from vitzoo.atomic import write_safetensors
+from vitzoo.weights import WeightsFileError
 from vitzoo.weights.files import read_checkpoint
 
 

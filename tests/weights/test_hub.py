@@ -133,9 +133,11 @@ def test_server_error_falls_back_to_cache(tiny_repo, fake_hub, hf_cache):
 
 def test_broken_transfer_leaves_no_file_in_cache(tiny_repo, fake_hub, hf_cache):
     fake_hub.truncate(REPO)
-    with pytest.raises(WeightsDownloadError, match="model.safetensors"):
+    with pytest.raises(WeightsDownloadError, match=r"model\.safetensors"):
         vitzoo.download(f"hf-hub:{REPO}")
-    leftovers = [p for p in hf_cache.rglob("*") if p.is_file() and "model.safetensors" in p.name or p.suffix == ".incomplete"]
+    leftovers = [
+        p for p in hf_cache.rglob("*") if (p.is_file() and "model.safetensors" in p.name) or p.suffix == ".incomplete"
+    ]
     assert leftovers == []
     assert [p for p in hf_cache.rglob("blobs/*")] == []
 
@@ -144,7 +146,9 @@ def test_download_by_registered_name_fetches_default_source(fake_hub, hf_cache, 
     torch.manual_seed(3)
     model = vitzoo.create("vit_ti16", depth=1)
     save_file(model.state_dict(), tmp_path / "model.safetensors")
-    fake_hub.publish("timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", {"model.safetensors": tmp_path / "model.safetensors"})
+    fake_hub.publish(
+        "timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", {"model.safetensors": tmp_path / "model.safetensors"}
+    )
     paths = vitzoo.download("vit_ti16")
     assert [p.name for p in paths] == ["model.safetensors"]
     assert paths[0].is_file() and str(paths[0]).startswith(str(hf_cache))

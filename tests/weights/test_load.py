@@ -8,8 +8,8 @@ import timm
 import torch
 
 import vitzoo
-from vitzoo.weights import WeightsError
 from vitzoo.imagenet_labels import IMAGENET1K_LABELS
+from vitzoo.weights import WeightsError
 
 ATOL = 1e-5
 
@@ -22,8 +22,12 @@ def test_pretrained_true_uses_the_default_source_and_carries_preprocessing(fake_
     ckpt = timm_checkpoint("vit_tiny_patch16_224", depth=2)
     fake_hub.publish_dir("timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k", ckpt)
     model = vitzoo.create("vit_ti16", pretrained=True, depth=2).eval()
-    reference = timm.create_model("vit_tiny_patch16_224", pretrained=True, depth=2,
-                                  pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors"))).eval()
+    reference = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=True,
+        depth=2,
+        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")),
+    ).eval()
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         assert max_diff(model(x), reference(x)) <= ATOL
@@ -79,8 +83,12 @@ def test_load_weights_into_an_existing_model(tmp_path, timm_checkpoint):
     model = vitzoo.create("vit_ti16", depth=2, num_classes=1000)
     report = vitzoo.load_weights(model, ckpt)
     assert report.adapted == [] and report.missing == [] and report.unexpected == []
-    reference = timm.create_model("vit_tiny_patch16_224", pretrained=True, depth=2,
-                                  pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")))
+    reference = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=True,
+        depth=2,
+        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")),
+    )
     assert torch.equal(model.pos_embed, reference.pos_embed)
 
 

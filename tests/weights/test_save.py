@@ -71,7 +71,9 @@ def test_export_to_timm_identical_logits(tmp_path, name):
     model = vitzoo.create(name, depth=2).eval()
     path = vitzoo.export(model, "timm", tmp_path / f"{name}.safetensors")
     timm_name = timm_counterparts()[name]
-    reference = timm.create_model(timm_name, pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(path))).eval()
+    reference = timm.create_model(
+        timm_name, pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(path))
+    ).eval()
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         assert max_diff(model(x), reference(x)) <= ATOL
@@ -84,7 +86,7 @@ def test_export_errors(tmp_path):
         vitzoo.export(vitzoo.create("vit_mnist_tiny"), "timm", tmp_path / "x.safetensors")
     with pytest.raises(WeightsMismatchError, match="convolutional stem"):
         vitzoo.export(vitzoo.create("vit_mnist"), "timm", tmp_path / "x.safetensors")
-    with pytest.raises(ValueError, match="ending in .safetensors"):
+    with pytest.raises(ValueError, match=r"ending in \.safetensors"):
         vitzoo.export(vitzoo.create("vit_mnist", conv_stem=(), patch_size=7), "timm", tmp_path / "x.bin")
     with pytest.raises(ValueError, match="unknown export format 'onnx'"):
         vitzoo.export(vitzoo.create("vit_mnist"), "onnx", tmp_path / "x")
@@ -94,8 +96,17 @@ def test_export_errors(tmp_path):
 def test_convert_transformers_dir_to_vitzoo(tmp_path):
     from transformers import ViTConfig, ViTForImageClassification
 
-    hf = ViTForImageClassification(ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                             intermediate_size=64, image_size=32, patch_size=8, num_labels=3)).eval()
+    hf = ViTForImageClassification(
+        ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            image_size=32,
+            patch_size=8,
+            num_labels=3,
+        )
+    ).eval()
     hf.save_pretrained(tmp_path / "hf")
     written = vitzoo.convert(tmp_path / "hf", tmp_path / "ours")
     model = vitzoo.from_pretrained(written).eval()
@@ -108,10 +119,15 @@ def test_convert_transformers_dir_to_vitzoo(tmp_path):
 def test_convert_timm_hub_dir_to_timm_file_and_single_vitzoo_file(tmp_path, timm_checkpoint):
     ckpt = timm_checkpoint("vit_small_patch16_224", depth=2)
     out = vitzoo.convert(ckpt, tmp_path / "converted.safetensors", to="timm")
-    reference = timm.create_model("vit_small_patch16_224", pretrained=True, depth=2,
-                                  pretrained_cfg_overlay=dict(file=str(out))).eval()
-    original = timm.create_model("vit_small_patch16_224", pretrained=True, depth=2,
-                                 pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors"))).eval()
+    reference = timm.create_model(
+        "vit_small_patch16_224", pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(out))
+    ).eval()
+    original = timm.create_model(
+        "vit_small_patch16_224",
+        pretrained=True,
+        depth=2,
+        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")),
+    ).eval()
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         assert torch.equal(reference(x), original(x))

@@ -44,7 +44,7 @@ class InputSpec:
     crop_pct: float = 1.0
 
     @classmethod
-    def from_model(cls, model: nn.Module) -> "InputSpec":
+    def from_model(cls, model: nn.Module) -> InputSpec:
         cfg: PretrainedCfg = getattr(model, "pretrained_cfg", None) or PretrainedCfg()
         channels, height, width = cfg.input_size
         config = getattr(model, "config", None)
@@ -57,8 +57,12 @@ class InputSpec:
             mean, std = _fit_stats(mean, channels), _fit_stats(std, channels)
         interpolation = cfg.interpolation if cfg.interpolation in ("bilinear", "bicubic", "nearest") else "bilinear"
         return cls(
-            channels=channels, size=(height, width), mean=mean, std=std,
-            interpolation=interpolation, crop_pct=cfg.crop_pct,
+            channels=channels,
+            size=(height, width),
+            mean=mean,
+            std=std,
+            interpolation=interpolation,
+            crop_pct=cfg.crop_pct,
         )
 
 
@@ -114,10 +118,14 @@ class BatchTransform:
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         if images.dtype != torch.uint8 or images.ndim != 4:
-            raise ValueError(f"BatchTransform expects a uint8 (B, C, H, W) batch, got {images.dtype} {tuple(images.shape)}")
+            raise ValueError(
+                f"BatchTransform expects a uint8 (B, C, H, W) batch, got {images.dtype} {tuple(images.shape)}"
+            )
         x = images.float().div_(255.0)
         if self.train:
-            theta = self._digits_theta(len(x), generator) if self.kind == "digits" else self._crop_theta(len(x), generator)
+            theta = (
+                self._digits_theta(len(x), generator) if self.kind == "digits" else self._crop_theta(len(x), generator)
+            )
             x = self._warp(x, theta)
             if self.randaugment is not None:
                 x = self._randaugment(x, generator)
@@ -142,8 +150,10 @@ class BatchTransform:
         rows = torch.arange(height).view(1, height, 1)
         cols = torch.arange(width).view(1, 1, width)
         inside = (
-            (rows >= top.view(n, 1, 1)) & (rows < (top + h).view(n, 1, 1))
-            & (cols >= left.view(n, 1, 1)) & (cols < (left + w).view(n, 1, 1))
+            (rows >= top.view(n, 1, 1))
+            & (rows < (top + h).view(n, 1, 1))
+            & (cols >= left.view(n, 1, 1))
+            & (cols < (left + w).view(n, 1, 1))
         )
         return (inside & chosen.view(n, 1, 1)).unsqueeze(1)
 

@@ -171,4 +171,4 @@ def _check_classes(classes: list[str], directory: Path) -> None:
 def store_size_for(img_size: int, crop_pct: float) -> int:
     """The stored square side: the model input divided by crop_pct (224 / 0.875 = 256), the
     resize-then-centre-crop rule of the pretrained configs."""
-    return int(math.floor(img_size / crop_pct))
+    return math.floor(img_size / crop_pct)

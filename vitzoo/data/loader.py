@@ -14,7 +14,7 @@ Under DistributedDataParallel every rank takes its own slice of the same epoch p
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 

@@ -24,7 +24,16 @@ DEFAULT_DATA_DIR = Path(os.environ.get("VITZOO_DATA_DIR", "~/.cache/vitzoo/data"
 
 MNIST_CLASSES = tuple(str(d) for d in range(10))
 FASHION_CLASSES = (
-    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
 )
 # dataset name -> (torchvision class name, its folder under the root, class names)
 _DATASETS = {
@@ -55,7 +64,9 @@ def _read_split(directories: list[Path], split: str, classes: tuple[str, ...], s
         return None
     images, labels = read_idx(image_file), read_idx(label_file)
     if images.ndim != 3 or images.dtype != torch.uint8:
-        raise ValueError(f"{image_file}: expected uint8 images of shape (N, rows, cols), got {images.dtype} {tuple(images.shape)}")
+        raise ValueError(
+            f"{image_file}: expected uint8 images of shape (N, rows, cols), got {images.dtype} {tuple(images.shape)}"
+        )
     if labels.ndim != 1 or len(labels) != len(images):
         raise ValueError(
             f"{label_file}: expected {len(images)} labels to match {image_file.name}, got shape {tuple(labels.shape)}"
@@ -94,9 +105,7 @@ def load_mnist(name: str, data_dir: str | os.PathLike[str] | None = None, *, dow
 
     dataset_class = getattr(torchvision.datasets, tv_class)
     try:
-        loaded = {
-            split: dataset_class(root=str(root), train=(split == "train"), download=True) for split in _FILES
-        }
+        loaded = {split: dataset_class(root=str(root), train=(split == "train"), download=True) for split in _FILES}
     except (RuntimeError, OSError) as err:  # torchvision raises RuntimeError after trying all mirrors
         raise DatasetNotFoundError(
             f"{name}: the raw files ({wanted}) are not in any of: {looked}, and downloading them failed "

@@ -51,7 +51,7 @@ class ImageTensors:
     def image_size(self) -> tuple[int, int]:
         return (self.images.shape[2], self.images.shape[3])
 
-    def subset(self, index: torch.Tensor, source: str | None = None) -> "ImageTensors":
+    def subset(self, index: torch.Tensor, source: str | None = None) -> ImageTensors:
         return ImageTensors(self.images[index], self.labels[index], self.classes, source or self.source)
 
     def class_counts(self) -> list[int]:

@@ -11,20 +11,20 @@ block        the pre-norm encoder block that stacks the pieces above
 from .attention import Attention, capture_attention
 from .block import Block
 from .drop_path import DropPath
+from .helpers import to_2tuple
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
 from .pos_embed import sincos_1d
-from .helpers import to_2tuple
 
 __all__ = [
     "Attention",
-    "capture_attention",
     "Block",
     "DropPath",
     "Mlp",
     "PatchEmbed",
+    "capture_attention",
     "patchify",
-    "unfold_linear_patch_embed",
     "sincos_1d",
     "to_2tuple",
+    "unfold_linear_patch_embed",
 ]

@@ -12,8 +12,8 @@ and hand the (B, heads, N, N) weights out. Outside it the forward pass is the fu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F

@@ -1,7 +1,7 @@
 """The pre-norm Transformer encoder block of ViT:
 
-    x = x + DropPath(Attention(LayerNorm(x)))
-    x = x + DropPath(Mlp(LayerNorm(x)))
+x = x + DropPath(Attention(LayerNorm(x)))
+x = x + DropPath(Mlp(LayerNorm(x)))
 """
 
 from __future__ import annotations

@@ -127,7 +127,11 @@ def conv_stem_layers(in_chans: int, channels: tuple[int, ...]) -> nn.Sequential:
     as one flat Sequential (state-dict keys stem.0, stem.1, stem.3, ...)."""
     layers: list[nn.Module] = []
     for c_in, c_out in zip((in_chans, *channels), channels):
-        layers += [nn.Conv2d(c_in, c_out, kernel_size=3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+        layers += [
+            nn.Conv2d(c_in, c_out, kernel_size=3, stride=2, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(inplace=True),
+        ]
     return nn.Sequential(*layers)
 
 
@@ -135,14 +139,10 @@ def patchify(x: torch.Tensor, patch_size: int | tuple[int, int]) -> torch.Tensor
     """(B, C, H, W) -> (B, N, C * ph * pw): every patch flattened channel-major, patches row-major."""
     ph, pw = to_2tuple(patch_size, "patch_size")
     if x.ndim != 4 or x.shape[-2] % ph or x.shape[-1] % pw:
-        raise ValueError(
-            f"patchify expects (B, C, H, W) with H % {ph} == 0 and W % {pw} == 0, got {tuple(x.shape)}"
-        )
+        raise ValueError(f"patchify expects (B, C, H, W) with H % {ph} == 0 and W % {pw} == 0, got {tuple(x.shape)}")
     return F.unfold(x, kernel_size=(ph, pw), stride=(ph, pw)).transpose(1, 2)
 
 
-def unfold_linear_patch_embed(
-    x: torch.Tensor, linear: nn.Linear, patch_size: int | tuple[int, int]
-) -> torch.Tensor:
+def unfold_linear_patch_embed(x: torch.Tensor, linear: nn.Linear, patch_size: int | tuple[int, int]) -> torch.Tensor:
     """The tutorial formulation: flatten patches with unfold, then project them with a Linear."""
     return linear(patchify(x, patch_size))

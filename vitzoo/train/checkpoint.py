@@ -94,7 +94,9 @@ def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     except Exception as err:  # safetensors raises its own error types for bad headers
         raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
     if raw is None:
-        raise CheckpointError(f"{path} is a safetensors file but not a vitzoo training checkpoint (no '{_META_KEY}' metadata)")
+        raise CheckpointError(
+            f"{path} is a safetensors file but not a vitzoo training checkpoint (no '{_META_KEY}' metadata)"
+        )
     return json.loads(raw)
 
 
@@ -112,17 +114,19 @@ def load_checkpoint(
 
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}; nothing to resume (expected {CHECKPOINT_NAME} in the run directory)")
+        raise CheckpointError(
+            f"no checkpoint at {path}; nothing to resume (expected {CHECKPOINT_NAME} in the run directory)"
+        )
     meta = read_checkpoint_meta(path)
     tensors = load_file(str(path))
-    model_state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
+    model_state = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
     missing, unexpected = model.load_state_dict(model_state, strict=False)
     if missing or unexpected:
         raise CheckpointError(
             f"checkpoint {path} does not fit this model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}; "
             "resume with the same model and settings the run was started with"
         )
-    ema_state = {k[len("ema."):]: v for k, v in tensors.items() if k.startswith("ema.")}
+    ema_state = {k[len("ema.") :]: v for k, v in tensors.items() if k.startswith("ema.")}
     if (ema is None) != (not ema_state):
         raise CheckpointError(
             f"checkpoint {path} was written {'with' if ema_state else 'without'} a weight average (EMA) but this run "

@@ -26,7 +26,9 @@ RUNS_DIR = Path("runs")
 # runs behind each choice, benchmarks/accuracy.py re-measures the defaults.
 # 4,000 digits: a long schedule with the full-strength random affine, which this small set needs
 # to generalise; lr 3e-3, since 1e-2 overshoots with the BatchNorm stem.
-_SCRATCH_DIGITS = dict(epochs=80, batch_size=128, lr=3e-3, weight_decay=0.05, warmup_epochs=1.0, layer_decay=None, augment=1.0)
+_SCRATCH_DIGITS = dict(
+    epochs=80, batch_size=128, lr=3e-3, weight_decay=0.05, warmup_epochs=1.0, layer_decay=None, augment=1.0
+)
 # Full 60k-image sets: 20 epochs fit the training-time budget of benchmarks/accuracy.py, and in
 # 20 epochs the model is still fitting the data, so no affine augmentation (Fashion-MNIST keeps
 # its flip), but random erasing on a quarter of the images: by the last epochs train accuracy
@@ -61,14 +63,25 @@ def recipe_defaults(data: str, from_pretrained: bool, model: str | None = None) 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data")
     group.add_argument(
-        "--data", nargs="+", metavar=("NAME", "PATH"), default=["mnist-sample"],
+        "--data",
+        nargs="+",
+        metavar=("NAME", "PATH"),
+        default=["mnist-sample"],
         help="mnist-sample (default: the real-MNIST sample shipped with vitzoo, offline), mnist, "
         "fashion-mnist, or 'folder PATH' for an ImageNet-style folder (train/ and val/, or class folders)",
     )
-    group.add_argument("--data-dir", default=None, help="where MNIST / Fashion-MNIST raw IDX files are (plain or .gz) or get downloaded")
+    group.add_argument(
+        "--data-dir",
+        default=None,
+        help="where MNIST / Fashion-MNIST raw IDX files are (plain or .gz) or get downloaded",
+    )
     group.add_argument("--no-download", action="store_true", help="never download; fail if --data-dir lacks the files")
-    group.add_argument("--val-split", type=float, default=None, help="folder without val/: seeded validation fraction (default 0.2)")
-    group.add_argument("--strict", action="store_true", help="folder: stop at the first unreadable image instead of skipping it")
+    group.add_argument(
+        "--val-split", type=float, default=None, help="folder without val/: seeded validation fraction (default 0.2)"
+    )
+    group.add_argument(
+        "--strict", action="store_true", help="folder: stop at the first unreadable image instead of skipping it"
+    )
 
 
 def _parse_data(values: list[str]) -> tuple[str, str | None]:
@@ -93,8 +106,14 @@ def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int) -> DataS
         cfg = model.pretrained_cfg
         store = store_size_for(max(cfg.input_size[1:]), cfg.crop_pct)
     return load_data(
-        name, path=path, data_dir=args.data_dir, download=not args.no_download, store_size=store,
-        val_split=args.val_split, seed=seed, strict=args.strict,
+        name,
+        path=path,
+        data_dir=args.data_dir,
+        download=not args.no_download,
+        store_size=store,
+        val_split=args.val_split,
+        seed=seed,
+        strict=args.strict,
     )
 
 
@@ -120,7 +139,9 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     _add_data_arguments(parser)
     src = parser.add_mutually_exclusive_group()
     src.add_argument("--pretrained", action="store_true", help="start from the model's default pretrained weights")
-    src.add_argument("--weights", default=None, help="start from these weights: a file, a directory, hf-hub:org/repo or timm:<name>")
+    src.add_argument(
+        "--weights", default=None, help="start from these weights: a file, a directory, hf-hub:org/repo or timm:<name>"
+    )
     rec = parser.add_argument_group("recipe (defaults depend on data and on --pretrained)")
     rec.add_argument("--epochs", type=int, default=None)
     rec.add_argument("--batch-size", type=int, default=None, help="global batch size (split over torchrun processes)")
@@ -129,21 +150,56 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--warmup-epochs", type=float, default=None)
     rec.add_argument("--label-smoothing", type=float, default=0.1)
     rec.add_argument("--clip-grad", type=float, default=1.0, help="max gradient norm (0 disables)")
-    rec.add_argument("--layer-decay", type=float, default=None, help="layer-wise lr decay, e.g. 0.75 (default with pretrained weights)")
+    rec.add_argument(
+        "--layer-decay",
+        type=float,
+        default=None,
+        help="layer-wise lr decay, e.g. 0.75 (default with pretrained weights)",
+    )
     rec.add_argument("--linear-probe", action="store_true", help="freeze the backbone, train only the classifier head")
     rec.add_argument("--drop-path", type=float, default=None, help="stochastic depth rate of the model")
-    rec.add_argument("--img-size", type=int, default=None, help="model input size (pretrained position embeddings are resampled)")
-    rec.add_argument("--augment", type=float, default=None, help="digits: strength of the random affine, 0 to 3 (recipe default 1 on the MNIST sample, 0 on full MNIST / Fashion-MNIST)")
-    rec.add_argument("--erase", type=float, default=None, help="random erasing: probability per training image (recipe default 0.25 on full MNIST / Fashion-MNIST, else 0)")
-    rec.add_argument("--ema", dest="ema_decay", type=float, default=None, metavar="DECAY", help="evaluate and export an exponential moving average of the weights with this decay per step, e.g. 0.9995 (0 disables)")
+    rec.add_argument(
+        "--img-size", type=int, default=None, help="model input size (pretrained position embeddings are resampled)"
+    )
+    rec.add_argument(
+        "--augment",
+        type=float,
+        default=None,
+        help="digits: strength of the random affine, 0 to 3 (recipe default 1 on the MNIST sample, 0 on full MNIST / Fashion-MNIST)",
+    )
+    rec.add_argument(
+        "--erase",
+        type=float,
+        default=None,
+        help="random erasing: probability per training image (recipe default 0.25 on full MNIST / Fashion-MNIST, else 0)",
+    )
+    rec.add_argument(
+        "--ema",
+        dest="ema_decay",
+        type=float,
+        default=None,
+        metavar="DECAY",
+        help="evaluate and export an exponential moving average of the weights with this decay per step, e.g. 0.9995 (0 disables)",
+    )
     rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
-    rec.add_argument("--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)")
-    rec.add_argument("--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout")
+    rec.add_argument(
+        "--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)"
+    )
+    rec.add_argument(
+        "--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout"
+    )
     run = parser.add_argument_group("run")
     run.add_argument("--out", default=None, help="run directory (default runs/<model>-<data>-<time>)")
-    run.add_argument("--resume", action="store_true", help="continue the run in --out (or the latest matching run in runs/)")
+    run.add_argument(
+        "--resume", action="store_true", help="continue the run in --out (or the latest matching run in runs/)"
+    )
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    run.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice; 1 is faster on a busy machine)")
+    run.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: torch's choice; 1 is faster on a busy machine)",
+    )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (epoch lines still print)")
 
 
@@ -154,7 +210,9 @@ def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
     if args.resume:
         candidates = sorted(p for p in RUNS_DIR.glob(f"{prefix}-*") if (p / "checkpoint.safetensors").is_file())
         if not candidates:
-            raise FileNotFoundError(f"--resume: no run of {prefix} with a checkpoint under {RUNS_DIR}/; pass --out RUN_DIR")
+            raise FileNotFoundError(
+                f"--resume: no run of {prefix} with a checkpoint under {RUNS_DIR}/; pass --out RUN_DIR"
+            )
         return candidates[-1]
     return RUNS_DIR / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
 
@@ -177,15 +235,32 @@ def run_finetune(args: argparse.Namespace) -> int:
     data_name, _ = _parse_data(args.data)
     from_pretrained = bool(args.pretrained or args.weights or "." in args.model)
     recipe = recipe_defaults(data_name, from_pretrained, model=args.model)
-    for key in ("epochs", "batch_size", "lr", "weight_decay", "warmup_epochs", "layer_decay", "augment", "erase", "ema_decay"):
+    for key in (
+        "epochs",
+        "batch_size",
+        "lr",
+        "weight_decay",
+        "warmup_epochs",
+        "layer_decay",
+        "augment",
+        "erase",
+        "ema_decay",
+    ):
         if getattr(args, key, None) is not None:
             recipe[key] = getattr(args, key)
     if recipe.get("ema_decay") == 0:
         recipe["ema_decay"] = None
     config = TrainConfig(
-        **recipe, label_smoothing=args.label_smoothing, clip_grad=args.clip_grad or None,
-        linear_probe=args.linear_probe, amp=args.amp, seed=args.seed, randaugment=not args.no_randaugment,
-        progress=not args.no_progress, device=args.device, threads=args.threads,
+        **recipe,
+        label_smoothing=args.label_smoothing,
+        clip_grad=args.clip_grad or None,
+        linear_probe=args.linear_probe,
+        amp=args.amp,
+        seed=args.seed,
+        randaugment=not args.no_randaugment,
+        progress=not args.no_progress,
+        device=args.device,
+        threads=args.threads,
     )
     out_dir = _run_dir(args, data_name)
     torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
@@ -202,13 +277,19 @@ def run_finetune(args: argparse.Namespace) -> int:
             flush=True,
         )
     result = fit(
-        model, splits, config=config, out_dir=out_dir, resume=args.resume,
+        model,
+        splits,
+        config=config,
+        out_dir=out_dir,
+        resume=args.resume,
         run_info={"model": args.model, "weights": args.weights, "pretrained": args.pretrained},
     )
     if not rank0:
         return 0
     if result.interrupted:
-        print(f"interrupted; resume with: vitzoo finetune {args.model} --out {out_dir} --resume (plus the same options)")
+        print(
+            f"interrupted; resume with: vitzoo finetune {args.model} --out {out_dir} --resume (plus the same options)"
+        )
         return 130
     print(
         f"done in {result.train_seconds:.0f} s of training: best val accuracy {100 * result.best_acc:.2f}% "
@@ -227,7 +308,9 @@ def run_finetune(args: argparse.Namespace) -> int:
 def configure_eval_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of `vitzoo eval MODEL --weights SRC ...`."""
     parser.add_argument("model", help="the registered model name the weights belong to, e.g. vit_mnist")
-    parser.add_argument("--weights", required=True, help="a run's best/ directory, a weights file, hf-hub:org/repo or timm:<name>")
+    parser.add_argument(
+        "--weights", required=True, help="a run's best/ directory, a weights file, hf-hub:org/repo or timm:<name>"
+    )
     _add_data_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0, help="seed of the folder split (must match training)")
@@ -259,10 +342,21 @@ def run_eval(args: argparse.Namespace) -> int:
         )
     result = evaluate_split(model, splits.val, kind=splits.kind, batch_size=args.batch_size, device=args.device)
     if args.json:
-        print(json.dumps({"accuracy": result.accuracy, "loss": result.loss, "count": result.count,
-                          "confusion": result.confusion.tolist(), "classes": list(splits.classes)}))
+        print(
+            json.dumps(
+                {
+                    "accuracy": result.accuracy,
+                    "loss": result.loss,
+                    "count": result.count,
+                    "confusion": result.confusion.tolist(),
+                    "classes": list(splits.classes),
+                }
+            )
+        )
         return 0
     print(f"{args.model} with {args.weights} on {splits.val.source}")
-    print(f"accuracy {100 * result.accuracy:.2f}% ({int(result.confusion.trace())}/{result.count}), loss {result.loss:.4f}")
+    print(
+        f"accuracy {100 * result.accuracy:.2f}% ({int(result.confusion.trace())}/{result.count}), loss {result.loss:.4f}"
+    )
     print(format_confusion(result.confusion, splits.classes))
     return 0

@@ -82,23 +82,30 @@ class TrainConfig:
     threads: int | None = None  # torch intra-op threads; None keeps torch's default
 
     def __post_init__(self) -> None:
-        check_fields(self, [
-            (self.epochs >= 1, "epochs", "an int >= 1"),
-            (self.batch_size >= 1, "batch_size", "an int >= 1"),
-            (self.lr > 0, "lr", "a positive float"),
-            (0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "a float in [0, 1]"),
-            (self.weight_decay >= 0, "weight_decay", "a float >= 0"),
-            (self.warmup_epochs >= 0, "warmup_epochs", "a float >= 0"),
-            (0 <= self.label_smoothing < 1, "label_smoothing", "a float in [0, 1)"),
-            (self.clip_grad is None or self.clip_grad > 0, "clip_grad", "None or a positive float"),
-            (self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "None or a float in (0, 1]"),
-            (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
-            (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
-            (0 <= self.augment <= 3, "augment", "a float in [0, 3]"),
-            (0 <= self.erase <= 1, "erase", "a probability in [0, 1]"),
-            (self.ema_decay is None or 0 < self.ema_decay < 1, "ema_decay", "None or a float in (0, 1), e.g. 0.9995"),
-            (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
-        ])
+        check_fields(
+            self,
+            [
+                (self.epochs >= 1, "epochs", "an int >= 1"),
+                (self.batch_size >= 1, "batch_size", "an int >= 1"),
+                (self.lr > 0, "lr", "a positive float"),
+                (0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "a float in [0, 1]"),
+                (self.weight_decay >= 0, "weight_decay", "a float >= 0"),
+                (self.warmup_epochs >= 0, "warmup_epochs", "a float >= 0"),
+                (0 <= self.label_smoothing < 1, "label_smoothing", "a float in [0, 1)"),
+                (self.clip_grad is None or self.clip_grad > 0, "clip_grad", "None or a positive float"),
+                (self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "None or a float in (0, 1]"),
+                (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
+                (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
+                (0 <= self.augment <= 3, "augment", "a float in [0, 3]"),
+                (0 <= self.erase <= 1, "erase", "a probability in [0, 1]"),
+                (
+                    self.ema_decay is None or 0 < self.ema_decay < 1,
+                    "ema_decay",
+                    "None or a float in (0, 1), e.g. 0.9995",
+                ),
+                (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
+            ],
+        )
 
 
 @dataclass
@@ -160,14 +167,23 @@ def build_transforms(
     kind = "digits" if splits.kind == "digits" else "natural"
     hflip = splits.name == "fashion-mnist" or kind == "natural"  # digits are not mirror-symmetric
     train_tf = BatchTransform(
-        spec=spec, train=True, kind=kind, hflip=hflip, randaugment=randaugment, erase=erase,
-        rotate_deg=10.0 * augment, scale=(1 - 0.1 * augment, 1 + 0.1 * augment), shift=0.1 * augment,
+        spec=spec,
+        train=True,
+        kind=kind,
+        hflip=hflip,
+        randaugment=randaugment,
+        erase=erase,
+        rotate_deg=10.0 * augment,
+        scale=(1 - 0.1 * augment, 1 + 0.1 * augment),
+        shift=0.1 * augment,
     )
     eval_tf = BatchTransform(spec=spec, train=False, kind=kind)
     return train_tf, eval_tf
 
 
-def classification_loss(output: torch.Tensor | tuple[torch.Tensor, ...], target: torch.Tensor, smoothing: float) -> torch.Tensor:
+def classification_loss(
+    output: torch.Tensor | tuple[torch.Tensor, ...], target: torch.Tensor, smoothing: float
+) -> torch.Tensor:
     """Cross-entropy; a DeiT in training mode returns (cls logits, dist logits): without a
     teacher both heads learn the labels, as in DeiT fine-tuning."""
     if isinstance(output, tuple):
@@ -238,8 +254,10 @@ def evaluate(
     confusion = confusion.round().long().view(num_classes, num_classes)
     count = int(confusion.sum())
     return EvalResult(
-        accuracy=float(confusion.trace()) / max(count, 1), loss=float(loss_sum) / max(count, 1),
-        confusion=confusion, count=count,
+        accuracy=float(confusion.trace()) / max(count, 1),
+        loss=float(loss_sum) / max(count, 1),
+        confusion=confusion,
+        count=count,
     )
 
 
@@ -313,15 +331,24 @@ class Run:
 
     def evaluate(self, model: nn.Module) -> EvalResult:
         return evaluate(
-            model, self.val_loader, num_classes=self.splits.train.num_classes, device=self.device, bf16=self.bf16,
+            model,
+            self.val_loader,
+            num_classes=self.splits.train.num_classes,
+            device=self.device,
+            bf16=self.bf16,
             info=self.dist,
         )
 
     def save_checkpoint(self) -> None:
         if self.dist.is_main:
             save_checkpoint(
-                self.checkpoint_path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                state=self.state, run_info=self.info, ema=self.ema,
+                self.checkpoint_path,
+                model=self.model,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                state=self.state,
+                run_info=self.info,
+                ema=self.ema,
             )
 
     def log(self, message: str) -> None:
@@ -362,12 +389,19 @@ def fit(
             if _should_stop(stop.requested, run.dist):  # Ctrl-C in the last step or at the end of the epoch
                 interrupted = run.state.epoch < config.epochs
                 if interrupted:
-                    run.log(f"stopped after epoch {epoch + 1}; checkpoint saved to {run.checkpoint_path} (continue with --resume)")
+                    run.log(
+                        f"stopped after epoch {epoch + 1}; checkpoint saved to {run.checkpoint_path} (continue with --resume)"
+                    )
     distributed.teardown(run.dist)
     return FitResult(
-        out_dir=run.out_dir, best_acc=run.state.best_acc, best_epoch=run.state.best_epoch,
-        final_acc=run.history[-1]["val_acc"] if run.history else math.nan, history=run.history,
-        interrupted=interrupted, best_dir=run.best_dir, train_seconds=run.train_seconds,
+        out_dir=run.out_dir,
+        best_acc=run.state.best_acc,
+        best_epoch=run.state.best_epoch,
+        final_acc=run.history[-1]["val_acc"] if run.history else math.nan,
+        history=run.history,
+        interrupted=interrupted,
+        best_dir=run.best_dir,
+        train_seconds=run.train_seconds,
     )
 
 
@@ -402,8 +436,11 @@ def setup_run(
     optimizer = make_optimizer(groups, lr=config.lr, device=device)
     steps_per_epoch = len(train_loader)
     scheduler = WarmupCosine(
-        optimizer, peak_lr=config.lr, warmup_steps=round(config.warmup_epochs * steps_per_epoch),
-        total_steps=config.epochs * steps_per_epoch, min_lr_ratio=config.min_lr_ratio,
+        optimizer,
+        peak_lr=config.lr,
+        warmup_steps=round(config.warmup_epochs * steps_per_epoch),
+        total_steps=config.epochs * steps_per_epoch,
+        min_lr_ratio=config.min_lr_ratio,
     )
     info = {
         **(run_info or {}),
@@ -418,13 +455,26 @@ def setup_run(
         "model_config": model.config.to_dict() if hasattr(model, "config") else None,
     }
     run = Run(
-        config=config, splits=splits, out_dir=out_dir, dist=dist, device=device, bf16=bf16, model=model,
-        ddp_model=model, ema=ema, optimizer=optimizer, scheduler=scheduler,
-        trainable=[p for g in groups for p in g["params"]], train_loader=train_loader, val_loader=val_loader,
+        config=config,
+        splits=splits,
+        out_dir=out_dir,
+        dist=dist,
+        device=device,
+        bf16=bf16,
+        model=model,
+        ddp_model=model,
+        ema=ema,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        trainable=[p for g in groups for p in g["params"]],
+        train_loader=train_loader,
+        val_loader=val_loader,
         info=info,
     )
     if resume:
-        run.state, _ = load_checkpoint(run.checkpoint_path, model=model, optimizer=optimizer, scheduler=scheduler, ema=ema)
+        run.state, _ = load_checkpoint(
+            run.checkpoint_path, model=model, optimizer=optimizer, scheduler=scheduler, ema=ema
+        )
         run.history = [r for r in read_metrics(out_dir / METRICS_NAME) if r["epoch"] < run.state.epoch]
         run.log(f"resuming {out_dir} at epoch {run.state.epoch + 1}, step {run.state.step} of {steps_per_epoch}")
     if dist.is_main:
@@ -439,7 +489,13 @@ def setup_run(
 
 
 def _check_fit_arguments(
-    model: nn.Module, splits: DataSplits, config: TrainConfig, out_dir: Path, *, resume: bool, dist: distributed.DistInfo
+    model: nn.Module,
+    splits: DataSplits,
+    config: TrainConfig,
+    out_dir: Path,
+    *,
+    resume: bool,
+    dist: distributed.DistInfo,
 ) -> None:
     """Refuse to overwrite a run, a batch the processes cannot share, and a head that does not fit the data."""
     if dist.is_main:
@@ -470,19 +526,26 @@ def _make_loaders(
         model, splits, randaugment=config.randaugment, augment=config.augment, erase=config.erase
     )
     train_loader = BatchLoader(
-        splits.train, batch_size=config.batch_size // dist.world_size, transform=train_tf, shuffle=True,
-        seed=config.seed, rank=dist.rank, world_size=dist.world_size,
+        splits.train,
+        batch_size=config.batch_size // dist.world_size,
+        transform=train_tf,
+        shuffle=True,
+        seed=config.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
     )
     val_loader = BatchLoader(
-        splits.val, batch_size=config.eval_batch_size, transform=eval_tf, shuffle=False,
-        rank=dist.rank, world_size=dist.world_size,
+        splits.val,
+        batch_size=config.eval_batch_size,
+        transform=eval_tf,
+        shuffle=False,
+        rank=dist.rank,
+        world_size=dist.world_size,
     )
     return train_loader, val_loader
 
 
-def train_one_epoch(
-    run: Run, stop: _StopFlag, *, on_step: Callable[[int, int], None] | None = None
-) -> bool:
+def train_one_epoch(run: Run, stop: _StopFlag, *, on_step: Callable[[int, int], None] | None = None) -> bool:
     """Optimizer steps from `run.state`'s (epoch, step) to the end of the epoch. Returns True when
     a Ctrl-C stopped it early; all ranks agree on the step, since DDP all-reduces every step."""
     config, state, epoch = run.config, run.state, run.state.epoch
@@ -490,16 +553,27 @@ def train_one_epoch(
     if config.linear_probe:
         freeze_norm_statistics(run.model)
     bar = tqdm(
-        total=run.steps_per_epoch, initial=state.step, desc=f"epoch {epoch + 1}/{config.epochs}", unit="step",
-        disable=not (config.progress and run.dist.is_main), leave=False, dynamic_ncols=True,
+        total=run.steps_per_epoch,
+        initial=state.step,
+        desc=f"epoch {epoch + 1}/{config.epochs}",
+        unit="step",
+        disable=not (config.progress and run.dist.is_main),
+        leave=False,
+        dynamic_ncols=True,
     )
     stopped = False
     started = time.perf_counter()
     for x, y in run.train_loader.iterate(epoch, start_step=state.step):
         x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
         output, loss = train_step(
-            run.ddp_model, run.optimizer, run.trainable, x, y, label_smoothing=config.label_smoothing,
-            clip_grad=config.clip_grad, autocast=run.autocast,
+            run.ddp_model,
+            run.optimizer,
+            run.trainable,
+            x,
+            y,
+            label_smoothing=config.label_smoothing,
+            clip_grad=config.clip_grad,
+            autocast=run.autocast,
         )
         run.scheduler.step()
         with torch.no_grad():
@@ -561,12 +635,16 @@ def end_epoch(run: Run) -> dict[str, Any]:
         write_metrics(run.out_dir / METRICS_NAME, run.history)
         if improved:
             run.best_dir = export_pretrained(
-                run.eval_model, run.out_dir / BEST_DIR, classes=run.splits.classes,
+                run.eval_model,
+                run.out_dir / BEST_DIR,
+                classes=run.splits.classes,
                 extra={"val_acc": val.accuracy, "epoch": epoch, "data": run.splits.name},
             )
     run.save_checkpoint()
     if run.dist.is_main:
-        plot_curves(run.history, run.out_dir / CURVES_NAME, title=f"{run.info.get('model', 'model')} on {run.splits.name}")
+        plot_curves(
+            run.history, run.out_dir / CURVES_NAME, title=f"{run.info.get('model', 'model')} on {run.splits.name}"
+        )
     distributed.barrier(run.dist)
     return record
 

@@ -31,9 +31,7 @@ def layer_id(name: str, depth: int) -> int:
     return depth + 1
 
 
-def param_groups(
-    model: nn.Module, *, weight_decay: float, layer_decay: float | None = None
-) -> list[dict]:
+def param_groups(model: nn.Module, *, weight_decay: float, layer_decay: float | None = None) -> list[dict]:
     """AdamW groups: (decay / no decay) x (layer, when layer_decay is set); frozen params skipped.
     Each group carries `lr_scale`, which the schedule multiplies into the lr."""
     skip = set(getattr(model, "no_weight_decay", lambda: set())())
@@ -48,7 +46,10 @@ def param_groups(
         key = (layer, no_decay)
         if key not in groups:
             groups[key] = {
-                "params": [], "param_names": [], "weight_decay": 0.0 if no_decay else weight_decay, "lr_scale": scale,
+                "params": [],
+                "param_names": [],
+                "weight_decay": 0.0 if no_decay else weight_decay,
+                "lr_scale": scale,
             }
         groups[key]["params"].append(param)
         groups[key]["param_names"].append(name)
@@ -72,7 +73,9 @@ def freeze_norm_statistics(model: nn.Module) -> None:
     """Put BatchNorm layers whose parameters are frozen in eval mode: a frozen backbone must not
     drift through its running statistics either (a conv stem has BatchNorm). Call after .train()."""
     for module in model.modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm) and not any(p.requires_grad for p in module.parameters()):
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and not any(
+            p.requires_grad for p in module.parameters()
+        ):
             module.eval()
 
 
@@ -90,7 +93,12 @@ class WarmupCosine:
     checkpoint needs no pickled scheduler object."""
 
     def __init__(
-        self, optimizer: torch.optim.Optimizer, *, peak_lr: float, warmup_steps: int, total_steps: int,
+        self,
+        optimizer: torch.optim.Optimizer,
+        *,
+        peak_lr: float,
+        warmup_steps: int,
+        total_steps: int,
         min_lr_ratio: float = 0.01,
     ) -> None:
         self.optimizer, self.peak_lr = optimizer, peak_lr
@@ -100,7 +108,10 @@ class WarmupCosine:
 
     def _apply(self) -> None:
         factor = warmup_cosine(
-            self.step_count, warmup_steps=self.warmup_steps, total_steps=self.total_steps, min_lr_ratio=self.min_lr_ratio
+            self.step_count,
+            warmup_steps=self.warmup_steps,
+            total_steps=self.total_steps,
+            min_lr_ratio=self.min_lr_ratio,
         )
         for group in self.optimizer.param_groups:
             group["lr"] = self.peak_lr * group.get("lr_scale", 1.0) * factor

@@ -29,13 +29,12 @@ def require_matplotlib() -> Any:
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
     except ImportError as err:
         raise ImportError(
-            f"vitzoo.viz draws with matplotlib, which is not installed ({err}); "
-            f"install the viz extra: {INSTALL_HINT}"
+            f"vitzoo.viz draws with matplotlib, which is not installed ({err}); install the viz extra: {INSTALL_HINT}"
         ) from err
     return matplotlib
 
 
-def new_figure(width_in: float, height_in: float, *, constrained: bool = True) -> "Figure":
+def new_figure(width_in: float, height_in: float, *, constrained: bool = True) -> Figure:
     """A Figure of `width_in` x `height_in` inches attached to an Agg canvas."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -46,7 +45,7 @@ def new_figure(width_in: float, height_in: float, *, constrained: bool = True) -
     return fig
 
 
-def save_png(fig: "Figure", out: str | os.PathLike[str], *, dpi: int = 100) -> Path:
+def save_png(fig: Figure, out: str | os.PathLike[str], *, dpi: int = 100) -> Path:
     """Write `fig` as a PNG of exactly figsize * dpi pixels, atomically.
 
     The picture goes to a temporary file in the destination folder first and replaces `out` only
@@ -78,16 +77,14 @@ def _current_umask() -> int:
     return mask
 
 
-def finish(fig: "Figure", out: str | os.PathLike[str] | None, dpi: int) -> "Figure":
+def finish(fig: Figure, out: str | os.PathLike[str] | None, dpi: int) -> Figure:
     """Save `fig` when an output path is given; always hand the figure back."""
     if out is not None:
         save_png(fig, out, dpi=dpi)
     return fig
 
 
-def mosaic(
-    tiles: torch.Tensor, *, ncols: int, pad: int = 1, pad_value: float | tuple[float, ...] = 1.0
-) -> np.ndarray:
+def mosaic(tiles: torch.Tensor, *, ncols: int, pad: int = 1, pad_value: float | tuple[float, ...] = 1.0) -> np.ndarray:
     """Lay out (K, C, h, w) tiles row by row, `ncols` per row, `pad` pixels apart, the gaps filled
     with `pad_value` (one value, or one per channel).
 

@@ -61,13 +61,13 @@ def _model_layout(model: nn.Module) -> tuple[int, tuple[int, int], bool]:
     """(number of prefix tokens, patch grid, has a class token) of a vitzoo ViT."""
     patch_embed = getattr(model, "patch_embed", None)
     if patch_embed is None or not hasattr(model, "num_prefix_tokens"):
-        raise ValueError(f"{type(model).__name__} is not a vitzoo VisionTransformer (no patch_embed / num_prefix_tokens)")
+        raise ValueError(
+            f"{type(model).__name__} is not a vitzoo VisionTransformer (no patch_embed / num_prefix_tokens)"
+        )
     return model.num_prefix_tokens, patch_embed.grid_size, getattr(model, "cls_token", None) is not None
 
 
-def class_token_attention(
-    weights: torch.Tensor, *, num_prefix_tokens: int, grid: tuple[int, int]
-) -> torch.Tensor:
+def class_token_attention(weights: torch.Tensor, *, num_prefix_tokens: int, grid: tuple[int, int]) -> torch.Tensor:
     """One layer's weights (B, heads, T, T) -> (B, heads, gh, gw): how much the class token
     (token 0) attends to each patch. Attention to prefix tokens is left out, so a map sums to
     at most 1."""
@@ -112,7 +112,7 @@ def rollout_map(
     return rows.reshape(rollout.shape[0], gh, gw)
 
 
-def _overlay(ax: "Axes", display: torch.Tensor, heat: torch.Tensor, title: str) -> None:
+def _overlay(ax: Axes, display: torch.Tensor, heat: torch.Tensor, title: str) -> None:
     """The image in gray with a heat map stretched over it (one value per patch cell). The map is
     stretched from its minimum to its maximum, which the title states: near-uniform attention
     (e.g. random weights) still shows its pattern, and the range says how faint it is."""
@@ -121,8 +121,13 @@ def _overlay(ax: "Axes", display: torch.Tensor, heat: torch.Tensor, title: str) 
     low, high = heat.min().item(), heat.max().item()
     show_image(ax, gray, f"{title}\n[{low:.3g}, {high:.3g}]")
     ax.imshow(
-        heat.numpy(), cmap=HEAT_CMAP, alpha=0.6, vmin=low, vmax=high if high > low else low + 1e-12,
-        extent=(-0.5, w - 0.5, h - 0.5, -0.5), interpolation="bilinear",
+        heat.numpy(),
+        cmap=HEAT_CMAP,
+        alpha=0.6,
+        vmin=low,
+        vmax=high if high > low else low + 1e-12,
+        extent=(-0.5, w - 0.5, h - 0.5, -0.5),
+        interpolation="bilinear",
     )
 
 
@@ -136,7 +141,7 @@ def plot_attention(
     residual: float = 0.5,
     out: str | os.PathLike[str] | None = None,
     dpi: int = 100,
-) -> "Figure":
+) -> Figure:
     """Class-token attention of block `layer` (default: the last) per head (or only `head`) and/or
     the attention rollout across all blocks, over `image` (a file, a (C, H, W) tensor in [0, 1], or
     None for a synthetic test card). `what` defaults to "both" for a model with a class token and
@@ -187,7 +192,9 @@ def plot_attention(
             _overlay(ax, display, heat, title)
         for ax in axes[len(panels_top) + 1 :]:
             ax.set_axis_off()
-        subfigs[0].suptitle("class token -> patches attention (each map stretched over its own [min, max])", fontsize=10)
+        subfigs[0].suptitle(
+            "class token -> patches attention (each map stretched over its own [min, max])", fontsize=10
+        )
 
     if what != "heads":
         rollout = attention_rollout(weights, residual=residual)

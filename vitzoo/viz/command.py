@@ -43,7 +43,10 @@ def _positive_int(text: str) -> int:
 
 def _add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
     p.add_argument(
-        "model", metavar="NAME[.TAG]", nargs="?" if optional else None, default=None,
+        "model",
+        metavar="NAME[.TAG]",
+        nargs="?" if optional else None,
+        default=None,
         help="a registered model (`vitzoo list`); a .TAG loads those pretrained weights"
         + (" — optional: without it the image is used at its own size" if optional else ""),
     )
@@ -52,7 +55,9 @@ def _add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> No
 
 
 def _add_output_args(p: argparse.ArgumentParser, kind: str) -> None:
-    p.add_argument("--out", metavar="PNG", default=f"viz_{kind}.png", help=f"where to write the picture (default: viz_{kind}.png)")
+    p.add_argument(
+        "--out", metavar="PNG", default=f"viz_{kind}.png", help=f"where to write the picture (default: viz_{kind}.png)"
+    )
     p.add_argument("--dpi", type=_positive_int, default=100, help="pixels per inch of the PNG (default: 100)")
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
 
@@ -69,14 +74,24 @@ def configure_viz_parser(parser: argparse.ArgumentParser) -> None:
     p = kinds.add_parser("patches", help=KINDS["patches"], description=KINDS["patches"] + ".")
     _add_model_args(p, optional=True)
     _add_image_arg(p)
-    p.add_argument("--patch-size", type=_positive_int, metavar="P", help="patch side in pixels (default: the model's, else 16)")
+    p.add_argument(
+        "--patch-size", type=_positive_int, metavar="P", help="patch side in pixels (default: the model's, else 16)"
+    )
     _add_output_args(p, "patches")
 
     p = kinds.add_parser("embedding", help=KINDS["embedding"], description=KINDS["embedding"] + ".")
     _add_model_args(p)
     _add_image_arg(p)
-    p.add_argument("--num-filters", type=_positive_int, default=32, metavar="K", help="learned filters to show (default: 32)")
-    p.add_argument("--num-components", type=_positive_int, default=28, metavar="K", help="principal components to show (default: 28)")
+    p.add_argument(
+        "--num-filters", type=_positive_int, default=32, metavar="K", help="learned filters to show (default: 32)"
+    )
+    p.add_argument(
+        "--num-components",
+        type=_positive_int,
+        default=28,
+        metavar="K",
+        help="principal components to show (default: 28)",
+    )
     _add_output_args(p, "embedding")
 
     p = kinds.add_parser("posembed", help=KINDS["posembed"], description=KINDS["posembed"] + ".")
@@ -86,17 +101,38 @@ def configure_viz_parser(parser: argparse.ArgumentParser) -> None:
     p = kinds.add_parser("attention", help=KINDS["attention"], description=KINDS["attention"] + ".")
     _add_model_args(p)
     _add_image_arg(p)
-    p.add_argument("--layer", type=int, default=None, metavar="L", help="block whose heads to draw; negative counts from the end (default: -1, the last)")
-    p.add_argument("--head", type=int, default=None, metavar="H", help="draw only this head (default: all heads and their mean)")
-    p.add_argument("--what", choices=["both", "heads", "rollout"], default=None,
-                   help="per-head class-token maps, rollout, or both (default: both; rollout alone for a model without class token)")
-    p.add_argument("--residual", type=float, default=0.5, metavar="R", help="share of the identity in rollout (default: 0.5)")
+    p.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        metavar="L",
+        help="block whose heads to draw; negative counts from the end (default: -1, the last)",
+    )
+    p.add_argument(
+        "--head", type=int, default=None, metavar="H", help="draw only this head (default: all heads and their mean)"
+    )
+    p.add_argument(
+        "--what",
+        choices=["both", "heads", "rollout"],
+        default=None,
+        help="per-head class-token maps, rollout, or both (default: both; rollout alone for a model without class token)",
+    )
+    p.add_argument(
+        "--residual", type=float, default=0.5, metavar="R", help="share of the identity in rollout (default: 0.5)"
+    )
     _add_output_args(p, "attention")
 
     p = kinds.add_parser("curves", help=KINDS["curves"], description=KINDS["curves"] + ".")
-    p.add_argument("--metrics", metavar="JSONL", required=True, help="a run's metrics.jsonl, or the run directory that holds it")
+    p.add_argument(
+        "--metrics", metavar="JSONL", required=True, help="a run's metrics.jsonl, or the run directory that holds it"
+    )
     p.add_argument("--title", help="figure title (default: the file name and record count)")
-    p.add_argument("--keys", nargs="+", metavar="PATTERN", help="only these metrics, shell-style patterns (e.g. '*loss' '*acc'); default: all numeric keys")
+    p.add_argument(
+        "--keys",
+        nargs="+",
+        metavar="PATTERN",
+        help="only these metrics, shell-style patterns (e.g. '*loss' '*acc'); default: all numeric keys",
+    )
     _add_output_args(p, "curves")
 
 
@@ -141,8 +177,12 @@ def run_viz(args: argparse.Namespace) -> int:
         from .patch_embedding import plot_patch_embedding
 
         fig = plot_patch_embedding(
-            _create_model(args), args.image, num_filters=args.num_filters, num_components=args.num_components,
-            out=args.out, dpi=args.dpi,
+            _create_model(args),
+            args.image,
+            num_filters=args.num_filters,
+            num_components=args.num_components,
+            out=args.out,
+            dpi=args.dpi,
         )
     elif args.kind == "posembed":
         from .position_embedding import plot_position_embedding
@@ -152,8 +192,14 @@ def run_viz(args: argparse.Namespace) -> int:
         from .attention_maps import plot_attention
 
         fig = plot_attention(
-            _create_model(args), args.image, layer=args.layer, head=args.head, what=args.what,
-            residual=args.residual, out=args.out, dpi=args.dpi,
+            _create_model(args),
+            args.image,
+            layer=args.layer,
+            head=args.head,
+            what=args.what,
+            residual=args.residual,
+            out=args.out,
+            dpi=args.dpi,
         )
     elif args.kind == "curves":
         from .curves import plot_curves

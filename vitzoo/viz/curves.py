@@ -14,8 +14,9 @@ import fnmatch
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ._figure import finish, new_figure
 
@@ -32,7 +33,9 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if path.is_dir():
         path = path / "metrics.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"metrics file '{path}' does not exist; expected a metrics.jsonl written by a fine-tuning run")
+        raise FileNotFoundError(
+            f"metrics file '{path}' does not exist; expected a metrics.jsonl written by a fine-tuning run"
+        )
     records: list[dict[str, Any]] = []
     with path.open("r", encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
@@ -41,9 +44,13 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({err.msg}); expected one JSON object per line") from err
+                raise ValueError(
+                    f"{path}, line {number}: not valid JSON ({err.msg}); expected one JSON object per line"
+                ) from err
             if not isinstance(record, dict):
-                raise ValueError(f"{path}, line {number}: got a JSON {type(record).__name__}; expected an object like {{\"epoch\": 1, \"val_acc\": 0.9}}")
+                raise ValueError(
+                    f'{path}, line {number}: got a JSON {type(record).__name__}; expected an object like {{"epoch": 1, "val_acc": 0.9}}'
+                )
             records.append(record)
     if not records:
         raise ValueError(f"metrics file '{path}' is empty; expected one JSON object per line")
@@ -104,7 +111,7 @@ def plot_curves(
     dpi: int = 100,
     title: str | None = None,
     keys: Sequence[str] | None = None,
-) -> "Figure":
+) -> Figure:
     """Draw every numeric metric of a run (a metrics.jsonl path, a run directory, or the records),
     or those matching the shell-style patterns in `keys` (e.g. ["*loss", "*acc"]).
     The figure is 4 inches per panel wide (at most 4 panels a row) and 3.5 inches per row."""
@@ -112,7 +119,9 @@ def plot_curves(
     source = str(metrics) if not isinstance(metrics, list) else "the given records"
     x_key, panels = group_metrics(records, keys)
     if not panels:
-        raise ValueError(f"{source} has no numeric metrics besides {', '.join(X_KEYS)}; expected keys like train_loss, val_acc")
+        raise ValueError(
+            f"{source} has no numeric metrics besides {', '.join(X_KEYS)}; expected keys like train_loss, val_acc"
+        )
     names = list(panels)
     names, dropped = names[:_MAX_PANELS], names[_MAX_PANELS:]
 
@@ -130,7 +139,14 @@ def plot_curves(
             if name == "accuracy" and ys and any(t in key.lower() for t in ("val", "test", "eval")):
                 # Mark the best held-out value: what one looks for first.
                 best = max(range(len(ys)), key=ys.__getitem__)
-                ax.annotate(f"{ys[best]:.2f}", (xs[best], ys[best]), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+                ax.annotate(
+                    f"{ys[best]:.2f}",
+                    (xs[best], ys[best]),
+                    textcoords="offset points",
+                    xytext=(0, 5),
+                    ha="center",
+                    fontsize=7,
+                )
         ax.margins(y=0.12)  # room for the label of the best value
         ax.set_title(name, fontsize=10)
         ax.set_xlabel(x_key or "line", fontsize=8)

@@ -70,7 +70,11 @@ def fit_image(image: torch.Tensor, size: int | tuple[int, int], *, interpolation
     nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
     mode = interpolation if interpolation in ("bilinear", "bicubic", "nearest") else "bilinear"
     resized = torch.nn.functional.interpolate(
-        image.unsqueeze(0), size=(nh, nw), mode=mode, antialias=mode != "nearest", align_corners=False if mode != "nearest" else None
+        image.unsqueeze(0),
+        size=(nh, nw),
+        mode=mode,
+        antialias=mode != "nearest",
+        align_corners=False if mode != "nearest" else None,
     )[0]
     top, left = (nh - th) // 2, (nw - tw) // 2
     return resized[:, top : top + th, left : left + tw].clamp(0, 1)

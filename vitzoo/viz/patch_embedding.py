@@ -42,10 +42,14 @@ def identity_patch_embed(
     return embed
 
 
-def unpatchify(tokens: torch.Tensor, *, img_size: int | tuple[int, int], patch_size: int | tuple[int, int]) -> torch.Tensor:
+def unpatchify(
+    tokens: torch.Tensor, *, img_size: int | tuple[int, int], patch_size: int | tuple[int, int]
+) -> torch.Tensor:
     """(B, N, C * ph * pw) patch vectors (channel-major) -> (B, C, H, W): the inverse of patchify."""
     ph, pw = to_2tuple(patch_size, "patch_size")
-    return F.fold(tokens.transpose(1, 2), output_size=to_2tuple(img_size, "img_size"), kernel_size=(ph, pw), stride=(ph, pw))
+    return F.fold(
+        tokens.transpose(1, 2), output_size=to_2tuple(img_size, "img_size"), kernel_size=(ph, pw), stride=(ph, pw)
+    )
 
 
 def filter_principal_components(weight: torch.Tensor, k: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,13 +89,15 @@ def plot_patch_embedding(
     num_components: int = 28,
     out: str | os.PathLike[str] | None = None,
     dpi: int = 100,
-) -> "Figure":
+) -> Figure:
     """Identity kernel, learned kernels and their principal components for `model`'s patch
     embedding, applied to `image` (a file, a (C, H, W) tensor in [0, 1], or None for a synthetic
     test card). Writes a 1200 x 800 px PNG (at dpi 100) when `out` is given; returns the figure."""
     patch_embed = getattr(model, "patch_embed", None)
     if not isinstance(patch_embed, PatchEmbed):
-        raise ValueError(f"{type(model).__name__} has no vitzoo PatchEmbed at .patch_embed; expected a vitzoo VisionTransformer")
+        raise ValueError(
+            f"{type(model).__name__} has no vitzoo PatchEmbed at .patch_embed; expected a vitzoo VisionTransformer"
+        )
     if patch_embed.stem is not None:
         raise ValueError(
             f"this model's patch embedding has a convolutional stem (conv_stem={patch_embed.conv_stem}): its tokens are "
@@ -115,14 +121,24 @@ def plot_patch_embedding(
     top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.1])
     axes = top.subplots(1, 4)
     show_image(axes[0], display, f"input {h}x{w}, {gh}x{gw} patches of {ph}x{pw}")
-    show_image(axes[1], rebuilt.clamp(0, 1), f"identity kernel (D = {c}*{ph}*{pw} = {c * ph * pw}),\nfolded back: max |diff| = {max_err:g}")
+    show_image(
+        axes[1],
+        rebuilt.clamp(0, 1),
+        f"identity kernel (D = {c}*{ph}*{pw} = {c * ph * pw}),\nfolded back: max |diff| = {max_err:g}",
+    )
 
     # Channel maps: output channel j of the learned embedding at every patch, one (gh, gw) map each.
     n_maps = min(16, d)
     maps = tokens.T[:n_maps].reshape(n_maps, 1, gh, gw)
-    axes[2].imshow(mosaic(normalise_tiles(maps), ncols=4, pad=1, pad_value=float("nan")), cmap="viridis", interpolation="nearest")
+    axes[2].imshow(
+        mosaic(normalise_tiles(maps), ncols=4, pad=1, pad_value=float("nan")), cmap="viridis", interpolation="nearest"
+    )
     axes[2].set_title(f"learned kernels: channels 0-{n_maps - 1}\nof {d}, each over the {gh}x{gw} grid", fontsize=9)
-    show_image(axes[3], _token_pca_rgb(tokens, (gh, gw)), "learned embedding of each patch:\nfirst 3 principal components as RGB")
+    show_image(
+        axes[3],
+        _token_pca_rgb(tokens, (gh, gw)),
+        "learned embedding of each patch:\nfirst 3 principal components as RGB",
+    )
     for ax in axes[2:]:
         ax.set_xticks([])
         ax.set_yticks([])
@@ -131,7 +147,9 @@ def plot_patch_embedding(
     n_filters = min(num_filters, d)
     filters = normalise_tiles(weight[:n_filters])
     ax_filters.imshow(tile_picture(filters, ncols=8), interpolation="nearest")
-    ax_filters.set_title(f"learned filters 0-{n_filters - 1} of {d} ({c}x{ph}x{pw}, each stretched to [0, 1])", fontsize=9)
+    ax_filters.set_title(
+        f"learned filters 0-{n_filters - 1} of {d} ({c}x{ph}x{pw}, each stretched to [0, 1])", fontsize=9
+    )
 
     components, explained = filter_principal_components(weight, num_components)
     k = components.shape[0]

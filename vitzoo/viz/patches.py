@@ -49,14 +49,14 @@ def plot_patches(
     *,
     out: str | os.PathLike[str] | None = None,
     dpi: int = 100,
-) -> "Figure":
+) -> Figure:
     """Draw `image` ((C, H, W) in [0, 1], or an image file) cut into `patch_size` patches.
     Writes a 1200 x 400 px PNG (at dpi 100) when `out` is given; returns the figure."""
     if not isinstance(image, torch.Tensor):
         image = read_image(image)
     ph, pw = to_2tuple(patch_size, "patch_size")
     tiles = patch_sequence(image, (ph, pw))
-    c, h, w = image.shape
+    _, h, w = image.shape
     gh, gw = h // ph, w // pw
     n = gh * gw
 
@@ -70,8 +70,13 @@ def plot_patches(
         for i in range(gh):
             for j in range(gw):
                 ax_img.text(
-                    j * pw + pw / 2 - 0.5, i * ph + ph / 2 - 0.5, str(i * gw + j), color="yellow",
-                    fontsize=7 if n > 25 else 9, ha="center", va="center",
+                    j * pw + pw / 2 - 0.5,
+                    i * ph + ph / 2 - 0.5,
+                    str(i * gw + j),
+                    color="yellow",
+                    fontsize=7 if n > 25 else 9,
+                    ha="center",
+                    va="center",
                 )
 
     # The sequence wraps at a width unlike the grid's on purpose (wider, about 1.6 sqrt(N) tokens,

@@ -44,9 +44,7 @@ def position_similarity(model: nn.Module) -> torch.Tensor:
     return (unit @ unit.T).float().reshape(gh, gw, gh, gw)
 
 
-def plot_position_embedding(
-    model: nn.Module, *, out: str | os.PathLike[str] | None = None, dpi: int = 100
-) -> "Figure":
+def plot_position_embedding(model: nn.Module, *, out: str | os.PathLike[str] | None = None, dpi: int = 100) -> Figure:
     """Cosine similarity between position embeddings, learned or sinusoidal, on the patch grid.
     Writes a 1000 x 500 px PNG (at dpi 100) when `out` is given; returns the figure."""
     sim = position_similarity(model)
@@ -58,9 +56,15 @@ def plot_position_embedding(
     tiles = sim.reshape(gh * gw, 1, gh, gw)
     pad = 1 if max(gh, gw) > 4 else 0
     image = ax_grid.imshow(
-        mosaic(tiles, ncols=gw, pad=pad, pad_value=float("nan")), cmap="viridis", vmin=-1, vmax=1, interpolation="nearest"
+        mosaic(tiles, ncols=gw, pad=pad, pad_value=float("nan")),
+        cmap="viridis",
+        vmin=-1,
+        vmax=1,
+        interpolation="nearest",
     )
-    ax_grid.set_title(f"{kind} position embedding: similarity of each of\nthe {gh}x{gw} positions with all others", fontsize=9)
+    ax_grid.set_title(
+        f"{kind} position embedding: similarity of each of\nthe {gh}x{gw} positions with all others", fontsize=9
+    )
     ax_grid.set_xlabel("input patch column", fontsize=8)
     ax_grid.set_ylabel("input patch row", fontsize=8)
     # One tick per small map, at its centre, labelled with the patch row / column it belongs to.

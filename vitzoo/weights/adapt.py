@@ -156,7 +156,12 @@ def _fit_in_chans(state: StateDict, target: StateDict) -> Notes:
     if key not in state or key not in target:
         return []
     w, t = state[key], target[key]
-    if not (w.ndim == 4 and t.ndim == 4 and w.shape[1] != t.shape[1] and (w.shape[0], *w.shape[2:]) == (t.shape[0], *t.shape[2:])):
+    if not (
+        w.ndim == 4
+        and t.ndim == 4
+        and w.shape[1] != t.shape[1]
+        and (w.shape[0], *w.shape[2:]) == (t.shape[0], *t.shape[2:])
+    ):
         return []
     state[key] = adapt_input_conv(w, t.shape[1])
     how = "summed over channels" if t.shape[1] == 1 else "tiled and rescaled"
@@ -177,7 +182,8 @@ def _check_keys_and_shapes(
         if unexpected:
             parts.append(f"unexpected key(s) the model does not have: {_listing(unexpected)}")
         raise WeightsMismatchError(
-            f"{file} does not fit {type(model).__name__}: " + "; ".join(parts)
+            f"{file} does not fit {type(model).__name__}: "
+            + "; ".join(parts)
             + " (pass strict=False to load the keys that do fit)"
         )
     bad = [
@@ -191,7 +197,7 @@ def _check_keys_and_shapes(
 
 
 def _square(n: int, what: str, file: str) -> tuple[int, int]:
-    side = int(round(math.sqrt(n)))
+    side = round(math.sqrt(n))
     if side * side != n:
         raise WeightsMismatchError(
             f"{file}: the {what}'s position embedding has {n} grid positions, which is not a square grid; "

@@ -35,8 +35,12 @@ def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
             problems.append("no final LayerNorm")
         if problems:
             raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
-    state = to_timm(model.state_dict(), what=f"{type(model).__name__} {getattr(model, 'architecture', '') or ''}".strip())
+    state = to_timm(
+        model.state_dict(), what=f"{type(model).__name__} {getattr(model, 'architecture', '') or ''}".strip()
+    )
     path = Path(path)
     if path.suffix != ".safetensors":
-        raise ValueError(f"export to timm writes a safetensors file: expected a path ending in .safetensors, got {str(path)!r}")
+        raise ValueError(
+            f"export to timm writes a safetensors file: expected a path ending in .safetensors, got {str(path)!r}"
+        )
     return write_safetensors(path, state, metadata={"format": "pt"})

@@ -127,7 +127,7 @@ def unwrap_state_dict(obj: Any, *, file: str) -> StateDict:
         raise WeightsFileError(f"{file!r} contains no tensors (keys: {', '.join(map(str, list(obj)[:8]))})")
     # DistributedDataParallel saves every key with a 'module.' prefix.
     if all(k.startswith("module.") for k in tensors):
-        tensors = {k[len("module."):]: v for k, v in tensors.items()}
+        tensors = {k[len("module.") :]: v for k, v in tensors.items()}
     return tensors
 
 

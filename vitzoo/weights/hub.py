@@ -43,11 +43,13 @@ class HubRef:
 
 
 def parse_hub_ref(source: str) -> HubRef:
-    body = source[len(HF_PREFIX):] if source.startswith(HF_PREFIX) else source
+    body = source[len(HF_PREFIX) :] if source.startswith(HF_PREFIX) else source
     repo_id, _, revision = body.partition("@")
     parts = repo_id.split("/")
     if len(parts) != 2 or not all(parts) or any(c.isspace() for c in repo_id):
-        raise ValueError(f"hub source {source!r} is malformed: expected 'hf-hub:org/repo' or 'hf-hub:org/repo@revision'")
+        raise ValueError(
+            f"hub source {source!r} is malformed: expected 'hf-hub:org/repo' or 'hf-hub:org/repo@revision'"
+        )
     return HubRef(repo_id, revision or None)
 
 
@@ -92,7 +94,11 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
     where = f"{filename!r}" + (f" (nor {', '.join(map(repr, tried))})" if tried else "") + f" of {ref}"
     try:
         path = hf_hub_download(
-            ref.repo_id, filename, revision=ref.revision, cache_dir=cache_dir(), endpoint=_endpoint(),
+            ref.repo_id,
+            filename,
+            revision=ref.revision,
+            cache_dir=cache_dir(),
+            endpoint=_endpoint(),
             local_files_only=offline,
         )
     except RepositoryNotFoundError as e:
@@ -105,7 +111,9 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
     except LocalEntryNotFoundError as e:
         server = _server_error(e)
         if server is not None:
-            raise WeightsDownloadError(f"{where}: the Hub answered with a server error ({server}); try again later") from None
+            raise WeightsDownloadError(
+                f"{where}: the Hub answered with a server error ({server}); try again later"
+            ) from None
         if optional:
             return None
         reason = "HF_HUB_OFFLINE is set" if offline else "the Hub could not be reached"
@@ -145,7 +153,7 @@ def fetch_source(source: str) -> list[Path]:
     """Fetch "hf-hub:org/repo[@rev]" or "timm:<timm name>" into the hub cache (for offline use
     later) and return the cached files: the weights, then config.json when the repo has one."""
     if source.startswith(TIMM_PREFIX):
-        ref = timm_hub_ref(source[len(TIMM_PREFIX):])
+        ref = timm_hub_ref(source[len(TIMM_PREFIX) :])
     elif source.startswith(HF_PREFIX):
         ref = parse_hub_ref(source)
     else:

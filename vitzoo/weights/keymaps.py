@@ -18,8 +18,9 @@ detected layout maps is reported as unexpected (strict) rather than silently dro
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -106,7 +107,9 @@ def _merge_qkv(state: StateDict, *, file: str) -> StateDict:
     for key, qkv in parts.items():
         missing = [n for n in "qkv" if n not in qkv]
         if missing:
-            raise WeightsMismatchError(f"{file}: {key} cannot be assembled, the {'/'.join(missing)} projection is missing")
+            raise WeightsMismatchError(
+                f"{file}: {key} cannot be assembled, the {'/'.join(missing)} projection is missing"
+            )
         out[key] = torch.cat([qkv["q"], qkv["k"], qkv["v"]], dim=0)
     return out
 
@@ -148,7 +151,9 @@ TRANSFORMERS_IGNORE = [r"(?:vit\.|deit\.)?embeddings\.mask_token"]
 
 
 def _from_transformers(state: StateDict, file: str) -> Converted:
-    out = _merge_qkv(_apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers"), file=file)
+    out = _merge_qkv(
+        _apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers"), file=file
+    )
     return Converted(out, "transformers", {"norm_eps": TRANSFORMERS_EPS})
 
 
@@ -241,7 +246,7 @@ def _from_npz(state: StateDict, file: str) -> Converted:
     prefix = next((p for p in NPZ_PREFIXES if f"{p}embedding/kernel" in state), "")
     if prefix:
         # Optimizer slots and other non-parameter arrays live outside the prefix.
-        state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
     compiled = [(re.compile(p), r, fn) for p, r, fn in NPZ_RULES]
     out: StateDict = {}
     unmapped: list[str] = []
@@ -309,10 +314,16 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     depth = len({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     class_token, distilled = "cls_token" in state, "dist_token" in state
     fields: dict[str, Any] = dict(
-        embed_dim=int(embed_dim), in_chans=int(in_chans), patch_size=(int(ph), int(pw)) if ph != pw else int(ph),
-        depth=depth, class_token=class_token, distilled=distilled, final_norm="norm.weight" in state,
+        embed_dim=int(embed_dim),
+        in_chans=int(in_chans),
+        patch_size=(int(ph), int(pw)) if ph != pw else int(ph),
+        depth=depth,
+        class_token=class_token,
+        distilled=distilled,
+        final_norm="norm.weight" in state,
         qkv_bias="blocks.0.attn.qkv.bias" in state if depth else True,
-        global_pool="token" if class_token else "avg", conv_stem=conv_stem,
+        global_pool="token" if class_token else "avg",
+        conv_stem=conv_stem,
     )
     if depth:
         fields["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / embed_dim
@@ -323,7 +334,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         fields["pos_embed"] = "sincos"
     else:
         n = pos.shape[1] - int(class_token) - int(distilled)
-        side = int(round(n**0.5))
+        side = round(n**0.5)
         if side * side == n:  # a square grid is the only one the token count alone determines
             fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
     return fields

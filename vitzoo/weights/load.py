@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..layers import to_2tuple
-from ..model import ViTConfig, VisionTransformer
+from ..model import VisionTransformer, ViTConfig
 from ..pretrained_cfg import PretrainedCfg, resolve_label_names
 from .adapt import FitReport, fit_state_dict
 from .errors import WeightsMismatchError
@@ -115,11 +116,15 @@ def _load_into(model: nn.Module, data: SourceData, *, strict: bool, assign: bool
     model.load_state_dict(state, strict=strict, assign=assign)
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if leftover:
-        raise WeightsMismatchError(f"{data.file}: no values for {', '.join(leftover[:10])} (the model was built without data)")
+        raise WeightsMismatchError(
+            f"{data.file}: no values for {', '.join(leftover[:10])} (the model was built without data)"
+        )
     if report.missing or report.unexpected:
         logger.warning(
             "%s: loaded non-strictly; missing: %s; unexpected: %s",
-            data.file, ", ".join(report.missing) or "none", ", ".join(report.unexpected) or "none",
+            data.file,
+            ", ".join(report.missing) or "none",
+            ", ".join(report.unexpected) or "none",
         )
     if hasattr(model, "pretrained_cfg") and isinstance(model.pretrained_cfg, PretrainedCfg):
         model.pretrained_cfg = _pretrained_cfg(model.pretrained_cfg, data, model)

@@ -18,9 +18,10 @@ vitzoo/builder.py passes one that asks the registry. This layer never imports th
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import layout
 from ..layers import to_2tuple
@@ -79,7 +80,7 @@ def load_source(source: str | os.PathLike[str], resolve: Resolve | None = None) 
         data.pretrained.setdefault("source", str(ref))
         return data
     if isinstance(source, str) and source.startswith(TIMM_PREFIX):
-        return _from_timm(source[len(TIMM_PREFIX):])
+        return _from_timm(source[len(TIMM_PREFIX) :])
     path = Path(source)
     if path.is_dir():
         config = path / "config.json"
@@ -118,8 +119,8 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve:
             declared.update(more)
         else:
             raise WeightsFileError(
-                f"{str(config_path)!r} is not a config vitzoo knows: expected a vitzoo config (\"format\": "
-                "\"vitzoo\"), a transformers ViT/DeiT config (\"model_type\") or a timm config (\"architecture\")"
+                f'{str(config_path)!r} is not a config vitzoo knows: expected a vitzoo config ("format": '
+                '"vitzoo"), a transformers ViT/DeiT config ("model_type") or a timm config ("architecture")'
             )
     if "num_heads" not in declared and data.architecture:
         arch = resolve(data.architecture)
@@ -148,7 +149,9 @@ def _vitzoo_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
 def _transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
     act = cfg.get("hidden_act", "gelu")
     if act != "gelu":
-        raise WeightsMismatchError(f"{str(path)!r}: hidden_act {act!r} is not supported; vitzoo's MLP uses exact GELU ('gelu')")
+        raise WeightsMismatchError(
+            f"{str(path)!r}: hidden_act {act!r} is not supported; vitzoo's MLP uses exact GELU ('gelu')"
+        )
     try:
         hidden = int(cfg["hidden_size"])
         fields: dict[str, Any] = dict(
@@ -186,8 +189,18 @@ def _timm_config(cfg: dict[str, Any], resolve: Resolve) -> tuple[dict[str, Any],
     ours = arch.name if arch is not None else None
     fields: dict[str, Any] = {}
     args = dict(cfg.get("model_args") or {})
-    for key in ("img_size", "patch_size", "in_chans", "embed_dim", "depth", "num_heads", "mlp_ratio", "qkv_bias",
-                "class_token", "global_pool"):
+    for key in (
+        "img_size",
+        "patch_size",
+        "in_chans",
+        "embed_dim",
+        "depth",
+        "num_heads",
+        "mlp_ratio",
+        "qkv_bias",
+        "class_token",
+        "global_pool",
+    ):
         if key in args:
             value = args[key]
             fields[key] = tuple(value) if isinstance(value, list) else value

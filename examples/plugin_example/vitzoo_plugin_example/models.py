@@ -23,14 +23,24 @@ vitzoo.register(
 # Its preprocessing is given explicitly, since it is not derived from a registered name.
 @vitzoo.register_model(
     default_cfg=vitzoo.PretrainedCfg(
-        input_size=(3, 64, 64), mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5),
-        interpolation="bilinear", crop_pct=1.0, num_classes=100,
+        input_size=(3, 64, 64),
+        mean=(0.5, 0.5, 0.5),
+        std=(0.5, 0.5, 0.5),
+        interpolation="bilinear",
+        crop_pct=1.0,
+        num_classes=100,
     )
 )
 def example_vit_cifar(**overrides) -> VisionTransformer:
     """A small ViT for 64x64 colour images with global average pooling (from vitzoo-plugin-example)."""
     config = ViTConfig(
-        img_size=64, patch_size=8, num_classes=100, embed_dim=192, depth=6, num_heads=3,
-        class_token=False, global_pool="avg",
+        img_size=64,
+        patch_size=8,
+        num_classes=100,
+        embed_dim=192,
+        depth=6,
+        num_heads=3,
+        class_token=False,
+        global_pool="avg",
     )
     return VisionTransformer(config.replace(**overrides))
