@@ -25,7 +25,7 @@ from .atomic import write_safetensors
 from .layers import to_2tuple
 from .layout import save_pretrained
 from .model import ViTConfig
-from .pretrained_cfg import PretrainedCfg
+from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
 from .weights import Architecture, WeightsError, WeightsNotFoundError, export, load
 from .weights.adapt import FitReport
 from .weights.exporter import EXPORT_FORMATS
@@ -67,7 +67,7 @@ def create(name: str, pretrained: bool = False, weights: Source | None = None, *
                     "'hf-hub:org/repo' or 'timm:<name>'> (vitzoo.list_models(pretrained=True) lists names with weights)"
                 )
             source: Source = pcfg.source
-            base_cfg = pcfg
+            base_cfg: PretrainedCfg | None = pcfg
         else:
             source, base_cfg = weights, entry.default_cfg
         return load.build_pretrained(
@@ -75,7 +75,7 @@ def create(name: str, pretrained: bool = False, weights: Source | None = None, *
         )
     model = entry.builder(**overrides)
     if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
-        model.pretrained_cfg = _fit_cfg(entry.default_cfg, model)
+        attach_pretrained_cfg(model, _fit_cfg(entry.default_cfg, model))
     return model
 
 

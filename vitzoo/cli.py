@@ -105,8 +105,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         what = " ".join(args.patterns) if args.patterns else "*"
         kind = "pretrained model" if args.pretrained else "model"
         raise LookupError(f"no {kind} matches {what!r} (run `vitzoo list` to see every name)")
+    rows: list[dict[str, Any]] = []
     if args.pretrained:
-        rows = []
         for full in names:
             entry = get_entry(full)
             tag = full.split(".", 1)[1]
@@ -137,7 +137,6 @@ def cmd_list(args: argparse.Namespace) -> int:
             ],
         )
     else:
-        rows = []
         for name in names:
             info = model_info(name)
             rows.append(
@@ -274,6 +273,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     import torch
 
     from . import builder, registry
+    from .pretrained_cfg import pretrained_cfg_of
 
     if args.topk < 1:
         raise UsageError(f"--topk must be >= 1, got {args.topk}")
@@ -289,7 +289,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         model = builder.create(args.name, weights=args.weights)
     model.eval()
-    cfg = model.pretrained_cfg
+    cfg = pretrained_cfg_of(model)
+    if cfg is None:
+        raise ValueError(f"model {args.name!r} carries no pretrained_cfg, so its labels and preprocessing are unknown")
     if cfg.num_classes <= 0:
         raise ValueError(f"model {args.name!r} has no classifier (num_classes=0), so it cannot predict labels")
     batch = _prepare_batch(images, model)

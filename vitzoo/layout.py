@@ -5,7 +5,8 @@
     <directory>/model.safetensors  the state dict in vitzoo's (= timm's) names
 
 Each file is written atomically, weights first: a config.json is only there once its weights are.
-Like the model it saves, this module sits in vitzoo's bottom layer (it imports only `atomic`).
+Like the model it saves, this module sits just above vitzoo's bottom layer (it imports only
+`atomic` and `pretrained_cfg`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from pathlib import Path
 from torch import nn
 
 from .atomic import write_json, write_safetensors
+from .pretrained_cfg import pretrained_cfg_of
 
 FORMAT = "vitzoo"  # the "format" value in our config.json
 FORMAT_VERSION = 1
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+_ARCHITECTURE = "architecture"  # the model attribute naming its registered architecture
 
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike[str]) -> Path:
@@ -35,15 +38,22 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike[str]) -> Path
         raise NotADirectoryError(f"save_pretrained: {str(directory)!r} exists and is not a directory")
     directory.mkdir(parents=True, exist_ok=True)
     write_safetensors(directory / WEIGHTS_NAME, model.state_dict(), metadata={"format": "pt"})
-    pcfg = getattr(model, "pretrained_cfg", None)
+    pcfg = pretrained_cfg_of(model)
     write_json(
         directory / CONFIG_NAME,
         {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "architecture": getattr(model, "architecture", None),
+            "architecture": getattr(model, _ARCHITECTURE, None),
             "config": config.to_dict(),
             "pretrained_cfg": pcfg.to_dict() if pcfg is not None else {},
         },
     )
     return directory
+
+
+def attach_architecture(model: object, name: str) -> None:
+    """Record on `model` the registered name it was built as (`model.architecture`), which
+    save_pretrained writes into config.json. A plain attribute, set this way because builders may
+    return any nn.Module, whose typed `__setattr__` only takes tensors and modules."""
+    setattr(model, _ARCHITECTURE, name)

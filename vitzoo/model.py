@@ -180,7 +180,7 @@ class VisionTransformer(nn.Module):
         self.norm = nn.LayerNorm(D, eps=config.norm_eps) if config.final_norm else nn.Identity()
 
         if config.representation_size:
-            self.pre_logits = nn.Sequential()
+            self.pre_logits: nn.Module = nn.Sequential()
             self.pre_logits.add_module("fc", nn.Linear(D, config.representation_size))
             self.pre_logits.add_module("act", nn.Tanh())
         else:
@@ -215,7 +215,8 @@ class VisionTransformer(nn.Module):
         self.apply(init_linear)
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w, std=math.sqrt(1.0 / (w[0].numel())))
-        nn.init.zeros_(self.patch_embed.proj.bias)
+        if self.patch_embed.proj.bias is not None:
+            nn.init.zeros_(self.patch_embed.proj.bias)
         if isinstance(self.pos_embed, nn.Parameter):
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
         for token in (self.cls_token, self.dist_token):
@@ -269,7 +270,7 @@ class VisionTransformer(nn.Module):
         else:
             feature = x[:, 0]
         feature = self.pre_logits(feature)
-        if not self.config.distilled:
+        if not self.config.distilled or self.head_dist is None:  # head_dist exists iff distilled
             return feature if pre_logits else self.head(feature)
         dist_feature = self.pre_logits(x[:, 1])
         if pre_logits:

@@ -66,3 +66,20 @@ def resolve_label_names(cfg: PretrainedCfg) -> tuple[str, ...] | None:
     if cfg.label_set is not None:
         raise ValueError(f"unknown label_set {cfg.label_set!r}; known: 'imagenet-1k'")
     return None
+
+
+# Models carry their PretrainedCfg as a plain attribute, `model.pretrained_cfg`. Builders may return
+# any nn.Module (plugins), whose `__getattr__` is typed `Tensor | Module`: these two helpers are the
+# typed way to read and write the attribute on a module of unknown class.
+_ATTR = "pretrained_cfg"
+
+
+def pretrained_cfg_of(model: object) -> PretrainedCfg | None:
+    """`model.pretrained_cfg` if the model carries a PretrainedCfg there, else None."""
+    cfg = getattr(model, _ATTR, None)
+    return cfg if isinstance(cfg, PretrainedCfg) else None
+
+
+def attach_pretrained_cfg(model: object, cfg: PretrainedCfg) -> None:
+    """Set `model.pretrained_cfg = cfg` on any model (a plain attribute: nn.Module stores it as is)."""
+    setattr(model, _ATTR, cfg)

@@ -23,7 +23,7 @@ import difflib
 import fnmatch
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +33,7 @@ from torch import nn
 
 from . import plugins, zoo
 from .model import VisionTransformer, ViTConfig
-from .pretrained_cfg import PretrainedCfg
+from .pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 
 Builder = Callable[..., nn.Module]
 USER_ORIGIN = "user code"
@@ -268,7 +268,7 @@ def timm_counterparts() -> dict[str, str]:
 
 
 def list_models(
-    pattern: str | list[str] = "*", pretrained: bool | None = None, exclude: str | list[str] = ()
+    pattern: str | list[str] = "*", pretrained: bool | None = None, exclude: str | Sequence[str] = ()
 ) -> list[str]:
     """Registered names matching shell-style `pattern`(s). pretrained=True lists "name.tag"
     for every pretrained source; pretrained=False lists only names without any source."""
@@ -312,7 +312,7 @@ def model_info(name: str) -> dict[str, Any]:
         "num_params": count_parameters(model),
         "default_pretrained": pcfg.tag if pcfg else None,
         "pretrained": {tag: cfg.to_dict() for tag, cfg in entry.pretrained.items()},
-        "preprocessing": (pcfg or entry.default_cfg or getattr(model, "pretrained_cfg", PretrainedCfg())).to_dict(),
+        "preprocessing": (pcfg or entry.default_cfg or pretrained_cfg_of(model) or PretrainedCfg()).to_dict(),
     }
 
 

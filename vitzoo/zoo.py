@@ -124,12 +124,12 @@ def _mnist_models() -> list[ZooModel]:
 
 def _vit_models() -> list[ZooModel]:
     models = []
-    for name, timm_name, kw in [
-        ("vit_ti16", "vit_tiny_patch16_224", dict(embed_dim=192, depth=12, num_heads=3)),
-        ("vit_s16", "vit_small_patch16_224", dict(embed_dim=384, depth=12, num_heads=6)),
-        ("vit_b16", "vit_base_patch16_224", dict(embed_dim=768, depth=12, num_heads=12)),
-        ("vit_b32", "vit_base_patch32_224", dict(embed_dim=768, depth=12, num_heads=12, patch_size=32)),
-        ("vit_l16", "vit_large_patch16_224", dict(embed_dim=1024, depth=24, num_heads=16)),
+    for name, timm_name, embed_dim, depth, num_heads, patch_size in [
+        ("vit_ti16", "vit_tiny_patch16_224", 192, 12, 3, 16),
+        ("vit_s16", "vit_small_patch16_224", 384, 12, 6, 16),
+        ("vit_b16", "vit_base_patch16_224", 768, 12, 12, 16),
+        ("vit_b32", "vit_base_patch32_224", 768, 12, 12, 32),
+        ("vit_l16", "vit_large_patch16_224", 1024, 24, 16, 16),
     ]:
         sources = {"augreg_in21k_ft_in1k": _timm_augreg(f"{timm_name}.augreg_in21k_ft_in1k", _IN1K)}
         if name == "vit_b16":  # timm's default for ViT-B/16 is the re-tuned AugReg2 release
@@ -140,7 +140,7 @@ def _vit_models() -> list[ZooModel]:
         models.append(
             ZooModel(
                 name,
-                ViTConfig(img_size=224, patch_size=kw.pop("patch_size", 16), **kw),
+                ViTConfig(img_size=224, patch_size=patch_size, embed_dim=embed_dim, depth=depth, num_heads=num_heads),
                 _IMAGENET_CFG,
                 sources,
                 description=f"ViT at 224, same shapes as timm's {timm_name}",
@@ -175,10 +175,10 @@ def _vit_models() -> list[ZooModel]:
 
 def _deit_models() -> list[ZooModel]:
     models = []
-    for size, timm_size, kw in [
-        ("ti", "tiny", dict(embed_dim=192, num_heads=3)),
-        ("s", "small", dict(embed_dim=384, num_heads=6)),
-        ("b", "base", dict(embed_dim=768, num_heads=12)),
+    for size, timm_size, embed_dim, num_heads in [
+        ("ti", "tiny", 192, 3),
+        ("s", "small", 384, 6),
+        ("b", "base", 768, 12),
     ]:
         for distilled in (False, True):
             suffix = "_distilled" if distilled else ""
@@ -186,7 +186,14 @@ def _deit_models() -> list[ZooModel]:
             models.append(
                 ZooModel(
                     f"deit_{size}16{suffix}",
-                    ViTConfig(img_size=224, patch_size=16, depth=12, distilled=distilled, **kw),
+                    ViTConfig(
+                        img_size=224,
+                        patch_size=16,
+                        embed_dim=embed_dim,
+                        depth=12,
+                        num_heads=num_heads,
+                        distilled=distilled,
+                    ),
                     _IMAGENET_CFG.replace(mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.9),
                     {"fb_in1k": _timm_deit(f"{timm_name}.fb_in1k")},
                     description=f"DeiT-{size.upper()}/16{' with distillation token' if distilled else ''}, same shapes as timm's {timm_name}",

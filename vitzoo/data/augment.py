@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..pretrained_cfg import PretrainedCfg
+from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
+from .tensors import DataKind
 
 # ITU-R 601 luma weights, the usual RGB -> grayscale conversion (PIL's "L" mode uses them too).
 _LUMA = (0.299, 0.587, 0.114)
@@ -45,7 +45,7 @@ class InputSpec:
 
     @classmethod
     def from_model(cls, model: nn.Module) -> InputSpec:
-        cfg: PretrainedCfg = getattr(model, "pretrained_cfg", None) or PretrainedCfg()
+        cfg = pretrained_cfg_of(model) or PretrainedCfg()
         channels, height, width = cfg.input_size
         config = getattr(model, "config", None)
         if config is not None:  # the built model is the truth when cfg and config disagree
@@ -92,7 +92,7 @@ class BatchTransform:
         *,
         spec: InputSpec,
         train: bool,
-        kind: Literal["digits", "natural"] = "digits",
+        kind: DataKind = "digits",
         hflip: bool = False,
         rotate_deg: float = 10.0,
         scale: tuple[float, float] = (0.9, 1.1),
@@ -110,7 +110,7 @@ class BatchTransform:
         self.rotate_deg, self.scale, self.shift, self.crop_scale = rotate_deg, scale, shift, crop_scale
         self.mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
         self.inv_std = 1.0 / torch.tensor(spec.std).view(1, -1, 1, 1)
-        self.randaugment = None
+        self.randaugment: nn.Module | None = None
         if train and kind == "natural" and randaugment:
             from torchvision.transforms import v2
 
@@ -128,7 +128,7 @@ class BatchTransform:
             )
             x = self._warp(x, theta)
             if self.randaugment is not None:
-                x = self._randaugment(x, generator)
+                x = self._randaugment(self.randaugment, x, generator)
         else:
             x = self._eval_resize(x)
         x = convert_channels(x, self.spec.channels)
@@ -209,12 +209,13 @@ class BatchTransform:
             x = F.interpolate(x, size=(height, width), mode=mode, align_corners=False, antialias=True).clamp_(0.0, 1.0)
         return x
 
-    def _randaugment(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    @staticmethod
+    def _randaugment(op: nn.Module, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """torchvision's RandAugment, one image at a time (its ops are batch-wide otherwise).
         It draws from the global RNG, so fork that from our generator to stay deterministic."""
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             as_uint8 = (x * 255).round_().to(torch.uint8)
-            out = torch.stack([self.randaugment(img) for img in as_uint8])
+            out = torch.stack([op(img) for img in as_uint8])
         return out.float().div_(255.0)

@@ -94,8 +94,9 @@ def load_mnist(name: str, data_dir: str | os.PathLike[str] | None = None, *, dow
     root = Path(data_dir).expanduser() if data_dir is not None else DEFAULT_DATA_DIR
     directories = [root, root / "raw", root / folder / "raw"]
     splits = {split: _read_split(directories, split, classes, name) for split in _FILES}
-    if all(s is not None for s in splits.values()):
-        return DataSplits(train=splits["train"], val=splits["test"], name=name, kind="digits")
+    found_train, found_test = splits["train"], splits["test"]
+    if found_train is not None and found_test is not None:
+        return DataSplits(train=found_train, val=found_test, name=name, kind="digits")
 
     looked = ", ".join(str(d) for d in directories)
     wanted = ", ".join(stem + "[.gz]" for pair in _FILES.values() for stem in pair)

@@ -10,8 +10,13 @@ per-image decoding and PIL transforms. uint8 keeps the memory at one byte per pi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+# What the images are, which picks the augmentation (vitzoo/data/augment.py): "digits" (28x28
+# grayscale-like) or "natural" (photos).
+DataKind = Literal["digits", "natural"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class DataSplits:
     train: ImageTensors
     val: ImageTensors
     name: str  # "mnist-sample", "mnist", "fashion-mnist" or "folder"
-    kind: str  # "digits" (28x28 grayscale-like) or "natural" (photos): picks the augmentation
+    kind: DataKind  # "digits" (28x28 grayscale-like) or "natural" (photos): picks the augmentation
 
     @property
     def classes(self) -> tuple[str, ...]:

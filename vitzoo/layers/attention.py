@@ -57,15 +57,17 @@ class Attention(nn.Module):
             # softmax(q k^T / sqrt(head_dim)) v, fused.
             x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.0)
         else:
-            x = self._explicit_attention(q, k, v)
+            x = self._explicit_attention(q, k, v, self.attn_sink)
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
         return self.proj_drop(self.proj(x))
 
-    def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _explicit_attention(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: list[torch.Tensor]
+    ) -> torch.Tensor:
         """The same computation as the fused kernel, written out so the weights can be kept.
         The weights handed out are the softmax itself, before attention dropout (in training)."""
         weights = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)  # (B, heads, N, N)
-        self.attn_sink.append(weights)
+        sink.append(weights)
         if self.training and self.attn_drop > 0:
             weights = F.dropout(weights, p=self.attn_drop)
         return weights @ v

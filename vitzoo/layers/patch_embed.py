@@ -50,9 +50,10 @@ class PatchEmbed(nn.Module):
         if self.conv_stem:
             check_conv_stem(self.conv_stem, self.patch_size, self.img_size)
             # ceil: a 3x3 stride-2 conv with padding 1 maps n pixels to ceil(n / 2)
-            self.grid_size = tuple(math.ceil(s / p) for s, p in zip(self.img_size, self.patch_size))
+            (h, w), (ph, pw) = self.img_size, self.patch_size
+            self.grid_size = (math.ceil(h / ph), math.ceil(w / pw))
             self.num_patches = self.grid_size[0] * self.grid_size[1]
-            self.stem = conv_stem_layers(in_chans, self.conv_stem)
+            self.stem: nn.Sequential | None = conv_stem_layers(in_chans, self.conv_stem)
             self.proj = nn.Conv2d(self.conv_stem[-1], embed_dim, kernel_size=3, stride=2, padding=1)
             return
         self.stem = None

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 
 from ..data import DATASETS, DataSplits, load_data, store_size_for
+from ..model import VisionTransformer
+from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 from .engine import BEST_DIR, TrainConfig, evaluate_split, fit
 from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
 
@@ -46,6 +48,7 @@ _MODEL_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
 
 def recipe_defaults(data: str, from_pretrained: bool, model: str | None = None) -> dict[str, Any]:
     """The default recipe (TrainConfig fields) for this data, start and model."""
+    recipe: dict[str, Any]
     if from_pretrained:
         recipe = dict(_PRETRAINED)
     elif data == "mnist-sample":
@@ -103,7 +106,7 @@ def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int) -> DataS
     name, path = _parse_data(args.data)
     store = 256
     if name == "folder":
-        cfg = model.pretrained_cfg
+        cfg = pretrained_cfg_of(model) or PretrainedCfg()  # what InputSpec.from_model falls back to
         store = store_size_for(max(cfg.input_size[1:]), cfg.crop_pct)
     return load_data(
         name,
@@ -121,7 +124,7 @@ def _peek_classes(args: argparse.Namespace) -> int:
     """Number of classes without decoding anything (the model must be built before the folder
     is decoded, because the model's input size decides the stored size)."""
     name, path = _parse_data(args.data)
-    if name != "folder":
+    if name != "folder" or path is None:  # only "folder" comes with a path
         return 10
     from ..data.folder import FolderDataError
 
@@ -230,6 +233,16 @@ def build_model(args: argparse.Namespace, num_classes: int) -> nn.Module:
     return vitzoo.create(args.model, pretrained=args.pretrained, **overrides)
 
 
+def _require_vit(model: nn.Module, name: str) -> VisionTransformer:
+    """`model` as the VisionTransformer that fine-tuning and evaluation need (they read its
+    config and replace its classifier); a plugin builder may return any nn.Module."""
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(
+            f"model {name!r} is a {type(model).__name__}; vitzoo finetune/eval need a vitzoo VisionTransformer"
+        )
+    return model
+
+
 def run_finetune(args: argparse.Namespace) -> int:
     """Fine-tune (or train from scratch) and report where the results went. Returns an exit code."""
     data_name, _ = _parse_data(args.data)
@@ -264,7 +277,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     )
     out_dir = _run_dir(args, data_name)
     torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
-    model = build_model(args, _peek_classes(args))
+    model = _require_vit(build_model(args, _peek_classes(args)), args.model)
     splits = _load_splits(args, model, args.seed)
     if splits.train.num_classes != model.config.num_classes:  # e.g. a folder class without images
         model.reset_classifier(splits.train.num_classes)
@@ -333,7 +346,7 @@ def run_eval(args: argparse.Namespace) -> int:
     import vitzoo
 
     overrides = _saved_overrides(args.weights) or {"num_classes": _peek_classes(args)}
-    model = vitzoo.create(args.model, weights=args.weights, **overrides)
+    model = _require_vit(vitzoo.create(args.model, weights=args.weights, **overrides), args.model)
     splits = _load_splits(args, model, args.seed)
     if model.config.num_classes != splits.val.num_classes:
         raise ValueError(

@@ -38,15 +38,16 @@ class WeightEma:
     @torch.no_grad()
     def update(self, model: nn.Module, step: int) -> None:
         """Fold `model`'s current weights in; `step` counts optimizer steps from 1."""
-        ema_params, params = [], []
+        ema_params: list[torch.Tensor] = []
+        params: list[torch.Tensor] = []
         for e, p in zip(self.module.parameters(), model.parameters(), strict=True):
             if p.is_floating_point():
                 ema_params.append(e)
                 params.append(p.detach())
         if ema_params:
             torch._foreach_lerp_(ema_params, params, 1.0 - self.decay_at(step))
-        for e, b in zip(self.module.buffers(), model.buffers(), strict=True):
-            e.copy_(b)
+        for ema_buffer, buffer in zip(self.module.buffers(), model.buffers(), strict=True):
+            ema_buffer.copy_(buffer)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return self.module.state_dict()

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 from ..atomic import write_json
 from ..checks import check_fields
 from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputSpec
+from ..data.tensors import DataKind
 from . import distributed
 from .checkpoint import CHECKPOINT_NAME, TrainState, load_checkpoint, save_checkpoint
 from .ema import WeightEma
@@ -164,7 +165,7 @@ def build_transforms(
     size, normalisation, interpolation and channels; the data's kind decides the augmentation
     (`augment` scales the digits' random affine: tiny models underfit with the full one)."""
     spec = InputSpec.from_model(model)
-    kind = "digits" if splits.kind == "digits" else "natural"
+    kind: DataKind = "digits" if splits.kind == "digits" else "natural"
     hflip = splits.name == "fashion-mnist" or kind == "natural"  # digits are not mirror-symmetric
     train_tf = BatchTransform(
         spec=spec,
@@ -187,7 +188,8 @@ def classification_loss(
     """Cross-entropy; a DeiT in training mode returns (cls logits, dist logits): without a
     teacher both heads learn the labels, as in DeiT fine-tuning."""
     if isinstance(output, tuple):
-        return sum(F.cross_entropy(o.float(), target, label_smoothing=smoothing) for o in output) / len(output)
+        losses = [F.cross_entropy(o.float(), target, label_smoothing=smoothing) for o in output]
+        return torch.stack(losses).sum() / len(losses)
     return F.cross_entropy(output.float(), target, label_smoothing=smoothing)
 
 
@@ -442,6 +444,7 @@ def setup_run(
         total_steps=config.epochs * steps_per_epoch,
         min_lr_ratio=config.min_lr_ratio,
     )
+    model_config = getattr(model, "config", None)
     info = {
         **(run_info or {}),
         "data": splits.name,
@@ -452,7 +455,7 @@ def setup_run(
         "device": str(device),
         "bf16": bf16,
         "train_config": dataclasses.asdict(config),
-        "model_config": model.config.to_dict() if hasattr(model, "config") else None,
+        "model_config": model_config.to_dict() if model_config is not None else None,
     }
     run = Run(
         config=config,
@@ -674,7 +677,7 @@ def load_run_info(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def evaluate_split(
-    model: nn.Module, data: ImageTensors, *, kind: str, batch_size: int = 500, device: str = "auto"
+    model: nn.Module, data: ImageTensors, *, kind: DataKind, batch_size: int = 500, device: str = "auto"
 ) -> EvalResult:
     """Evaluate `model` on one split with the eval transform its pretrained_cfg implies."""
     dev = resolve_device(device)

@@ -13,6 +13,7 @@ from torch import nn
 
 from ..atomic import write_json
 from ..layout import save_pretrained
+from ..pretrained_cfg import attach_pretrained_cfg, pretrained_cfg_of
 
 RESULT_NAME = "train_result.json"
 
@@ -21,9 +22,9 @@ def export_pretrained(
     model: nn.Module, directory: str | os.PathLike[str], *, classes: tuple[str, ...], extra: dict[str, Any]
 ) -> Path:
     directory = Path(directory)
-    pcfg = getattr(model, "pretrained_cfg", None)
+    pcfg = pretrained_cfg_of(model)
     if pcfg is not None:  # the labels travel with the weights (predict prints them)
-        model.pretrained_cfg = pcfg.replace(num_classes=len(classes), label_names=tuple(classes))
+        attach_pretrained_cfg(model, pcfg.replace(num_classes=len(classes), label_names=tuple(classes)))
     save_pretrained(model, directory)
     write_json(directory / RESULT_NAME, extra)
     return directory

@@ -60,11 +60,12 @@ def check_index(value: int, size: int, *, what: str, context: str) -> int:
 def _model_layout(model: nn.Module) -> tuple[int, tuple[int, int], bool]:
     """(number of prefix tokens, patch grid, has a class token) of a vitzoo ViT."""
     patch_embed = getattr(model, "patch_embed", None)
-    if patch_embed is None or not hasattr(model, "num_prefix_tokens"):
+    num_prefix_tokens = getattr(model, "num_prefix_tokens", None)
+    if patch_embed is None or num_prefix_tokens is None:
         raise ValueError(
             f"{type(model).__name__} is not a vitzoo VisionTransformer (no patch_embed / num_prefix_tokens)"
         )
-    return model.num_prefix_tokens, patch_embed.grid_size, getattr(model, "cls_token", None) is not None
+    return num_prefix_tokens, patch_embed.grid_size, getattr(model, "cls_token", None) is not None
 
 
 def class_token_attention(weights: torch.Tensor, *, num_prefix_tokens: int, grid: tuple[int, int]) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..layers import to_2tuple
+from ..pretrained_cfg import pretrained_cfg_of
 
 
 def read_image(path: str | os.PathLike[str], *, channels: int = 3) -> torch.Tensor:
@@ -93,7 +94,7 @@ def model_input_size(model: nn.Module) -> tuple[int, int, int]:
 
 def normalise(image: torch.Tensor, model: nn.Module) -> torch.Tensor:
     """Display image (C, H, W) in [0, 1] -> the model's (1, C, H, W) input (mean / std of its weights)."""
-    cfg = getattr(model, "pretrained_cfg", None)
+    cfg = pretrained_cfg_of(model)
     c = image.shape[0]
     mean = torch.tensor(cfg.mean if cfg is not None else (0.5,) * c, dtype=image.dtype)
     std = torch.tensor(cfg.std if cfg is not None else (0.5,) * c, dtype=image.dtype)
@@ -126,8 +127,8 @@ def prepare_image(
             display = image.float()
         else:
             display = read_image(image, channels=c)
-        cfg = getattr(model, "pretrained_cfg", None)
-        display = fit_image(display, (h, w), interpolation=getattr(cfg, "interpolation", "bilinear"))
+        cfg = pretrained_cfg_of(model)
+        display = fit_image(display, (h, w), interpolation=cfg.interpolation if cfg is not None else "bilinear")
     param = next(model.parameters(), None)
     x = normalise(display, model)
     if param is not None:

@@ -38,7 +38,8 @@ def identity_patch_embed(
     embed = PatchEmbed(img_size=img_size, patch_size=(ph, pw), in_chans=in_chans, embed_dim=dim)
     with torch.no_grad():
         embed.proj.weight.copy_(torch.eye(dim).reshape(dim, in_chans, ph, pw))
-        embed.proj.bias.zero_()
+        if embed.proj.bias is not None:
+            embed.proj.bias.zero_()
     return embed
 
 
@@ -118,7 +119,7 @@ def plot_patch_embedding(
     d = weight.shape[0]
 
     fig = new_figure(12, 8)
-    top, bottom = fig.subfigures(2, 1, height_ratios=[1, 1.1])
+    top, bottom = fig.subfigures(2, 1, squeeze=False, height_ratios=[1, 1.1])[:, 0]
     axes = top.subplots(1, 4)
     show_image(axes[0], display, f"input {h}x{w}, {gh}x{gw} patches of {ph}x{pw}")
     show_image(

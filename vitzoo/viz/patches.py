@@ -38,7 +38,7 @@ def patch_sequence(image: torch.Tensor, patch_size: int | tuple[int, int]) -> to
     ph, pw = to_2tuple(patch_size, "patch_size")
     if image.ndim != 3:
         raise ValueError(f"expected a (C, H, W) image, got shape {tuple(image.shape)}")
-    check_divisible(tuple(image.shape[1:]), (ph, pw))
+    check_divisible((image.shape[1], image.shape[2]), (ph, pw))
     flat = patchify(image.unsqueeze(0), (ph, pw))[0]  # (N, C * ph * pw), channel-major per patch
     return flat.reshape(flat.shape[0], image.shape[0], ph, pw)
 

@@ -24,6 +24,11 @@ if TYPE_CHECKING:
 
 def patch_position_embedding(model: nn.Module) -> torch.Tensor:
     """The (N, D) position embeddings of the patch tokens (the prefix tokens' rows dropped)."""
+    return _patch_positions(model)[0]
+
+
+def _patch_positions(model: nn.Module) -> tuple[torch.Tensor, tuple[int, int]]:
+    """`patch_position_embedding(model)` and the patch grid (gh, gw) it lies on."""
     pos = getattr(model, "pos_embed", None)
     patch_embed = getattr(model, "patch_embed", None)
     if not isinstance(pos, torch.Tensor) or patch_embed is None:
@@ -32,15 +37,15 @@ def patch_position_embedding(model: nn.Module) -> torch.Tensor:
     table = pos.detach().reshape(-1, pos.shape[-1])
     if table.shape[0] < n:
         raise ValueError(f"pos_embed has {table.shape[0]} rows but the model has {n} patches; expected at least {n}")
-    return table[table.shape[0] - n :].float().cpu()  # prefix tokens come first (model.py)
+    gh, gw = patch_embed.grid_size
+    return table[table.shape[0] - n :].float().cpu(), (gh, gw)  # prefix tokens come first (model.py)
 
 
 def position_similarity(model: nn.Module) -> torch.Tensor:
     """(gh, gw, gh, gw): [i, j] is the cosine-similarity map of patch (i, j)'s position embedding
     with every position on the grid."""
-    pos = patch_position_embedding(model)
+    pos, (gh, gw) = _patch_positions(model)
     unit = F.normalize(pos.double(), dim=-1)
-    gh, gw = model.patch_embed.grid_size
     return (unit @ unit.T).float().reshape(gh, gw, gh, gw)
 
 

@@ -21,7 +21,7 @@ from .errors import WeightsDownloadError, WeightsError, WeightsNotCachedError, W
 try:  # the HTTP client huggingface_hub uses (httpx2 in huggingface_hub 1.x+, httpx before)
     import httpx2 as _httpx
 except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
-    import httpx as _httpx
+    import httpx as _httpx  # type: ignore[no-redef]  # mypy cannot type a try/except module fallback
 
 NETWORK_ERRORS = (OSError, _httpx.HTTPError)
 

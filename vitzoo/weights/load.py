@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from ..layers import to_2tuple
+from ..layout import attach_architecture
 from ..model import VisionTransformer, ViTConfig
-from ..pretrained_cfg import PretrainedCfg, resolve_label_names
+from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, pretrained_cfg_of, resolve_label_names
 from .adapt import FitReport, fit_state_dict
 from .errors import WeightsMismatchError
 from .sources import Resolve, SourceData, load_source
@@ -61,9 +62,9 @@ def build_pretrained(
     with torch.device("meta"):
         model = build(**overrides, **carried)
     _load_into(model, data, strict=True, assign=True)
-    model.pretrained_cfg = _pretrained_cfg(base_cfg, data, model)
+    attach_pretrained_cfg(model, _pretrained_cfg(base_cfg, data, model))
     if architecture is not None:
-        model.architecture = architecture
+        attach_architecture(model, architecture)
     return model
 
 
@@ -89,7 +90,7 @@ def from_pretrained(source: Source, resolve: Resolve | None = None) -> nn.Module
     if data.architecture:
         arch = resolve(data.architecture) if resolve is not None else None
         base = arch.default_cfg if arch is not None else None
-        model.architecture = data.architecture
+        attach_architecture(model, data.architecture)
     model.pretrained_cfg = _pretrained_cfg(base, data, model)
     return model
 
@@ -126,8 +127,9 @@ def _load_into(model: nn.Module, data: SourceData, *, strict: bool, assign: bool
             ", ".join(report.missing) or "none",
             ", ".join(report.unexpected) or "none",
         )
-    if hasattr(model, "pretrained_cfg") and isinstance(model.pretrained_cfg, PretrainedCfg):
-        model.pretrained_cfg = _pretrained_cfg(model.pretrained_cfg, data, model)
+    pcfg = pretrained_cfg_of(model)
+    if pcfg is not None:
+        attach_pretrained_cfg(model, _pretrained_cfg(pcfg, data, model))
     return report
 
 
@@ -135,7 +137,7 @@ def _set_norm_eps(model: nn.Module, eps: float) -> None:
     for module in model.modules():
         if isinstance(module, nn.LayerNorm):
             module.eps = eps
-    if hasattr(model, "config") and hasattr(model.config, "replace"):
+    if isinstance(model, VisionTransformer):
         model.config = model.config.replace(norm_eps=eps)
 
 

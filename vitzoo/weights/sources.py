@@ -84,12 +84,12 @@ def load_source(source: str | os.PathLike[str], resolve: Resolve | None = None) 
     path = Path(source)
     if path.is_dir():
         config = path / "config.json"
-        weights = next((path / n for n in LOCAL_WEIGHT_FILES if (path / n).is_file()), None)
-        if weights is None:
+        found = next((path / n for n in LOCAL_WEIGHT_FILES if (path / n).is_file()), None)
+        if found is None:
             raise WeightsNotFoundError(
                 f"directory {str(path)!r} has no weights file; expected one of {', '.join(LOCAL_WEIGHT_FILES)}"
             )
-        return _from_files(weights, config if config.is_file() else None, label=str(weights), resolve=resolve)
+        return _from_files(found, config if config.is_file() else None, label=str(found), resolve=resolve)
     if path.is_file():
         return _from_files(path, None, label=str(path), resolve=resolve)
     raise WeightsNotFoundError(
