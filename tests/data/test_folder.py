@@ -85,3 +85,124 @@ def test_load_data_folder_needs_a_path() -> None:
 
 def test_store_size_follows_crop_pct() -> None:
     assert store_size_for(224, 0.875) == 256 and store_size_for(28, 1.0) == 28
+
+
+def test_symlinks_are_not_followed_out_of_the_class_folder_or_in_loops(tmp_path: Path) -> None:
+    _tree(tmp_path, per_class=4)
+    cat = tmp_path / "cat"
+    (cat / "loop").symlink_to("..")  # would bring every dog image in as a "cat", endlessly nested
+    (cat / "dogs").symlink_to(tmp_path / "dog")
+    (cat / "stolen.png").symlink_to(tmp_path / "dog" / "0.png")
+    (cat / "dangling.png").symlink_to(tmp_path / "nowhere.png")
+    (cat / "sub").mkdir()
+    (cat / "sub" / "alias.png").symlink_to(cat / "0.png")  # a file inside the class folder: kept
+    with pytest.warns(
+        UserWarning, match=r"skipped 4 symbolic link\(s\).*: cat/dangling\.png, cat/dogs, cat/loop, cat/stolen\.png$"
+    ):
+        splits = load_image_folder(tmp_path, store_size=8, val_split=0.25)
+    counts = [a + b for a, b in zip(splits.train.class_counts(), splits.val.class_counts())]
+    assert counts == [5, 4]
+    # every "cat" is a cat: none of the red dog images came in under the wrong label
+    for part in (splits.train, splits.val):
+        assert part.images[part.labels == 0, 0].float().max() < 10
+
+
+def test_a_class_whose_images_are_all_unreadable_is_an_error(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", per_class=3)
+    _tree(tmp_path / "val", per_class=2)
+    for path in (tmp_path / "train" / "cat").iterdir():
+        path.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    with (
+        pytest.warns(UserWarning, match="unreadable image"),
+        pytest.raises(FolderDataError, match=r"train: class folder\(s\) 'cat' hold no readable images"),
+    ):
+        load_data("folder", path=tmp_path, store_size=8)
+
+
+def _png16_rgb(path: Path, rgb: tuple[int, int, int], size: int = 4) -> None:
+    """A 48-bit RGB PNG, written by hand: PIL cannot write one."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" + struct.pack(">3H", *rgb) * size
+    header = struct.pack(">IIBBBBB", size, size, 16, 2, 0, 0, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(row * size)) + chunk(b"IEND", b"")
+    )
+
+
+def test_16_bit_images_are_scaled_to_8_bits_not_clipped(tmp_path: Path) -> None:
+    gray = tmp_path / "gray"
+    gray.mkdir()
+    Image.new("I;16", (6, 4), 32768).save(gray / "half.png")  # 16-bit grayscale PNG
+    Image.new("I;16", (6, 4), 65535).save(gray / "full.png")
+    Image.new("I", (6, 4), 32768).save(gray / "int32.tif")  # mode "I", as older Pillow opens 16-bit PNGs
+    _png16_rgb(tmp_path / "rgb" / "a.png", (32768, 65535, 0))
+    _png16_rgb(tmp_path / "rgb" / "b.png", (32768, 65535, 0))
+    splits = load_image_folder(tmp_path, store_size=4, val_split=0.5)
+    images = torch.cat([splits.train.images, splits.val.images])
+    labels = torch.cat([splits.train.labels, splits.val.labels])
+    names = sorted((gray).iterdir())
+    assert [p.name for p in names] == ["full.png", "half.png", "int32.tif"]
+    gray_values = sorted(images[labels == 0].flatten().unique().tolist())
+    assert gray_values == [128, 255]  # 32768 -> 128 (was 255: saturated), 65535 -> 255
+    rgb = images[labels == 1]
+    assert rgb[:, 0].unique().tolist() == [128] and rgb[:, 1].unique().tolist() == [255]
+    assert rgb[:, 2].unique().tolist() == [0]
+
+
+def _small_tree(root: Path) -> None:
+    for c, name in enumerate(("cat", "dog")):
+        for i in range(3):
+            _image(root / name / f"{i}.png", (200 * c, 50, 100), size=(10, 10))
+
+
+def test_skip_warning_always_gives_a_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import ImageFile
+
+    _small_tree(tmp_path)
+    _image(tmp_path / "cat" / "huge.png", (0, 0, 0), size=(30, 20))
+    _image(tmp_path / "dog" / "silent.png", (0, 0, 0), size=(10, 10))
+    load = ImageFile.ImageFile.load
+
+    def failing_load(self):  # what a real huge image does under memory pressure, without the memory
+        if self.filename.endswith("huge.png"):
+            raise MemoryError()
+        if self.filename.endswith("silent.png"):
+            raise OSError()
+        return load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", failing_load)
+    with (
+        pytest.warns(UserWarning, match=r"huge\.png: out of memory decoding 30x20 image"),
+        pytest.warns(UserWarning, match=r"silent\.png: OSError \(no message\)"),
+        pytest.warns(UserWarning, match=r"skipped 2 unreadable image\(s\) of 8"),
+    ):
+        splits = load_image_folder(tmp_path, store_size=8, val_split=0.3)
+    assert len(splits.train) + len(splits.val) == 6
+
+
+def test_decompression_bombs_are_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from PIL import Image as PILImage
+
+    _small_tree(tmp_path)
+    _image(tmp_path / "cat" / "bomb.png", (0, 0, 0), size=(40, 30))  # over the limit: PIL only warns
+    _image(tmp_path / "dog" / "bigger.png", (0, 0, 0), size=(50, 50))  # over twice the limit: PIL raises
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", 1000)  # stands in for the default of ~89 million
+    with (
+        pytest.warns(PILImage.DecompressionBombWarning),
+        pytest.warns(UserWarning, match=r"bomb\.png: image is 40x30 = 1200 pixels, more than PIL's decompression"),
+        pytest.warns(UserWarning, match=r"bigger\.png: .*decompression bomb"),
+        pytest.warns(UserWarning, match=r"skipped 2 unreadable image\(s\) of 8"),
+    ):
+        splits = load_image_folder(tmp_path, store_size=8, val_split=0.3)
+    assert len(splits.train) + len(splits.val) == 6
+    with (
+        pytest.warns(PILImage.DecompressionBombWarning),
+        pytest.raises(CorruptImageError, match=r"bomb\.png.*decompression-bomb limit"),
+    ):
+        load_image_folder(tmp_path, store_size=8, val_split=0.3, strict=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -107,3 +108,23 @@ def test_bad_metrics_files_are_clear_errors(tmp_path, content, message):
 def test_missing_metrics_file_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"metrics file '.*metrics.jsonl' does not exist"):
         plot_curves(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"metrics\.bin, line 1: not UTF-8 text \(byte 0x89 at column 1\)"),
+        (b'{"epoch": 1, "loss": 0.5}\n' + b"x" * (1024**2 + 10), r"metrics\.bin, line 2: longer than 1 MiB"),
+    ],
+    ids=["binary", "no-newline"],
+)
+def test_a_binary_metrics_file_is_one_clear_error_naming_it(tmp_path, capsys, content, message):
+    from vitzoo.cli import main
+
+    (tmp_path / "metrics.bin").write_bytes(content)
+    code = main(["viz", "curves", "--metrics", str(tmp_path / "metrics.bin"), "--out", str(tmp_path / "c.png")])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("vitzoo: error: ") and re.search(message, err)
+    assert not (tmp_path / "c.png").exists()

@@ -23,6 +23,12 @@ def test_read_image_returns_exact_pixels_in_unit_range(tmp_path):
     assert gray.shape == (1, 5, 7) and 0.0 <= gray.min() and gray.max() <= 1.0
 
 
+def test_16_bit_grayscale_is_scaled_not_clipped(tmp_path):
+    Image.new("I;16", (4, 3), 32768).save(tmp_path / "half.png")  # 50% grey in a 16-bit PNG
+    assert torch.equal(read_image(tmp_path / "half.png", channels=1), torch.full((1, 3, 4), 128 / 255.0))
+    assert torch.equal(read_image(tmp_path / "half.png"), torch.full((3, 3, 4), 128 / 255.0))
+
+
 def test_unreadable_image_is_a_clear_error(tmp_path):
     bad = tmp_path / "notes.png"
     bad.write_text("this is text, not a picture")

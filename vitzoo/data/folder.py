@@ -6,8 +6,14 @@
 Every image is decoded once (PIL), converted to RGB, resized so its shorter side is `store_size`
 and centre-cropped to a `store_size` square, and kept as uint8 in memory (see tensors.py). The
 training augmentation later takes random crops out of that square, evaluation its centre.
-An image that cannot be decoded is skipped with a warning naming it (the count is reported), or
-raises under `strict=True`.
+An image that cannot be decoded is skipped with a warning naming it and the reason (the count is
+reported), or raises under `strict=True`; a class left with no readable image is an error, like an
+empty class folder. 16-bit grayscale images are scaled to 8 bits (65535 -> 255), not clipped. An
+image larger than PIL's `Image.MAX_IMAGE_PIXELS` (its decompression-bomb limit) is refused unread.
+
+Symbolic links: a link to an image file inside the same class folder is kept; every other link (to
+a folder, out of the class folder, dangling) is skipped, with one warning counting them, so a link
+such as `cat/loop -> ..` can neither loop nor pull other classes' images in under the wrong label.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import math
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -34,7 +41,11 @@ class CorruptImageError(FolderDataError):
 
 
 def _list_classes(directory: Path) -> tuple[list[str], list[tuple[str, int]]]:
-    from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+    """(sorted class names, [(image path, class index)]) of one split folder, images in the order of
+    torchvision's make_dataset (folders, then files, sorted). Walked here rather than with
+    make_dataset, which follows every symbolic link (loops included) and whose `allow_empty`
+    argument only exists from torchvision 0.17 on."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
 
     classes = sorted(e.name for e in os.scandir(directory) if e.is_dir() and not e.name.startswith("."))
     if not classes:
@@ -42,9 +53,22 @@ def _list_classes(directory: Path) -> tuple[list[str], list[tuple[str, int]]]:
             f"{directory} has no class subfolders; expected {directory}/<class name>/<images> "
             "(or train/ and val/ folders that each hold class subfolders)"
         )
-    samples = make_dataset(str(directory), {c: i for i, c in enumerate(classes)}, IMG_EXTENSIONS, allow_empty=True)
-    counts = torch.bincount(torch.tensor([t for _, t in samples], dtype=torch.long), minlength=len(classes))
-    empty = [c for c, n in zip(classes, counts.tolist()) if n == 0]
+    samples: list[tuple[str, int]] = []
+    skipped: list[str] = []
+    empty: list[str] = []
+    for index, name in enumerate(classes):
+        found = _class_images(directory / name, IMG_EXTENSIONS, skipped)
+        if not found:
+            empty.append(name)
+        samples.extend((path, index) for path in found)
+    if skipped:
+        skipped.sort()
+        shown = ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        warnings.warn(
+            f"{directory}: skipped {len(skipped)} symbolic link(s) or special file(s) not followed "
+            f"(links to folders, out of their class folder or dangling): {shown}",
+            stacklevel=3,
+        )
     if empty:
         raise FolderDataError(
             f"{directory}: class folder(s) {', '.join(map(repr, empty))} hold no images "
@@ -53,15 +77,98 @@ def _list_classes(directory: Path) -> tuple[list[str], list[tuple[str, int]]]:
     return classes, samples
 
 
+def _class_images(class_dir: Path, extensions: tuple[str, ...], skipped: list[str]) -> list[str]:
+    """The image files under one class folder, without following links: a link is kept only when
+    it names a regular file inside this class folder; everything else it could reach (a parent,
+    another class, a loop) would be counted under this class's label. Skipped entries are appended
+    to `skipped` as paths relative to the split folder."""
+    real_class = os.path.realpath(class_dir)
+    found: list[str] = []
+    unreadable: list[OSError] = []
+    # os.walk(followlinks=False) lists a link to a folder among the folders but never enters it.
+    for folder, dirnames, filenames in sorted(os.walk(class_dir, onerror=unreadable.append)):
+        for name in sorted(dirnames):
+            if os.path.islink(os.path.join(folder, name)):
+                skipped.append(os.path.relpath(os.path.join(folder, name), class_dir.parent))
+        for name in sorted(filenames):
+            if not name.lower().endswith(extensions):
+                continue
+            path = os.path.join(folder, name)
+            if os.path.islink(path):
+                target = os.path.realpath(path)
+                inside = target.startswith(os.path.join(real_class, ""))  # below it, not a sibling "cat2"
+                if not (inside and os.path.isfile(target)):
+                    skipped.append(os.path.relpath(path, class_dir.parent))
+                    continue
+            elif not os.path.isfile(path):  # a FIFO or device named *.png would block or never end
+                skipped.append(os.path.relpath(path, class_dir.parent))
+                continue
+            found.append(path)
+    if unreadable:
+        err = unreadable[0]
+        raise FolderDataError(
+            f"cannot list folder {err.filename}: {err.strerror or type(err).__name__}; "
+            "make it readable or remove it from the image folder"
+        )
+    return found
+
+
+def as_8bit(img: Any) -> Any:
+    """A PIL image with more than 8 bits per sample as an 8-bit one ("L"), scaled rather than
+    clipped: PIL's own convert() clips 16-bit grayscale at 255, so mid-grey 32768 would become white.
+    "I" (32-bit integer; how older Pillow opens 16-bit PNGs) is read as 16-bit. 16-bit RGB(A) PNGs
+    are already reduced to 8 bits by PIL when opened. Other images are returned unchanged."""
+    if not img.mode.startswith("I"):
+        return img
+    import numpy as np
+    from PIL import Image
+
+    values = np.asarray(img)
+    if values.dtype.kind != "u":  # signed ("I", "I;16S"): negatives are black, above 16 bits white
+        values = np.clip(values, 0, 65535)
+    return Image.fromarray((values >> 8).astype(np.uint8), "L")
+
+
+def _too_large(img: Any) -> str | None:
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS  # None when the user switched PIL's guard off
+    width, height = img.size
+    if limit is not None and width * height > limit:
+        return (
+            f"image is {width}x{height} = {width * height} pixels, more than PIL's decompression-bomb limit "
+            f"of {limit} (PIL.Image.MAX_IMAGE_PIXELS); refused without decoding"
+        )
+    return None
+
+
+class _UnreadableImageError(Exception):
+    """Why one image was skipped; the message is never empty."""
+
+
 def _decode(path: str, store_size: int) -> torch.Tensor:
     """One image -> uint8 (3, S, S): RGB, shorter side resized to S, centre square."""
     from PIL import Image
     from torchvision.transforms.v2 import functional as TF
 
-    with Image.open(path) as img:
-        img = img.convert("RGB")  # also forces the full decode, so truncated files fail here
-        tensor = TF.pil_to_tensor(img)
-    tensor = TF.resize(tensor, [store_size], interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
+    try:
+        with Image.open(path) as img:  # reads the header only: the size is known before decoding
+            width, height = img.size
+            reason = _too_large(img)
+            if reason:
+                raise _UnreadableImageError(reason)
+            try:
+                img = as_8bit(img).convert("RGB")  # also forces the full decode, so truncated files fail here
+                tensor = TF.pil_to_tensor(img)
+                tensor = TF.resize(tensor, [store_size], interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
+            except MemoryError as err:
+                raise _UnreadableImageError(f"out of memory decoding {width}x{height} image") from err
+    except _UnreadableImageError:
+        raise
+    except Exception as err:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
+        message = " ".join(str(err).split())
+        # Some errors carry no message (MemoryError(), OSError()); the type is then the reason.
+        raise _UnreadableImageError(message or f"{type(err).__name__} (no message)") from err
     return TF.center_crop(tensor, [store_size, store_size])
 
 
@@ -81,7 +188,7 @@ def _decode_all(
     for path, target in tqdm(samples, desc=f"decoding {source}", unit="img", leave=False, disable=len(samples) < 500):
         try:
             images[kept] = _decode(path, store_size)
-        except Exception as err:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
+        except _UnreadableImageError as err:
             if strict:
                 raise CorruptImageError(f"cannot decode image {path}: {err} (strict mode)") from err
             warnings.warn(f"skipping unreadable image {path}: {err}", stacklevel=2)
@@ -91,8 +198,16 @@ def _decode_all(
         kept += 1
     if skipped:
         warnings.warn(f"{source}: skipped {len(skipped)} unreadable image(s) of {len(samples)}", stacklevel=2)
-    if kept == 0:
-        raise FolderDataError(f"{source}: none of the {len(samples)} images could be decoded")
+    counts = torch.bincount(labels[:kept], minlength=len(classes)).tolist()
+    lost = [c for c, n in zip(classes, counts) if n == 0]
+    if lost:
+        # Training on a class without a single example is silently useless (0% on it); the same
+        # error as an empty class folder, since after skipping it is one.
+        raise FolderDataError(
+            f"{source}: class folder(s) {', '.join(map(repr, lost))} hold no readable images "
+            f"(every image there was skipped as unreadable, see the warnings); "
+            "replace the images or remove the folder(s)"
+        )
     return ImageTensors(images[:kept].clone(), labels[:kept].clone(), tuple(classes), source)
 
 
@@ -125,7 +240,13 @@ def load_image_folder(
     seed: int = 0,
     strict: bool = False,
 ) -> DataSplits:
-    """Decode an ImageFolder tree into train/val `ImageTensors` of uint8 (3, store_size, store_size)."""
+    """Decode an ImageFolder tree into train/val `ImageTensors` of uint8 (3, store_size, store_size).
+
+    Symbolic links are not followed, except a link to an image file inside the same class folder
+    (kept, as that file); links to folders, out of the class folder or dangling are skipped with one
+    warning giving their count and the first few. Unreadable images are skipped with a warning
+    giving the reason (or raise `CorruptImageError` under `strict=True`); a class left without any
+    readable image raises `FolderDataError`, naming the class and the split."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise FolderDataError(f"image folder {root} does not exist or is not a directory")

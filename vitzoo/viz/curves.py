@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 X_KEYS = ("epoch", "step", "global_step", "iteration", "iter")
+_MAX_LINE_BYTES = 1024**2  # a metrics record is a few hundred bytes; more is not a metrics file
 _MAX_PANELS = 8  # two rows of four; more would not be readable (the title lists what is left out)
 
 
@@ -37,8 +38,23 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             f"metrics file '{path}' does not exist; expected a metrics.jsonl written by a fine-tuning run"
         )
     records: list[dict[str, Any]] = []
-    with path.open("r", encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        # readline with a limit: a binary file may have no newline at all, and is not read whole.
+        for number, raw in enumerate(iter(lambda: f.readline(_MAX_LINE_BYTES + 1), b""), start=1):
+            if len(raw) > _MAX_LINE_BYTES:
+                raise ValueError(
+                    f"{path}, line {number}: longer than {_MAX_LINE_BYTES // 1024**2} MiB; "
+                    "expected a metrics.jsonl of one short JSON object per line"
+                )
+            # Decoded line by line so a binary or mis-encoded file is reported with its line, not
+            # as a bare UnicodeDecodeError naming neither the file nor what was expected.
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{path}, line {number}: not UTF-8 text (byte {raw[err.start]:#04x} at column {err.start + 1}); "
+                    "expected a metrics.jsonl of one JSON object per line, not a binary file"
+                ) from None
             if not line.strip():
                 continue
             try:

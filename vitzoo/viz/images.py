@@ -22,6 +22,8 @@ def read_image(path: str | os.PathLike[str], *, channels: int = 3) -> torch.Tens
     """Read an image file into a (channels, H, W) float tensor in [0, 1] (1 channel: grayscale)."""
     from PIL import Image, UnidentifiedImageError  # Pillow comes with torchvision
 
+    from ..data.folder import as_8bit
+
     if channels not in (1, 3):
         raise ValueError(f"channels={channels} is not supported; expected 1 (grayscale) or 3 (RGB)")
     path = Path(path)
@@ -29,10 +31,10 @@ def read_image(path: str | os.PathLike[str], *, channels: int = 3) -> torch.Tens
         raise FileNotFoundError(f"image file '{path}' does not exist (or is not a file)")
     try:
         with Image.open(path) as img:
-            img = img.convert("L" if channels == 1 else "RGB")
+            img = as_8bit(img).convert("L" if channels == 1 else "RGB")  # 16-bit scaled, not clipped
             data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
             width, height = img.size
-    except (UnidentifiedImageError, OSError, ValueError) as err:
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
         raise ValueError(
             f"cannot read image '{path}': {err}; expected an image file Pillow can decode (PNG, JPEG, BMP, ...)"
         ) from err
