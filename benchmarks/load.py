@@ -1,6 +1,6 @@
 """Load-time benchmark: `vitzoo.create("vit_b16", pretrained=True)` from a warm Hugging Face cache
 against `timm.create_model("vit_base_patch16_224", pretrained=True,
-pretrained_cfg_overlay=dict(file=...))` reading the same file.
+pretrained_cfg_overlay=dict(file=..., custom_load=False))` reading the same file.
 
 There is no internet here, so the weights are timm's ViT-B/16 with random values (same shapes,
 same bytes on disk as the real release: 86.6M float32 parameters). They are published to a
@@ -49,7 +49,7 @@ if which == "vitzoo":
 else:
     import torch, timm
     base = rss_mb(); t1 = time.perf_counter()
-    model = timm.create_model("vit_base_patch16_224", pretrained=True, pretrained_cfg_overlay=dict(file=sys.argv[2]))
+    model = timm.create_model("vit_base_patch16_224", pretrained=True, pretrained_cfg_overlay=dict(file=sys.argv[2], custom_load=False))
 t2 = time.perf_counter()
 # One forward pass touches every weight: memory-mapped weights are only read (and counted in
 # RSS) when used, so both sides are compared after first use.

@@ -3,6 +3,8 @@ configs have the tutorial's and the recommended shapes."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 import torch
 
@@ -32,11 +34,22 @@ def test_every_imagenet_config_has_a_timm_counterpart():
     # vit_b16_in21k has no timm counterpart: timm 1.x dropped the representation layer.
 
 
+def _timm_on_meta(timm_name):
+    """timm's model built on the meta device: shapes without memory, init or compute. timm < 1.0.22
+    takes its drop-path rates from torch.linspace(...).item(), which a meta tensor cannot answer,
+    so those few scalars are made on the CPU."""
+    linspace = torch.linspace
+
+    def cpu_linspace(*args, **kwargs):
+        return linspace(*args, **{**kwargs, "device": "cpu"})
+
+    with torch.device("meta"), mock.patch.object(torch, "linspace", cpu_linspace):
+        return timm.create_model(timm_name, pretrained=False)
+
+
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 def test_parameter_count_equals_timm(name):
-    # timm's model is built on the meta device: shapes without memory, init or compute.
-    with torch.device("meta"):
-        reference = timm.create_model(TIMM_NAMES[name], pretrained=False)
+    reference = _timm_on_meta(TIMM_NAMES[name])
     assert next(reference.parameters()).device.type == "meta"
     expected = sum(p.numel() for p in reference.parameters())
     assert vitzoo.model_info(name)["num_params"] == expected

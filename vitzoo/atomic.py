@@ -6,9 +6,11 @@ It imports nothing of vitzoo, so every layer may use it.
 
 from __future__ import annotations
 
+import errno as errno_codes
 import json
 import os
-import tempfile
+import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,25 +20,110 @@ import torch
 
 StateDict = dict[str, torch.Tensor]
 
+# Temporary files are named `.<final name>.<8 random characters>.tmp` (the random part uses
+# tempfile's alphabet), so a left-over one is recognisable and never mistaken for a user's file.
+_TEMP_RE = re.compile(r"\A\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp\Z")
+_TEMP_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
+class AtomicWriteError(OSError):
+    """Writing a file failed (disk full, permissions, ...). An OSError with the original errno,
+    whose message names the file that could not be written."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
+def _temp_name(final: str) -> str:
+    return f".{final}.{''.join(secrets.choice(_TEMP_ALPHABET) for _ in range(8))}.tmp"
+
+
+def is_temp_file(name: str) -> bool:
+    """Whether `name` is one of atomic_path's temporary files (a left-over one after a crash)."""
+    return _TEMP_RE.match(name) is not None
+
+
+def _create_temp(path: Path) -> tuple[Path, int]:
+    """Create an empty temporary file next to `path`; returns it and the permission bits the final
+    file must have. Unlike tempfile.mkstemp (always 0600) it is created the way open() creates a
+    file, so the umask and the directory's default ACL apply; a file that already exists keeps its
+    permission bits, as it would with open()."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        mode = None
+    for _ in range(100):
+        tmp = path.parent / _temp_name(path.name)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        try:
+            if mode is not None:
+                os.chmod(tmp, mode)
+            else:
+                mode = os.fstat(fd).st_mode & 0o777
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        return tmp, mode
+    raise FileExistsError(errno_codes.EEXIST, "no unused temporary file name", str(path.parent))
+
+
+def _write_error(path: Path, err: OSError) -> AtomicWriteError:
+    reason = err.strerror or str(err) or type(err).__name__
+    return AtomicWriteError(err.errno, reason, str(path))
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success fsync it and rename it over `path`, on
-    failure delete it. Readers therefore see either the old file or the complete new one."""
+    failure delete it. Readers therefore see either the old file or the complete new one.
+
+    An OSError while writing (disk full, permission denied) is raised as AtomicWriteError, which
+    keeps the errno and names `path`: the caller's own message ("No space left on device") would
+    not say which file failed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp, mode = _create_temp(path)
+    except AtomicWriteError:
+        raise
+    except OSError as err:
+        raise _write_error(path, err) from err
     try:
         yield tmp
         with open(tmp, "rb+") as f:
+            # Some writers (safetensors) replace the file we made with their own 0600 one.
+            if os.fstat(f.fileno()).st_mode & 0o777 != mode:
+                os.chmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError) and not isinstance(err, AtomicWriteError):
+            raise _write_error(path, err) from err
         raise
     _fsync_dir(path.parent)
+
+
+def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete atomic_path's temporary files left in `directory` (not below it) by a crashed write;
+    returns what was removed. Only call this while no other writer can be using `directory`
+    (e.g. under a run directory's lock): a live writer's temporary file looks the same."""
+    directory = Path(directory)
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    for entry in entries:
+        if is_temp_file(entry.name) and entry.is_file(follow_symlinks=False):
+            Path(entry.path).unlink(missing_ok=True)
+            removed.append(Path(entry.path))
+    return removed
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -53,9 +140,19 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def _raise_os_error_of(err: Exception) -> None:
+    """safetensors reports I/O failures as SafetensorError with "(os error N)" in the text; turn
+    that back into an OSError so that atomic_path names the file and the errno survives."""
+    found = re.search(r"os error (\d+)", str(err))
+    if found:
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code)) from err
+
+
 def write_safetensors(path: str | os.PathLike[str], tensors: StateDict, metadata: dict[str, str] | None = None) -> Path:
     """Write `tensors` as a safetensors file, atomically. Shared or strided tensors are copied
     to contiguous ones first (safetensors stores each tensor as its own contiguous buffer)."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     seen: set[int] = set()
@@ -71,7 +168,11 @@ def write_safetensors(path: str | os.PathLike[str], tensors: StateDict, metadata
             seen.add(ptr)
         clean[key] = t
     with atomic_path(path) as tmp:
-        save_file(clean, str(tmp), metadata=metadata)
+        try:
+            save_file(clean, str(tmp), metadata=metadata)
+        except SafetensorError as err:
+            _raise_os_error_of(err)
+            raise
     return Path(path)
 
 

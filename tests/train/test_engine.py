@@ -158,8 +158,18 @@ def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits:
             os.kill(os.getpid(), signal.SIGINT)
 
     assert fit(tiny_model(), small_splits, config=config, out_dir=tmp_path / "cut", on_step=interrupt).interrupted
-    with pytest.raises(CheckpointError, match=r"with a weight average.*without one"):
-        fit(tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "cut", resume=True)
+    no_ema = TrainConfig(**CONFIG)
+    with pytest.raises(CheckpointError, match=r"changed settings: ema_decay 0.9 -> none"):
+        fit(tiny_model(), small_splits, config=no_ema, out_dir=tmp_path / "cut", resume=True)
+    with pytest.raises(CheckpointError, match=r"with a weight average.*without one"):  # even when asked for
+        fit(
+            tiny_model(),
+            small_splits,
+            config=no_ema,
+            out_dir=tmp_path / "cut",
+            resume=True,
+            overrides={"ema_decay": None},
+        )
     fit(tiny_model(seed=5), small_splits, config=config, out_dir=tmp_path / "cut", resume=True)
     resumed = load_file(str(tmp_path / "cut" / CHECKPOINT_NAME))
     assert resumed.keys() == saved.keys()

@@ -19,8 +19,7 @@ from safetensors.torch import load_file
 
 import vitzoo
 from vitzoo import registry
-from vitzoo.data import load_mnist_sample, write_idx
-from vitzoo.train import configure_eval_parser, configure_finetune_parser, run_eval, run_finetune
+from vitzoo.train import CheckpointError, configure_eval_parser, configure_finetune_parser, run_eval, run_finetune
 from vitzoo.train.checkpoint import read_checkpoint_meta
 
 HERE = Path(__file__).resolve().parent
@@ -38,18 +37,6 @@ def tiny_models():
     for name in ("test_tiny_vit", "test_tiny_rgb"):
         if name in registry.snapshot():
             registry.unregister(name)
-
-
-@pytest.fixture(scope="module")
-def mnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """600 + 200 real digits written as a raw MNIST directory (.gz), for `--data mnist --data-dir`."""
-    root = tmp_path_factory.mktemp("mnist")
-    sample = load_mnist_sample()
-    write_idx(root / "train-images-idx3-ubyte.gz", sample.train.images[:600, 0])
-    write_idx(root / "train-labels-idx1-ubyte.gz", sample.train.labels[:600].to(torch.uint8))
-    write_idx(root / "t10k-images-idx3-ubyte.gz", sample.val.images[:200, 0])
-    write_idx(root / "t10k-labels-idx1-ubyte.gz", sample.val.labels[:200].to(torch.uint8))
-    return root
 
 
 def _finetune(*argv: str) -> int:
@@ -135,7 +122,9 @@ def test_bad_data_arguments(argv: list[str], message: str, tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist_dir: Path, tmp_path: Path) -> None:
+def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(
+    mnist_dir: Path, tmp_path: Path, capsys
+) -> None:
     common = [
         "--data",
         "mnist",
@@ -170,7 +159,12 @@ def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(mnist
     assert 1 <= meta["state"]["epoch"] < 6
 
     torch.set_num_threads(1)
+    assert (killed / "run.lock").is_file()  # left behind by the killed run: must not block the resume
     assert _finetune("test_tiny_vit", *common, "--out", str(killed), "--resume") == 0
+    assert f"took over the lock {killed / 'run.lock'} left by a run that is no longer running (pid {proc.pid}" in (
+        capsys.readouterr().err
+    )
+    assert not (killed / "run.lock").exists()
     reference = tmp_path / "reference"
     assert _finetune("test_tiny_vit", *common, "--out", str(reference)) == 0
     a, b = load_file(killed / "checkpoint.safetensors"), load_file(reference / "checkpoint.safetensors")
@@ -187,7 +181,10 @@ def test_resume_without_out_continues_the_latest_run(mnist_dir: Path, tmp_path: 
     assert _finetune("test_tiny_vit", *args, "--epochs", "1") == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert run_dir.name.startswith("test_tiny_vit-mnist-")
-    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--resume") == 0  # a longer schedule, same directory
+    # a longer schedule in the same directory: a changed setting must be asked for explicitly
+    with pytest.raises(CheckpointError, match=r"changed settings: epochs 1 -> 2.*--override epochs=2"):
+        _finetune("test_tiny_vit", *args, "--epochs", "2", "--resume")
+    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--resume", "--override", "epochs=2") == 0
     assert f"resuming {Path('runs') / run_dir.name} at epoch 2" in capsys.readouterr().out
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
     with pytest.raises(FileExistsError, match="already holds a run"):

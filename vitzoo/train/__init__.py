@@ -17,9 +17,11 @@ from .engine import (
     evaluate_split,
     fit,
     make_optimizer,
+    parse_overrides,
     train_step,
 )
 from .export import export_pretrained
+from .lock import RunLock, RunLockedError
 from .optim import WarmupCosine, freeze_backbone, param_groups, warmup_cosine
 
 __all__ = [
@@ -27,6 +29,8 @@ __all__ = [
     "CheckpointError",
     "EvalResult",
     "FitResult",
+    "RunLock",
+    "RunLockedError",
     "TrainConfig",
     "TrainState",
     "WarmupCosine",
@@ -41,6 +45,7 @@ __all__ = [
     "load_checkpoint",
     "make_optimizer",
     "param_groups",
+    "parse_overrides",
     "recipe_defaults",
     "run_eval",
     "run_finetune",

@@ -85,9 +85,19 @@ def save_checkpoint(
     return write_safetensors(path, tensors, metadata={_META_KEY: json.dumps(meta)})
 
 
+def _require_file(path: Path) -> None:
+    if not path.is_file():
+        raise CheckpointError(
+            f"no checkpoint at {path}; nothing to resume (expected {CHECKPOINT_NAME} in the run directory)"
+        )
+
+
 def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The checkpoint's JSON metadata (state, schedule, the run's settings); reads only the header."""
     from safetensors import safe_open
 
+    path = Path(path)
+    _require_file(path)
     try:
         with safe_open(str(path), framework="pt") as f:
             raw = (f.metadata() or {}).get(_META_KEY)
@@ -113,13 +123,10 @@ def load_checkpoint(
     from safetensors.torch import load_file
 
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(
-            f"no checkpoint at {path}; nothing to resume (expected {CHECKPOINT_NAME} in the run directory)"
-        )
     meta = read_checkpoint_meta(path)
     tensors = load_file(str(path))
     model_state = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
+    _check_shapes(path, model, model_state, what="the model")
     missing, unexpected = model.load_state_dict(model_state, strict=False)
     if missing or unexpected:
         raise CheckpointError(
@@ -133,6 +140,7 @@ def load_checkpoint(
             f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
         )
     if ema is not None:
+        _check_shapes(path, ema.module, ema_state, what="the weight average")
         missing, unexpected = ema.module.load_state_dict(ema_state, strict=False)
         if missing or unexpected:
             raise CheckpointError(
@@ -160,3 +168,17 @@ def load_checkpoint(
     if "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])
     return TrainState(**meta["state"]), meta["run"]
+
+
+def _check_shapes(path: Path, model: nn.Module, state: dict[str, torch.Tensor], *, what: str) -> None:
+    """Refuse tensors whose shapes differ from the model's with a short message; load_state_dict
+    would list every mismatch in one line thousands of characters long."""
+    own = model.state_dict()
+    bad = [k for k, v in state.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    if bad:
+        first = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise CheckpointError(
+            f"checkpoint {path} does not fit {what}: {first} is {tuple(state[first].shape)} in the checkpoint but "
+            f"{tuple(own[first].shape)} in this model{more}; resume with the model the run was started with"
+        )

@@ -7,7 +7,9 @@ so every way of training goes through the same engine (engine.py).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from torch import nn
 from ..data import DATASETS, DataSplits, load_data, store_size_for
 from ..model import VisionTransformer
 from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
-from .engine import BEST_DIR, TrainConfig, evaluate_split, fit
+from .engine import BEST_DIR, TrainConfig, evaluate_split, fit, parse_overrides
 from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
 
 RUNS_DIR = Path("runs")
@@ -196,6 +198,14 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--resume", action="store_true", help="continue the run in --out (or the latest matching run in runs/)"
     )
+    run.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="with --resume: change a setting the run was started with, e.g. epochs=30 (repeatable or "
+        "comma-separated; recorded in run.json's settings_history). Without it a changed setting is refused",
+    )
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
     run.add_argument(
         "--threads",
@@ -204,6 +214,11 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
         help="CPU threads for torch (default: torch's choice; 1 is faster on a busy machine)",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (epoch lines still print)")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON on stdout (progress and epoch lines go to stderr)",
+    )
 
 
 def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
@@ -244,7 +259,24 @@ def _require_vit(model: nn.Module, name: str) -> VisionTransformer:
 
 
 def run_finetune(args: argparse.Namespace) -> int:
-    """Fine-tune (or train from scratch) and report where the results went. Returns an exit code."""
+    """Fine-tune (or train from scratch) and report where the results went. Returns an exit code.
+    With --json, stdout carries only the JSON result: everything else printed goes to stderr."""
+    if not getattr(args, "json", False):
+        return _finetune(args)
+    result: dict[str, Any] = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        code = _finetune(args, result)
+    print(json.dumps(result))
+    return code
+
+
+def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) -> int:
+    overrides = parse_overrides(getattr(args, "override", None) or [])
+    if overrides and not args.resume:
+        raise ValueError(
+            f"--override {','.join(overrides)} changes a run being resumed; add --resume, or for a new run give "
+            "the settings as options (--epochs ...)"
+        )
     data_name, _ = _parse_data(args.data)
     from_pretrained = bool(args.pretrained or args.weights or "." in args.model)
     recipe = recipe_defaults(data_name, from_pretrained, model=args.model)
@@ -295,10 +327,29 @@ def run_finetune(args: argparse.Namespace) -> int:
         config=config,
         out_dir=out_dir,
         resume=args.resume,
+        overrides=overrides,
         run_info={"model": args.model, "weights": args.weights, "pretrained": args.pretrained},
     )
     if not rank0:
         return 0
+    if report is not None:
+        report.update(
+            {
+                "run_dir": str(out_dir),
+                "model": args.model,
+                "data": splits.name,
+                "interrupted": result.interrupted,
+                "epochs_done": len(result.history),
+                "best_acc": result.best_acc if result.best_epoch >= 0 else None,
+                "best_epoch": result.best_epoch + 1 if result.best_epoch >= 0 else None,
+                "final_acc": result.final_acc if result.history else None,
+                "train_seconds": result.train_seconds,
+                "best_dir": str(result.best_dir) if result.best_dir is not None else None,
+                "metrics": str(out_dir / METRICS_NAME),
+                "curves": str(out_dir / CURVES_NAME),
+                "checkpoint": str(out_dir / "checkpoint.safetensors"),
+            }
+        )
     if result.interrupted:
         print(
             f"interrupted; resume with: vitzoo finetune {args.model} --out {out_dir} --resume (plus the same options)"

@@ -49,10 +49,19 @@ def teardown(info: DistInfo) -> None:
         dist.destroy_process_group()
 
 
+_last_reduced: torch.Tensor | None = None
+
+
 def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
     """Sum `tensor` over ranks (in place; a no-op on one process)."""
+    global _last_reduced
     if info.enabled:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        # Keep a reference until the next call: gloo's worker thread may still hold the tensor
+        # after all_reduce returns, and if it drops the last reference it needs the GIL. On torch
+        # 2.1 that deadlocks with the process group's destructor (it joins that thread holding
+        # the GIL) when the DDP wrapper is freed at the end of fit.
+        _last_reduced = tensor
     return tensor
 
 

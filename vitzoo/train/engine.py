@@ -31,6 +31,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -43,14 +44,22 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..atomic import write_json
+from ..atomic import remove_stale_temp_files, write_json
 from ..checks import check_fields
 from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputSpec
 from ..data.tensors import DataKind
 from . import distributed
-from .checkpoint import CHECKPOINT_NAME, TrainState, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    CHECKPOINT_NAME,
+    CheckpointError,
+    TrainState,
+    load_checkpoint,
+    read_checkpoint_meta,
+    save_checkpoint,
+)
 from .ema import WeightEma
 from .export import export_pretrained
+from .lock import RunLock
 from .metrics import CURVES_NAME, METRICS_NAME, plot_curves, read_metrics, write_metrics
 from .optim import WarmupCosine, freeze_backbone, freeze_norm_statistics, param_groups
 
@@ -107,6 +116,52 @@ class TrainConfig:
                 (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
             ],
         )
+
+
+# How a run executes, not what it computes: these may differ on --resume without an override.
+RUNTIME_FIELDS = frozenset({"progress", "device", "threads"})
+
+
+def parse_overrides(values: list[str]) -> dict[str, Any]:
+    """`--override` values ("epochs=30", or "epochs=30,lr=1e-3") as typed TrainConfig settings.
+    A key may be spelt with dashes (batch-size); "none" clears an optional setting."""
+    fields = {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)}
+    overrides: dict[str, Any] = {}
+    for value in values:
+        for item in (part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            key, sep, text = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or not key:
+                raise ValueError(f"--override {item!r}: expected SETTING=VALUE, e.g. epochs=30")
+            if key not in fields:
+                raise ValueError(
+                    f"--override {item!r}: {key!r} is not a training setting; expected one of {', '.join(sorted(fields))}"
+                )
+            overrides[key] = _parse_setting(key, fields[key], text.strip())
+    return overrides
+
+
+def _parse_setting(key: str, annotation: str, text: str) -> Any:
+    optional = "None" in annotation
+    if optional and text.lower() in ("none", "null"):
+        return None
+    kind = annotation.replace("| None", "").strip()
+    try:
+        if kind == "bool":
+            lowered = text.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            return lowered in ("true", "1", "yes")
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        expected = {"bool": "true or false", "int": "an int", "float": "a number"}[kind]
+        raise ValueError(f"--override {key}={text}: {key} expects {expected}{' or none' if optional else ''}") from None
+    return text
 
 
 @dataclass
@@ -314,6 +369,7 @@ class Run:
     history: list[dict[str, Any]] = field(default_factory=list)
     best_dir: Path | None = None
     train_seconds: float = 0.0
+    lock: RunLock | None = None  # rank 0's lock of out_dir, held until fit returns
 
     @property
     def checkpoint_path(self) -> Path:
@@ -366,15 +422,30 @@ def fit(
     config: TrainConfig,
     out_dir: str | os.PathLike[str],
     resume: bool = False,
+    overrides: dict[str, Any] | None = None,
     run_info: dict[str, Any] | None = None,
     on_step: Callable[[int, int], None] | None = None,
 ) -> FitResult:
     """Train `model` on `splits.train`, evaluating on `splits.val` after every epoch.
 
-    `out_dir` receives checkpoint.safetensors, metrics.jsonl, curves.png, run.json and best/.
-    `resume=True` continues from out_dir's checkpoint. `on_step(epoch, step)` is called after
-    every optimizer step (progress hooks, tests)."""
-    run = setup_run(model, splits, config=config, out_dir=out_dir, resume=resume, run_info=run_info)
+    `out_dir` receives checkpoint.safetensors, metrics.jsonl, curves.png, run.json and best/; it
+    is locked for the run (a second run on it is refused). `resume=True` continues from out_dir's
+    checkpoint with the settings the run was started with: a `config` that differs is refused
+    unless the changed settings are named in `overrides` ({"epochs": 30}), which replace those
+    fields of `config`; run.json's `settings_history` records every such change.
+    `on_step(epoch, step)` is called after every optimizer step (progress hooks, tests)."""
+    run = setup_run(
+        model, splits, config=config, out_dir=out_dir, resume=resume, overrides=overrides, run_info=run_info
+    )
+    try:
+        return _fit_loop(run, on_step)
+    finally:
+        if run.lock is not None:
+            run.lock.release()
+
+
+def _fit_loop(run: Run, on_step: Callable[[int, int], None] | None) -> FitResult:
+    config = run.config
     interrupted = False
     with _StopFlag() as stop:
         while run.state.epoch < config.epochs and not interrupted:
@@ -414,15 +485,96 @@ def setup_run(
     config: TrainConfig,
     out_dir: str | os.PathLike[str],
     resume: bool = False,
+    overrides: dict[str, Any] | None = None,
     run_info: dict[str, Any] | None = None,
 ) -> Run:
-    """Everything before the first step: join the processes, check the arguments, seed, build
-    loaders, optimizer and schedule, restore the checkpoint when resuming, write run.json and wrap
-    the model for DDP. Errors come before anything but the run directory is written."""
+    """Everything before the first step: join the processes, lock the run directory (rank 0),
+    check the arguments, seed, build loaders, optimizer and schedule, restore the checkpoint when
+    resuming, write run.json and wrap the model for DDP. Errors come before anything but the run
+    directory (and its lock, released again) is written. The caller releases `run.lock`."""
+    if overrides and not resume:
+        raise ValueError(
+            f"overrides ({', '.join(overrides)}) change the settings of a run being resumed; "
+            "without --resume give the settings themselves"
+        )
+    unknown = sorted(set(overrides or {}) - {f.name for f in dataclasses.fields(TrainConfig)})
+    if unknown:
+        raise ValueError(f"overrides: {', '.join(unknown)} is not a TrainConfig setting")
+    config = dataclasses.replace(config, **(overrides or {}))
     dist = distributed.setup(resolve_device(config.device).type)
     device = resolve_device(config.device, dist)
     out_dir = Path(out_dir)
-    _check_fit_arguments(model, splits, config, out_dir, resume=resume, dist=dist)
+    lock = _lock_run_dir(out_dir, resume=resume, dist=dist)
+    try:
+        run = _build_run(
+            model, splits, config, out_dir, dist, device, resume=resume, overrides=overrides or {}, run_info=run_info
+        )
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) -> RunLock | None:
+    """Rank 0 locks the run directory, then (holding the lock, so no live writer's temporary file
+    can be hit) removes temporary files of interrupted writes and refuses to overwrite a run. The
+    other ranks learn whether rank 0 failed, so they stop too instead of waiting for it."""
+    lock: RunLock | None = None
+    error: BaseException | None = None
+    if dist.is_main:
+        try:
+            lock = RunLock(out_dir)
+            note = lock.acquire()
+            if note:
+                tqdm.write(f"note: {note}", file=sys.stderr)
+            removed = [p for d in (out_dir, out_dir / BEST_DIR) for p in remove_stale_temp_files(d)]
+            if removed:
+                tqdm.write(
+                    f"removed {len(removed)} temporary file{'s' if len(removed) != 1 else ''} of interrupted writes "
+                    f"in {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in removed[:5])}"
+                    + (" ..." if len(removed) > 5 else ""),
+                    file=sys.stderr,
+                )
+            if (out_dir / CHECKPOINT_NAME).exists() and not resume:
+                raise FileExistsError(
+                    f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
+                )
+        except BaseException as err:
+            if lock is not None:
+                lock.release()
+            lock, error = None, err
+    if dist.enabled:
+        failed = torch.tensor([1.0 if error is not None else 0.0])
+        distributed.all_reduce_sum(failed, dist)
+        if error is None and failed.item() > 0:
+            raise RuntimeError(f"rank 0 could not start the run in {out_dir} (its error message says why)")
+    if error is not None:
+        raise error
+    return lock
+
+
+def _build_run(
+    model: nn.Module,
+    splits: DataSplits,
+    config: TrainConfig,
+    out_dir: Path,
+    dist: distributed.DistInfo,
+    device: torch.device,
+    *,
+    resume: bool,
+    overrides: dict[str, Any],
+    run_info: dict[str, Any] | None,
+) -> Run:
+    _check_fit_arguments(model, splits, config, dist=dist)
+    previous: dict[str, Any] = {}
+    history_entry: dict[str, Any] | None = None
+    if resume:
+        meta = read_checkpoint_meta(out_dir / CHECKPOINT_NAME)
+        previous = meta.get("run") or {}
+        _check_same_model(out_dir, previous, model, (run_info or {}).get("model"), splits)
+        history_entry = _check_same_settings(out_dir, previous, config, overrides, meta.get("state") or {})
     if config.threads is not None:
         # Small models gain little from a second thread, and on a machine whose cores are busy
         # OpenMP threads waiting for each other make every step several times slower.
@@ -456,6 +608,8 @@ def setup_run(
         "bf16": bf16,
         "train_config": dataclasses.asdict(config),
         "model_config": model_config.to_dict() if model_config is not None else None,
+        # each resume that changed settings: {resumed_at_epoch, resumed_at_step, changed: {name: {old, new}}}
+        "settings_history": list(previous.get("settings_history") or []) + ([history_entry] if history_entry else []),
     }
     run = Run(
         config=config,
@@ -492,21 +646,9 @@ def setup_run(
 
 
 def _check_fit_arguments(
-    model: nn.Module,
-    splits: DataSplits,
-    config: TrainConfig,
-    out_dir: Path,
-    *,
-    resume: bool,
-    dist: distributed.DistInfo,
+    model: nn.Module, splits: DataSplits, config: TrainConfig, *, dist: distributed.DistInfo
 ) -> None:
-    """Refuse to overwrite a run, a batch the processes cannot share, and a head that does not fit the data."""
-    if dist.is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        if (out_dir / CHECKPOINT_NAME).exists() and not resume:
-            raise FileExistsError(
-                f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
-            )
+    """Refuse a batch the processes cannot share, and a head that does not fit the data."""
     if config.batch_size % dist.world_size:
         raise ValueError(
             f"batch_size={config.batch_size} is not divisible by the {dist.world_size} processes; "
@@ -519,6 +661,73 @@ def _check_fit_arguments(
             f"the model has {head} output classes but {splits.train.source} has {num_classes}; "
             f"create it with num_classes={num_classes}"
         )
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    """A setting's value as one would type it after --override (none, true, 0.001)."""
+    text = "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_same_model(
+    out_dir: Path, previous: dict[str, Any], model: nn.Module, name: str | None, splits: DataSplits
+) -> None:
+    """Refuse to resume a run with another model or other classes, from run info the checkpoint
+    holds, before any tensor is loaded."""
+    stored_name = previous.get("model") or "a model"
+    stored = previous.get("model_config")
+    model_config = getattr(model, "config", None)
+    if stored is not None and model_config is not None:
+        # through JSON, as stored: tuples become lists
+        current = json.loads(json.dumps(model_config.to_dict()))
+        differ = [k for k in sorted(set(stored) | set(current)) if stored.get(k) != current.get(k)]
+        if differ:
+            shown = differ[:6]
+            more = f", and {len(differ) - len(shown)} more" if len(differ) > len(shown) else ""
+            old = ", ".join(f"{k}={_short(stored.get(k))}" for k in shown)
+            new = ", ".join(f"{k}={_short(current.get(k))}" for k in shown)
+            raise CheckpointError(
+                f"run directory {out_dir} holds a checkpoint of model {stored_name} ({old}{more}); this run builds "
+                f"{name or type(model).__name__} ({new}); resume with the model the run was "
+                "started with, or --out another directory"
+            )
+    stored_classes = previous.get("classes")
+    if stored_classes is not None and list(stored_classes) != list(splits.classes):
+        raise CheckpointError(
+            f"run directory {out_dir} was trained on classes {_short(stored_classes, 80)} but this data has "
+            f"{_short(list(splits.classes), 80)}; resume with the data the run was started with"
+        )
+
+
+def _check_same_settings(
+    out_dir: Path,
+    previous: dict[str, Any],
+    config: TrainConfig,
+    overrides: dict[str, Any],
+    state: dict[str, Any],
+) -> dict[str, Any] | None:
+    """Compare the settings with those the run was started (or last resumed) with. A change not
+    named in `overrides` is an error that lists every change; named ones are returned as the
+    settings_history entry (None: nothing changed)."""
+    stored = previous.get("train_config") or {}
+    current = json.loads(json.dumps(dataclasses.asdict(config)))
+    changed = {
+        k: {"old": stored[k], "new": current[k]}
+        for k in current
+        if k in stored and k not in RUNTIME_FIELDS and stored[k] != current[k]
+    }
+    refused = {k: v for k, v in changed.items() if k not in overrides}
+    if refused:
+        listed = ", ".join(f"{k} {_short(v['old'])} -> {_short(v['new'])}" for k, v in refused.items())
+        flags = " ".join(f"--override {k}={_short(v['new'], 1000)}" for k, v in refused.items())
+        raise CheckpointError(
+            f"cannot resume {out_dir} with changed settings: {listed}. The run was started with the old values; "
+            f"to change them on purpose pass {flags} (Python: fit(..., overrides={{...}})), or resume with the "
+            "old values"
+        )
+    if not changed:
+        return None
+    return {"resumed_at_epoch": state.get("epoch"), "resumed_at_step": state.get("step"), "changed": changed}
 
 
 def _make_loaders(

@@ -20,8 +20,9 @@ EXPORT_FORMATS = ("timm", "vitzoo")
 
 def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
     """Write `model` for another library. "timm": a safetensors file that
-    `timm.create_model(<timm name>, pretrained=True, pretrained_cfg_overlay=dict(file=path))` loads
-    with identical logits; "vitzoo": `save_pretrained` into the directory `path`."""
+    `timm.create_model(<timm name>, pretrained=True, pretrained_cfg_overlay=dict(file=path, custom_load=False))`
+    loads with identical logits (custom_load=False: before timm 1.0.31 a file overlay keeps the Google
+    .npz loader of the AugReg ViTs); "vitzoo": `save_pretrained` into the directory `path`."""
     if format == "vitzoo":
         return save_pretrained(model, path)
     if format != "timm":

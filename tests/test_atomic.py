@@ -1,0 +1,109 @@
+"""vitzoo/atomic.py: saved files get the permissions open() would give them, a failed write names
+its file (and keeps the errno), and left-over temporary files are recognised and removed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+import vitzoo
+from vitzoo.atomic import AtomicWriteError, atomic_path, is_temp_file, remove_stale_temp_files, write_json
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="POSIX permission bits")
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test (the tests run in one thread), then restore it."""
+    previous = os.umask(0o022)
+    yield lambda mask: os.umask(mask)
+    os.umask(previous)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@posix_only
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_saved_files_get_the_mode_open_would_give(tmp_path: Path, umask, mask: int) -> None:
+    umask(mask)
+    out = vitzoo.save_pretrained(vitzoo.create("vit_mnist_tiny"), tmp_path / "saved")
+    files = [p for p in Path(out).iterdir() if p.is_file()]
+    assert files
+    assert {p.name: _mode(p) for p in files} == {p.name: 0o666 & ~mask for p in files}
+    with open(tmp_path / "plain", "w") as f:  # what a normal open() gives, for comparison
+        f.write("x")
+    assert _mode(files[0]) == _mode(tmp_path / "plain")
+
+
+@posix_only
+def test_rewriting_a_file_keeps_its_mode(tmp_path: Path, umask) -> None:
+    target = write_json(tmp_path / "config.json", {"a": 1})
+    target.chmod(0o640)  # set by the user on purpose
+    write_json(target, {"a": 2})
+    assert _mode(target) == 0o640
+
+
+def test_disk_full_names_the_file_and_keeps_the_errno(tmp_path: Path) -> None:
+    target = tmp_path / "checkpoint.safetensors"
+    target.write_bytes(b"previous")
+
+    def write_until_full(tmp: Path) -> None:
+        tmp.write_bytes(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(AtomicWriteError) as caught, atomic_path(target) as tmp:
+        write_until_full(tmp)
+    err = caught.value
+    assert isinstance(err, OSError) and err.errno == errno.ENOSPC and err.filename == str(target)
+    assert str(err) == f"cannot write {target}: {os.strerror(errno.ENOSPC)}"
+    assert target.read_bytes() == b"previous"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary file left
+
+
+def test_safetensors_disk_full_names_the_file(tmp_path: Path, monkeypatch) -> None:
+    import safetensors.torch as st
+    from safetensors import SafetensorError
+
+    def full(tensors, filename, metadata=None):
+        Path(filename).write_bytes(b"half")
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(st, "save_file", full)
+    with pytest.raises(OSError) as caught:
+        vitzoo.save_pretrained(vitzoo.create("vit_mnist_tiny"), tmp_path / "saved")
+    assert caught.value.errno == errno.ENOSPC
+    assert str(caught.value) == f"cannot write {tmp_path / 'saved' / 'model.safetensors'}: {os.strerror(errno.ENOSPC)}"
+    assert not [p for p in (tmp_path / "saved").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_other_errors_pass_unchanged(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not a write error"), atomic_path(tmp_path / "x.json"):
+        raise ValueError("not a write error")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_temporary_files_are_recognised_and_only_they_are_removed(tmp_path: Path) -> None:
+    with atomic_path(tmp_path / "model.safetensors") as tmp:
+        assert is_temp_file(tmp.name) and tmp.name.startswith(".model.safetensors.")
+        tmp.write_bytes(b"x")
+    ours = [".checkpoint.safetensors.a1b2c3d4.tmp", ".metrics.jsonl.zz_zz_zz.tmp"]
+    theirs = [".notes.tmp", "checkpoint.safetensors.a1b2c3d4.tmp", ".x.ABCDEFGH.tmp", ".x.a1b2c3d.tmp"]
+    for name in ours + theirs:
+        (tmp_path / name).write_bytes(b"partial")
+    (tmp_path / ".dir.a1b2c3d4.tmp").mkdir()  # not a file: left alone
+    removed = remove_stale_temp_files(tmp_path)
+    assert sorted(p.name for p in removed) == sorted(ours)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {"model.safetensors", ".dir.a1b2c3d4.tmp", *theirs}
+    assert remove_stale_temp_files(tmp_path / "missing") == []
+
+
+def test_write_json_round_trip(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "a" / "b.json", {"x": [1, 2]})
+    assert path.read_text() == '{\n  "x": [\n    1,\n    2\n  ]\n}\n'

@@ -1,0 +1,305 @@
+"""A run directory under `vitzoo finetune`: one run at a time (a lock, taken over from a dead run),
+--resume refuses changed settings and another model unless told, left-over temporary files are
+cleaned, and --json keeps stdout machine-readable."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _worker import register_tiny  # tests/train is on sys.path, as for conftest
+
+import vitzoo
+from vitzoo import cli, registry
+from vitzoo.train import RunLock, RunLockedError, TrainConfig, fit
+
+
+@pytest.fixture(autouse=True)
+def tiny_model_name():
+    register_tiny()
+    yield "test_tiny_vit"
+    if "test_tiny_vit" in registry.snapshot():
+        registry.unregister("test_tiny_vit")
+
+
+def _data(mnist_dir: Path) -> list[str]:
+    return ["--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--batch-size", "64", "--no-progress"]
+
+
+def _main(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def one_epoch_run(mnist_dir: Path, tmp_path: Path, capsys) -> Path:
+    out = tmp_path / "run"
+    code, _, err = _main(capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "1", "--out", str(out))
+    assert code == 0, err
+    return out
+
+
+# ----------------------------------------------------------------------------- lock (item 3)
+def test_second_run_on_the_same_directory_is_refused_naming_the_holder(
+    mnist_dir: Path, tmp_path: Path, capsys, small_splits
+) -> None:
+    out = tmp_path / "run"
+    inside, finish = threading.Event(), threading.Event()
+    results: list[object] = []
+
+    def first_run() -> None:
+        def hold(epoch: int, step: int) -> None:
+            inside.set()
+            finish.wait(60)
+
+        model = vitzoo.create("test_tiny_vit")
+        config = TrainConfig(epochs=1, batch_size=200, progress=False)
+        try:
+            results.append(fit(model, small_splits, config=config, out_dir=out, on_step=hold))
+        except BaseException as err:  # reported by the assertion below
+            results.append(err)
+
+    thread = threading.Thread(target=first_run)
+    thread.start()
+    try:
+        assert inside.wait(60), "the first run never started"
+        code, _, err = _main(capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "1", "--out", str(out))
+    finally:
+        finish.set()
+        thread.join(120)
+    assert code == 1
+    assert f"run directory {out} is in use by another run (pid {os.getpid()} on host {socket.gethostname()}" in err
+    assert "started 20" in err and "Traceback" not in err
+    assert len(results) == 1 and not isinstance(results[0], BaseException), results
+    assert not (out / "run.lock").exists()  # released when the run ended
+    with RunLock(out):  # and the directory is free again
+        pass
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()  # reaped: the pid belongs to no process now
+    return proc.pid
+
+
+def test_lock_of_a_dead_run_is_taken_over_and_said_so(one_epoch_run: Path, mnist_dir: Path, capsys) -> None:
+    # What kill -9 leaves: run.lock with the dead holder's details, no OS lock on it.
+    pid = _dead_pid()
+    holder = {"pid": pid, "host": socket.gethostname(), "started": time.time() - 60}
+    (one_epoch_run / "run.lock").write_text(json.dumps(holder))
+    code, _, err = _main(
+        capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "1", "--out", str(one_epoch_run), "--resume"
+    )
+    assert code == 0, err
+    assert f"took over the lock {one_epoch_run / 'run.lock'} left by a run that is no longer running (pid {pid}" in err
+    assert not (one_epoch_run / "run.lock").exists()
+
+
+def test_lock_from_another_host_is_not_guessed_at(tmp_path: Path) -> None:
+    holder = {"pid": 1, "host": "elsewhere.example", "started": time.time()}
+    tmp_path.joinpath("run.lock").write_text(json.dumps(holder))
+    with pytest.raises(RunLockedError, match=r"pid 1 on host elsewhere\.example.*if it does not, delete"):
+        RunLock(tmp_path).acquire()
+    assert json.loads(tmp_path.joinpath("run.lock").read_text()) == holder  # left as it was
+
+
+def test_lock_is_taken_by_exactly_one_of_many_threads(tmp_path: Path) -> None:
+    barrier = threading.Barrier(8)
+    won: list[RunLock] = []
+    refused: list[str] = []
+
+    def take() -> None:
+        lock = RunLock(tmp_path)
+        barrier.wait()
+        try:
+            lock.acquire()
+            won.append(lock)
+        except RunLockedError as err:
+            refused.append(str(err))
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 7
+    won[0].release()
+    assert not (tmp_path / "run.lock").exists()
+    with RunLock(tmp_path):  # free again
+        pass
+
+
+# ----------------------------------------------------------------------------- settings (item 4)
+def test_resume_refuses_changed_settings_unless_overridden_and_keeps_their_history(
+    one_epoch_run: Path, mnist_dir: Path, capsys
+) -> None:
+    args = ("finetune", "test_tiny_vit", *_data(mnist_dir), "--out", str(one_epoch_run), "--resume")
+    before = json.loads((one_epoch_run / "run.json").read_text())
+    code, _, err = _main(capsys, *args, "--epochs", "2", "--lr", "0.001", "--seed", "5")
+    assert code == 1
+    lr = before["train_config"]["lr"]
+    assert f"changed settings: epochs 1 -> 2, lr {lr} -> 0.001, seed 0 -> 5" in err
+    assert "--override epochs=2 --override lr=0.001 --override seed=5" in err
+    assert json.loads((one_epoch_run / "run.json").read_text()) == before  # nothing overwritten
+
+    # only some of them allowed: still refused, naming the rest
+    code, _, err = _main(capsys, *args, "--epochs", "2", "--seed", "5", "--override", "epochs=2")
+    assert code == 1 and "seed 0 -> 5" in err and "epochs 1 -> 2" not in err
+
+    code, _, err = _main(capsys, *args, "--override", "epochs=2,lr=0.001", "--override", "seed=5")
+    assert code == 0, err
+    run = json.loads((one_epoch_run / "run.json").read_text())
+    assert run["train_config"]["epochs"] == 2 and run["train_config"]["seed"] == 5
+    assert run["settings_history"] == [
+        {
+            "resumed_at_epoch": 1,
+            "resumed_at_step": 0,
+            "changed": {
+                "epochs": {"old": 1, "new": 2},
+                "lr": {"old": lr, "new": 0.001},
+                "seed": {"old": 0, "new": 5},
+            },
+        }
+    ]
+    assert len((one_epoch_run / "metrics.jsonl").read_text().splitlines()) == 2
+
+    # the changed values are now the run's: resuming with them needs no override, history is kept
+    code, _, err = _main(capsys, *args, "--epochs", "2", "--lr", "0.001", "--seed", "5")
+    assert code == 0, err
+    assert json.loads((one_epoch_run / "run.json").read_text())["settings_history"] == run["settings_history"]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("bogus=1", "'bogus' is not a training setting; expected one of"),
+        ("epochs", "expected SETTING=VALUE"),
+        ("epochs=many", "epochs expects an int"),
+        ("ema-decay=x", "ema_decay expects a number or none"),
+        ("linear_probe=maybe", "linear_probe expects true or false"),
+    ],
+)
+def test_bad_override_is_named(one_epoch_run: Path, mnist_dir: Path, capsys, override: str, message: str) -> None:
+    code, _, err = _main(
+        capsys,
+        "finetune",
+        "test_tiny_vit",
+        *_data(mnist_dir),
+        "--out",
+        str(one_epoch_run),
+        "--resume",
+        "--override",
+        override,
+    )
+    assert code == 1 and message in err
+
+
+def test_override_without_resume_is_refused(mnist_dir: Path, tmp_path: Path, capsys) -> None:
+    code, _, err = _main(
+        capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--out", str(tmp_path / "r"), "--override", "epochs=2"
+    )
+    assert code == 1 and "--override epochs changes a run being resumed; add --resume" in err
+    assert not (tmp_path / "r").exists()
+
+
+def test_resume_from_python_with_overrides(small_splits, tmp_path: Path) -> None:
+    config = TrainConfig(epochs=1, batch_size=200, progress=False)
+    fit(vitzoo.create("test_tiny_vit"), small_splits, config=config, out_dir=tmp_path)
+    from vitzoo.train import CheckpointError
+
+    with pytest.raises(CheckpointError, match="changed settings: epochs 1 -> 2"):
+        fit(
+            vitzoo.create("test_tiny_vit"),
+            small_splits,
+            config=TrainConfig(epochs=2, batch_size=200),
+            out_dir=tmp_path,
+            resume=True,
+        )
+    result = fit(
+        vitzoo.create("test_tiny_vit"),
+        small_splits,
+        config=config,
+        out_dir=tmp_path,
+        resume=True,
+        overrides={"epochs": 2},
+    )
+    assert len(result.history) == 2
+    history = json.loads((tmp_path / "run.json").read_text())["settings_history"]
+    assert history == [{"resumed_at_epoch": 1, "resumed_at_step": 0, "changed": {"epochs": {"old": 1, "new": 2}}}]
+
+
+# ----------------------------------------------------------------------------- model (item 10)
+def test_resume_with_another_model_names_both(one_epoch_run: Path, mnist_dir: Path, capsys) -> None:
+    code, _, err = _main(
+        capsys, "finetune", "vit_mnist", *_data(mnist_dir), "--epochs", "1", "--out", str(one_epoch_run), "--resume"
+    )
+    assert code == 1
+    assert f"run directory {one_epoch_run} holds a checkpoint of model test_tiny_vit (" in err
+    assert "embed_dim=16" in err and "; this run builds vit_mnist (" in err
+    assert len(err) < 800 and "size mismatch" not in err
+
+
+# ----------------------------------------------------------------------------- temporary files (item 15)
+def test_resume_removes_temporary_files_of_interrupted_writes(one_epoch_run: Path, mnist_dir: Path, capsys) -> None:
+    stale = [
+        one_epoch_run / ".checkpoint.safetensors.k2j_9x0a.tmp",
+        one_epoch_run / ".metrics.jsonl.abcdefgh.tmp",
+        one_epoch_run / "best" / ".model.safetensors.q1w2e3r4.tmp",
+    ]
+    kept = [
+        one_epoch_run / ".notes.tmp",  # not our pattern
+        one_epoch_run / "scratch.abcdefgh.tmp",
+        one_epoch_run / ".checkpoint.safetensors.ABCDEFGH.tmp",
+    ]
+    for path in stale + kept:
+        path.write_bytes(b"partial")
+    code, _, err = _main(
+        capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "1", "--out", str(one_epoch_run), "--resume"
+    )
+    assert code == 0, err
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in kept)
+    assert "removed 3 temporary files of interrupted writes" in err
+
+
+def test_a_refused_run_removes_nothing(one_epoch_run: Path, mnist_dir: Path, capsys) -> None:
+    stale = one_epoch_run / ".checkpoint.safetensors.k2j_9x0a.tmp"
+    with RunLock(one_epoch_run):  # another run is writing: its temporary file may be live
+        stale.write_bytes(b"being written")
+        code, _, err = _main(
+            capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--out", str(one_epoch_run), "--resume"
+        )
+        assert code == 1 and "is in use by another run" in err
+        assert stale.exists()
+
+
+# ----------------------------------------------------------------------------- --json (item 11)
+def test_finetune_and_eval_json(mnist_dir: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    code, stdout, err = _main(
+        capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "2", "--out", str(out), "--json"
+    )
+    assert code == 0, err
+    result = json.loads(stdout)  # stdout is the JSON document and nothing else
+    assert result["run_dir"] == str(out) and result["best_dir"] == str(out / "best")
+    assert result["epochs_done"] == 2 and result["interrupted"] is False
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert result["final_acc"] == metrics[-1]["val_acc"]
+    assert result["best_acc"] == max(r["val_acc"] for r in metrics)
+    assert "epoch   2/2" in err and "fine-tuning test_tiny_vit" in err  # progress went to stderr
+
+    code, stdout, err = _main(
+        capsys, "eval", "test_tiny_vit", "--weights", str(out / "best"), *_data(mnist_dir)[:5], "--json"
+    )
+    assert code == 0, err
+    evaluated = json.loads(stdout)
+    assert evaluated["accuracy"] == pytest.approx(result["best_acc"])
+    assert sum(map(sum, evaluated["confusion"])) == 200 and len(evaluated["classes"]) == 10
