@@ -118,6 +118,12 @@ def test_pattern_matching_nothing_fails(capsys):
     assert code == 1 and "no pretrained model matches 'mnist'" in err
 
 
+def test_pattern_matching_nothing_is_an_empty_json_list(capsys):
+    """For a program an empty list is an answer: `[]` and exit 0 (people get the error above)."""
+    for argv in (["list", "NOMATCH", "--json"], ["list", "--pretrained", "mnist", "--json"]):
+        assert run(capsys, *argv) == (0, "[]\n", "")
+
+
 def test_info(capsys):
     code, out, _ = run(capsys, "info", "deit_ti16_distilled")
     assert code == 0
@@ -335,6 +341,19 @@ def test_delegated_subcommand_runs(tmp_path, capsys):
     code, _, err = run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(tmp_path / "p.png"))
     assert code == 0, err
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_viz_json(tmp_path, capsys):
+    """`vitzoo viz` takes --json like every subcommand, after KIND or before it."""
+    out_png = tmp_path / "p.png"
+    for argv in (["viz", "patches", "--json"], ["viz", "--json", "patches"]):
+        code, out, err = run(capsys, *argv, "--patch-size", "32", "--dpi", "50", "--out", str(out_png))
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["kind"] == "patches" and data["out"] == str(out_png) and data["dpi"] == 50
+        assert data["width"] > 0 and data["height"] > 0 and out_png.is_file()
+    code, out, _ = run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(out_png))
+    assert code == 0 and out.startswith(f"wrote {out_png} (")  # without --json: the sentence
 
 
 def test_missing_delegated_module_is_a_one_line_error(capsys, monkeypatch):

@@ -4,6 +4,8 @@ its `.dist-info` with `entry_points.txt`) into a temporary directory, puts it on
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -341,3 +343,95 @@ def test_listing_while_other_threads_register():
         assert vitzoo.list_models("thread_model_*") == sorted(names)
     finally:
         registry.restore({k: v for k, v in registry.snapshot().items() if not k.startswith("thread_model_")})
+
+
+# ------------------------------------------------------------------------- hostile plugins
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [("import sys\nsys.exit(3)", "it called sys.exit(3)"), ("raise BaseException('odd')", "BaseException: odd")],
+    ids=["sys-exit", "base-exception"],
+)
+def test_plugin_that_exits_is_one_warning_and_a_skip(site, capsys, body, expected):
+    source = f'import vitzoo\nvitzoo.register("plug_exit", base="vit_mnist_tiny")\n{body}\n'
+    write_dist(site, "exit-plugin", {"exit_plug": source}, {"exits": "exit_plug"})
+    write_dist(site, "good-plugin", {"good_plug": GOOD}, {"good": "good_plug"})
+    from vitzoo import cli
+
+    assert cli.main(["list", "plug_", "--json"]) == 0  # not the plugin's exit code
+    out, err = capsys.readouterr()
+    assert [row["name"] for row in json.loads(out)] == ["plug_builder", "plug_tiny"]  # plug_exit rolled back
+    [line] = err.splitlines()
+    assert line.startswith("vitzoo: warning: vitzoo plugin 'exits'") and "exit-plugin" in line and expected in line
+
+
+HUNG_PLUGIN = """
+    import vitzoo
+    import hung_gate
+    vitzoo.register("plug_hung", base="vit_mnist_tiny")
+    hung_gate.started.set()
+    hung_gate.release.wait(60)  # blocks like a plugin waiting on a network share
+    try:
+        vitzoo.register("plug_late", base="vit_mnist_tiny")
+    except Exception as exc:
+        hung_gate.late_error = exc
+"""
+
+
+def test_plugin_that_hangs_is_skipped_after_the_timeout(site, monkeypatch, capsys):
+    import threading
+    import types
+
+    gate = types.ModuleType("hung_gate")
+    gate.started, gate.release = threading.Event(), threading.Event()
+    monkeypatch.setitem(sys.modules, "hung_gate", gate)
+    monkeypatch.setenv(plugins.TIMEOUT_ENV, "0.5")
+    write_dist(site, "hung-plugin", {"hung_plug": HUNG_PLUGIN}, {"hung": "hung_plug"})
+    write_dist(site, "good-plugin", {"good_plug": GOOD}, {"good": "good_plug"})
+    from vitzoo import cli
+
+    try:
+        assert cli.main(["list", "plug_", "--json"]) == 0
+        out, err = capsys.readouterr()
+        assert gate.started.is_set()
+        assert [row["name"] for row in json.loads(out)] == ["plug_builder", "plug_tiny"]  # plug_hung rolled back
+        [line] = err.splitlines()
+        assert "plugin 'hung'" in line and "hung-plugin" in line and "did not finish loading within 0.5 s" in line
+        assert plugins.TIMEOUT_ENV in line
+    finally:
+        gate.release.set()
+    [worker] = [t for t in threading.enumerate() if t.name == "vitzoo-plugin-hung"] or [None]
+    if worker is not None:
+        worker.join(30)
+    # The abandoned plugin's late registration is refused in its own thread, never added afterwards.
+    assert isinstance(getattr(gate, "late_error", None), plugins.PluginAbandonedError)
+    assert not {"plug_hung", "plug_late"} & set(registry.snapshot())
+
+
+def test_invalid_plugin_timeout_is_a_clear_error(site, monkeypatch, capsys):
+    from vitzoo import cli
+
+    monkeypatch.setenv(plugins.TIMEOUT_ENV, "soon")
+    assert cli.main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vitzoo: error: environment variable VITZOO_PLUGIN_TIMEOUT='soon' is invalid")
+    monkeypatch.setenv(plugins.TIMEOUT_ENV, "inf")  # waits for ever: allowed
+    assert "vit_b16" in vitzoo.list_models()
+
+
+@pytest.mark.slow
+def test_hanging_plugin_does_not_hang_the_command(tmp_path):
+    """The real process: `vitzoo list` ends (its plugin thread is a daemon) with one warning."""
+    write_dist(tmp_path, "sleepy-plugin", {"sleepy_plug": "import time\ntime.sleep(3600)\n"}, {"sleepy": "sleepy_plug"})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env[plugins.TIMEOUT_ENV] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "vitzoo", "list", "vit_mnist_tiny"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,  # generous: only "does not hang" is tested
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "vit_mnist_tiny" in proc.stdout
+    [line] = proc.stderr.splitlines()
+    assert "plugin 'sleepy'" in line and "did not finish loading within 1 s" in line

@@ -101,7 +101,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     patterns = [_pattern(p) for p in args.patterns] or ["*"]
     names = list_models(patterns, pretrained=True if args.pretrained else None)
-    if not names:
+    if not names and not args.json:  # for people most likely a typo; for a program `[]` is the answer
         what = " ".join(args.patterns) if args.patterns else "*"
         kind = "pretrained model" if args.pretrained else "model"
         raise LookupError(f"no {kind} matches {what!r} (run `vitzoo list` to see every name)")

@@ -94,10 +94,11 @@ def _attention_ops_missing_from_counter() -> dict[Any, Callable[..., int]]:
     """Fused attention ops that this torch's FlopCounterMode does not count, with a formula each.
     torch's counter knows the CUDA flash / efficient kernels but not (on every version) the CPU
     flash kernel that scaled_dot_product_attention dispatches to on the CPU."""
-    try:
-        from torch.utils.flop_counter import flop_registry
-    except ImportError:  # torch < 2.2 names it flop_mapping
-        from torch.utils.flop_counter import flop_mapping as flop_registry
+    from torch.utils import flop_counter
+
+    # torch < 2.2 names the table flop_mapping
+    names = vars(flop_counter)
+    flop_registry = names.get("flop_registry") or names["flop_mapping"]
 
     missing: dict[Any, Callable[..., int]] = {}
     for name in ("_scaled_dot_product_flash_attention_for_cpu",):

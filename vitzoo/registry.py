@@ -131,6 +131,7 @@ def _add(entry: ModelEntry, override: bool) -> ModelEntry:
     if not entry.name or "." in entry.name or not entry.name.isprintable():
         raise RegistryError(f"model name {entry.name!r} is invalid: expected a non-empty name without '.'")
     with _lock:
+        plugins.check_registering()  # under the lock: a plugin abandoned after its timeout is refused
         if entry.name in _entries and not override:
             old = _entries[entry.name]
             raise RegistryError(

@@ -8,10 +8,12 @@ import torch
 from safetensors.torch import save_file
 
 import vitzoo
+from vitzoo import cli
 from vitzoo.weights import (
     WeightsDownloadError,
     WeightsNotCachedError,
     WeightsNotFoundError,
+    hub,
 )
 from vitzoo.weights.hub import HubRef, parse_hub_ref
 
@@ -108,20 +110,108 @@ def test_repo_without_weights(fake_hub, hf_cache):
 
 
 @pytest.fixture
-def no_backoff_wait(monkeypatch):
-    """huggingface_hub retries 5xx answers with exponential backoff (about 23 s in all); the
-    retries still happen, only their waiting is skipped."""
-    from huggingface_hub.utils import _http
+def sleeps(monkeypatch):
+    """Every time.sleep of the test, recorded instead of waited (huggingface_hub's retry backoff
+    and vitzoo's own pause between attempts alike): the waiting a user would sit through."""
+    import time
 
-    monkeypatch.setattr(_http.time, "sleep", lambda seconds: None)
+    slept: list[float] = []
+    monkeypatch.setattr(time, "sleep", slept.append)
+    return slept
 
 
-def test_server_error_500(tiny_repo, fake_hub, hf_cache, no_backoff_wait):
+def test_server_error_500_fails_fast_with_one_line(tiny_repo, fake_hub, hf_cache, sleeps, capsys, caplog):
     fake_hub.fail_with(REPO, 500)
-    with pytest.raises(WeightsDownloadError, match="HTTP 500"):
-        vitzoo.download(f"hf-hub:{REPO}")
+    assert cli.main(["download", f"hf-hub:{REPO}"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("vitzoo: error: ") and "HTTP 500" in err and REPO in err
     assert not list(hf_cache.rglob("model.safetensors"))
-    assert len(fake_hub.requests) > 1  # retried before giving up
+    # Retried, but boundedly: no huggingface_hub backoff of minutes, no retry log lines.
+    assert 1 < len(fake_hub.requests) <= hub.HUB_ATTEMPTS and sum(sleeps) <= 2
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("huggingface_hub")] == []
+
+
+def test_transient_server_error_is_retried(tiny_repo, fake_hub, hf_cache, monkeypatch):
+    import time
+
+    fake_hub.fail_with(REPO, 503)
+    monkeypatch.setattr(time, "sleep", lambda seconds: fake_hub.failures.clear())  # the Hub recovers meanwhile
+    [weights, config] = vitzoo.download(f"hf-hub:{REPO}")
+    assert weights.name == "model.safetensors" and config.name == "config.json"
+
+
+def test_unreachable_hub_fails_fast_with_one_line(hf_cache, monkeypatch, sleeps, capsys, caplog, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on: connections are refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    from PIL import Image
+
+    Image.new("RGB", (32, 32)).save(tmp_path / "cat.png")
+    assert cli.main(["predict", "vit_ti16", str(tmp_path / "cat.png"), "--weights", f"hf-hub:{REPO}"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "could not be reached" in err and "vitzoo download" in err, err
+    assert sum(sleeps) <= 2  # one short pause, not huggingface_hub's backoff for each file
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("huggingface_hub")] == []
+
+
+def test_hub_logs_of_other_threads_and_other_times_are_kept(tiny_repo, fake_hub, hf_cache, caplog):
+    import logging
+
+    vitzoo.download(f"hf-hub:{REPO}")
+    with caplog.at_level(logging.WARNING, logger="huggingface_hub"):
+        logging.getLogger("huggingface_hub.file_download").warning("the user's own hub message")
+    assert "the user's own hub message" in caplog.text
+
+
+HTML = b"<!DOCTYPE html>\n<html><head><title>Sign in to the proxy</title></head></html>\n"
+
+
+@pytest.mark.parametrize(
+    ("files", "bad", "expected"),
+    [
+        (
+            {"model.safetensors": HTML},
+            "model.safetensors",
+            r"not a valid safetensors file: it starts with '<!DOCTYPE html",
+        ),
+        (
+            {"pytorch_model.bin": HTML},
+            "pytorch_model.bin",
+            r"not a valid PyTorch checkpoint: it starts with '<!DOCTYPE",
+        ),
+        ({"config.json": HTML}, "config.json", r"not a valid JSON object: it does not parse as JSON"),
+        ({"config.json": b"[1, 2]"}, "config.json", r"it holds a JSON list, not an object"),
+    ],
+    ids=["safetensors-html", "bin-html", "config-html", "config-list"],
+)
+def test_download_rejects_what_is_not_the_promised_file(fake_hub, hf_cache, tmp_path, capsys, files, bad, expected):
+    import re
+
+    if "config.json" in files:  # a good weights file next to the bad config
+        save_file({"w": torch.zeros(2)}, tmp_path / "model.safetensors")
+        files = {**files, "model.safetensors": tmp_path / "model.safetensors"}
+    fake_hub.publish("tester/proxied", files)
+    assert cli.main(["download", "hf-hub:tester/proxied"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"'{bad}' of hf-hub:tester/proxied" in err and re.search(expected, err), err
+    assert "deleted from the cache" in err
+    assert [p for p in hf_cache.rglob(bad)] == []  # neither the snapshot entry...
+    assert [p for p in hf_cache.rglob("blobs/*") if p.read_bytes() == files[bad]] == []  # ...nor its blob
+
+
+def test_truncated_safetensors_in_the_cache_is_found(tiny_repo, fake_hub, hf_cache):
+    [weights, _] = vitzoo.download(f"hf-hub:{REPO}")
+    blob = weights.resolve()
+    data = blob.read_bytes()
+    blob.chmod(0o644)
+    blob.write_bytes(data[: len(data) - 100])
+    with pytest.raises(WeightsDownloadError, match=r"'model.safetensors' of hf-hub:tester/tiny-vit .*truncated"):
+        vitzoo.download(f"hf-hub:{REPO}")
+    assert not blob.exists()
+    assert vitzoo.download(f"hf-hub:{REPO}")[0].read_bytes() == data  # fetched again
 
 
 def test_server_error_falls_back_to_cache(tiny_repo, fake_hub, hf_cache):

@@ -9,6 +9,7 @@ arguments. Errors are raised (the command prints them as one line; --debug shows
                               [--what both|heads|rollout] [--out PNG]     (rollout alone without class token)
     vitzoo viz curves    --metrics RUN/metrics.jsonl [--keys PATTERN ...] [--out PNG]
 
+Every KIND prints where the picture went, or with --json {"kind", "out", "width", "height", "dpi"}.
 Without --image, a synthetic test card is drawn. matplotlib is imported only when a picture is
 drawn, so `vitzoo viz --help` works without the [viz] extra.
 """
@@ -16,6 +17,7 @@ drawn, so `vitzoo viz --help` works without the [viz] extra.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +61,12 @@ def _add_output_args(p: argparse.ArgumentParser, kind: str) -> None:
         "--out", metavar="PNG", default=f"viz_{kind}.png", help=f"where to write the picture (default: viz_{kind}.png)"
     )
     p.add_argument("--dpi", type=_positive_int, default=100, help="pixels per inch of the PNG (default: 100)")
+    # SUPPRESS: an absent option of the KIND must not overwrite `vitzoo viz --json KIND`.
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+
+
+_JSON_HELP = "print what was written as JSON (kind, out, width, height, dpi) instead of a sentence"
 
 
 def _add_image_arg(p: argparse.ArgumentParser) -> None:
@@ -69,6 +76,7 @@ def _add_image_arg(p: argparse.ArgumentParser) -> None:
 def configure_viz_parser(parser: argparse.ArgumentParser) -> None:
     """Add the KIND sub-commands and their options to the `vitzoo viz` parser."""
     parser.description = "Draw what a Vision Transformer does as PNG pictures. KIND is one of: " + ", ".join(KINDS)
+    parser.add_argument("--json", action="store_true", help=_JSON_HELP)
     kinds = parser.add_subparsers(dest="kind", metavar="KIND", required=True)
 
     p = kinds.add_parser("patches", help=KINDS["patches"], description=KINDS["patches"] + ".")
@@ -208,5 +216,9 @@ def run_viz(args: argparse.Namespace) -> int:
     else:  # argparse's choices make this unreachable from the command line
         raise ValueError(f"unknown picture kind {args.kind!r}; expected one of {', '.join(KINDS)}")
     width, height = (round(v * args.dpi) for v in fig.get_size_inches())
-    print(f"wrote {Path(args.out)} ({width}x{height} px)")
+    if getattr(args, "json", False):
+        data = {"kind": args.kind, "out": str(Path(args.out)), "width": width, "height": height, "dpi": args.dpi}
+        print(json.dumps(data, indent=2))
+    else:
+        print(f"wrote {Path(args.out)} ({width}x{height} px)")
     return 0

@@ -7,28 +7,59 @@ only when huggingface_hub was imported, so a program may set them late.
 
 A repository's weights are `model.safetensors`, else `pytorch_model.bin`; `config.json` next to
 them (timm, transformers or vitzoo) is fetched when present.
+
+Failing fast: before each download one metadata request (HEAD) asks the Hub whether it answers; a
+transient failure (HTTP 408/429/5xx, a refused or timed-out connection) is tried `HUB_ATTEMPTS`
+times in all, `HUB_RETRY_WAIT_S` apart, and then the file comes from the cache or the call fails
+with one line. huggingface_hub's own retry loop (minutes of exponential backoff) is never entered
+that way, and its log lines are dropped while vitzoo's calls run (only in the calling thread).
+
+Every file is checked right after it is fetched (safetensors header, torch zip or pickle start,
+config.json a JSON object): a proxy's HTML page saved as `model.safetensors` is an error at
+`vitzoo download` time, naming what the file looks like, and it is deleted from the cache.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import WeightsDownloadError, WeightsError, WeightsNotCachedError, WeightsNotFoundError
 
-try:  # the HTTP client huggingface_hub uses (httpx2 in huggingface_hub 1.x+, httpx before)
-    import httpx2 as _httpx
-except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
-    import httpx as _httpx  # type: ignore[no-redef]  # mypy cannot type a try/except module fallback
 
-NETWORK_ERRORS = (OSError, _httpx.HTTPError)
+def _network_errors() -> tuple[type[BaseException], ...]:
+    """What a failed transfer raises: OSError, plus the HTTP client's own errors where
+    huggingface_hub uses one that does not derive from OSError (httpx2 from 1.x, httpx before;
+    huggingface_hub < 1.0 uses requests, whose errors are OSErrors)."""
+    import importlib
+
+    for name in ("httpx2", "httpx"):
+        try:
+            return (OSError, importlib.import_module(name).HTTPError)
+        except ImportError:
+            continue
+    return (OSError,)
+
+
+NETWORK_ERRORS = _network_errors()
 
 HF_PREFIX = "hf-hub:"
 TIMM_PREFIX = "timm:"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference (safetensors first)
 CONFIG_FILE = "config.json"
+
+HUB_ATTEMPTS = 2  # metadata requests per file when the Hub fails transiently
+HUB_RETRY_WAIT_S = 0.5  # pause before each further attempt
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -81,26 +112,45 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
     `optional=True` returns None when the repo has no such file, or offline when it is not cached
     (but still raises when the repo itself is missing or the server fails). `tried` names the
     files looked for before this one, for the error message."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        HfHubHTTPError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
+    return _hub_file(ref, filename, optional=optional, tried=tried, link=_Link())
+
+
+@dataclass
+class _Link:
+    """What one fetch learned about the Hub: once it proved unreachable, the repo's remaining
+    files are looked up in the cache only, instead of paying the attempts again for each."""
+
+    down: str | None = None  # why the Hub could not be used ("HTTP 503", "ConnectError: ...")
+    server_error: bool = False  # it answered with an HTTP error (not: it could not be reached)
+
+
+def _hub_errors() -> tuple[Any, Any, Any, Any, Any]:
+    """huggingface_hub's error classes: in huggingface_hub.errors from 0.25, in .utils before."""
+    import importlib
+
+    try:
+        errors = importlib.import_module("huggingface_hub.errors")
+    except ImportError:
+        errors = importlib.import_module("huggingface_hub.utils")
+    return (
+        errors.EntryNotFoundError,
+        errors.HfHubHTTPError,
+        errors.LocalEntryNotFoundError,
+        errors.RepositoryNotFoundError,
+        errors.RevisionNotFoundError,
+    )
+
+
+def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, ...], link: _Link) -> Path | None:
+    EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError = (
+        _hub_errors()
     )
 
     offline = is_offline()
     where = f"{filename!r}" + (f" (nor {', '.join(map(repr, tried))})" if tried else "") + f" of {ref}"
     try:
-        path = hf_hub_download(
-            ref.repo_id,
-            filename,
-            revision=ref.revision,
-            cache_dir=cache_dir(),
-            endpoint=_endpoint(),
-            local_files_only=offline,
-        )
+        with _quiet_hub_logs():
+            path = Path(_download(ref, filename, offline=offline, link=link, http_error=HfHubHTTPError))
     except RepositoryNotFoundError as e:
         raise WeightsNotFoundError(
             f"{where}: the Hub at {_endpoint() or 'huggingface.co'} has no repository {ref.repo_id!r} "
@@ -109,6 +159,18 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
     except RevisionNotFoundError:
         raise WeightsNotFoundError(f"{where}: repository {ref.repo_id!r} has no revision {ref.revision!r}") from None
     except LocalEntryNotFoundError as e:
+        if link.down is not None:  # the Hub failed (see _probe) and the cache has no copy
+            if link.server_error:
+                raise WeightsDownloadError(
+                    f"{where}: the Hub answered with a server error ({link.down}) {HUB_ATTEMPTS} times; try again later"
+                ) from None
+            if optional:
+                return None
+            raise WeightsNotCachedError(
+                f"{where} is not in the local cache ({cache_dir()}) and the Hub could not be reached ({link.down}). "
+                f"Fetch it beforehand while online with `vitzoo download {ref}` (or vitzoo.download({str(ref)!r})), "
+                "or pass a local file or directory as weights=..."
+            ) from None
         server = _server_error(e)
         if server is not None:
             raise WeightsDownloadError(
@@ -132,20 +194,71 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
     except NETWORK_ERRORS as e:  # connection broken mid-transfer, disk full, ...
         _remove_incomplete(ref)
         raise WeightsDownloadError(f"{where}: download failed ({type(e).__name__}: {_first_line(e)})") from None
-    return Path(path)
+    _verify_download(ref, filename, path)
+    return path
+
+
+def _download(ref: HubRef, filename: str, *, offline: bool, link: _Link, http_error: type[Exception]) -> str:
+    """hf_hub_download, entered online only once the Hub has answered a metadata request: when it
+    fails transiently, huggingface_hub would retry for minutes before looking at its cache. After
+    `link.down` is set, only the cache is looked at (LocalEntryNotFoundError when it has no copy)."""
+    from huggingface_hub import hf_hub_download
+
+    def download(local_files_only: bool) -> str:
+        return str(
+            hf_hub_download(
+                ref.repo_id,
+                filename,
+                revision=ref.revision,
+                cache_dir=cache_dir(),
+                endpoint=_endpoint(),
+                local_files_only=local_files_only,
+            )
+        )
+
+    if offline:
+        return download(local_files_only=True)
+    if link.down is None:
+        _probe(ref, filename, link, http_error)
+    # Else the cached copy, as huggingface_hub itself falls back to when the Hub fails.
+    return download(local_files_only=link.down is not None)
+
+
+def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception]) -> None:
+    """One metadata request, tried `HUB_ATTEMPTS` times while it fails transiently (then `link`
+    says why). Definite answers (no such repo, revision or file, no access) are raised at once."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+    url = hf_hub_url(ref.repo_id, filename, revision=ref.revision, endpoint=_endpoint())
+    timeout = float(getattr(constants, "HF_HUB_ETAG_TIMEOUT", 10))
+    for attempt in range(HUB_ATTEMPTS):
+        if attempt:
+            time.sleep(HUB_RETRY_WAIT_S)
+        try:
+            get_hf_file_metadata(url, timeout=timeout)
+        except http_error as e:  # HfHubHTTPError, before NETWORK_ERRORS: it is an OSError too
+            if _status_code(e) not in _TRANSIENT_STATUS:
+                raise
+            link.down, link.server_error = f"HTTP {_status(e)}", True
+        except NETWORK_ERRORS as e:
+            link.down, link.server_error = f"{type(e).__name__}: {_first_line(e)}", False
+        else:
+            link.down, link.server_error = None, False
+            return
 
 
 def fetch_repo(ref: HubRef) -> tuple[Path, Path | None]:
     """The repo's weights file (model.safetensors, else pytorch_model.bin) and its config.json."""
     weights: Path | None = None
+    link = _Link()
     for i, name in enumerate(WEIGHT_FILES):
         last = i == len(WEIGHT_FILES) - 1
-        weights = hub_file(ref, name, optional=not last, tried=WEIGHT_FILES[:i] if last else ())
+        weights = _hub_file(ref, name, optional=not last, tried=WEIGHT_FILES[:i] if last else (), link=link)
         if weights is not None:
             break
     if weights is None:  # unreachable: the last name returns a path or raises
         raise WeightsNotFoundError(f"{ref}: no weights file ({', '.join(WEIGHT_FILES)})")
-    config = hub_file(ref, CONFIG_FILE, optional=True)
+    config = _hub_file(ref, CONFIG_FILE, optional=True, tried=(), link=link)
     return weights, config
 
 
@@ -195,6 +308,11 @@ def _status(e: BaseException) -> str:
     return str(getattr(response, "status_code", "?"))
 
 
+def _status_code(e: BaseException) -> int | None:
+    code = getattr(getattr(e, "response", None), "status_code", None)
+    return code if isinstance(code, int) else None
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
@@ -221,3 +339,137 @@ def _remove_incomplete(ref: HubRef) -> None:
     blobs = cache_dir() / repo_folder_name(repo_id=ref.repo_id, repo_type="model") / "blobs"
     for partial in blobs.glob("*.incomplete") if blobs.is_dir() else []:
         partial.unlink(missing_ok=True)
+
+
+# ----------------------------------------------------------------------------- quiet logs
+class _QuietHubLogs(logging.Filter):
+    """Drops huggingface_hub's log records below ERROR that the threads inside a vitzoo call emit
+    (its retry and resume notices), while other threads and other times log as configured: the
+    user's logging setup is never changed, only this filter is attached to its loggers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._depth: dict[int, int] = {}  # thread ident -> nesting depth of vitzoo calls
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or threading.get_ident() not in self._depth
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        import huggingface_hub.file_download  # noqa: F401  # its loggers must exist to get the filter
+
+        ident = threading.get_ident()
+        with self._lock:
+            self._attach()
+            self._depth[ident] = self._depth.get(ident, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._depth[ident] -= 1
+                if not self._depth[ident]:
+                    del self._depth[ident]
+
+    def _attach(self) -> None:
+        # A logger filter sees only records created on that very logger, so each of
+        # huggingface_hub's module loggers gets it (those created since the last call too).
+        loggers = logging.Logger.manager.loggerDict.copy()  # a copy: other threads may add loggers
+        for name, logger in loggers.items():
+            if name.split(".")[0] == "huggingface_hub" and isinstance(logger, logging.Logger):
+                if self not in logger.filters:
+                    logger.addFilter(self)
+
+
+_QUIET = _QuietHubLogs()
+
+
+def _quiet_hub_logs() -> Any:
+    return _QUIET.active()
+
+
+# ----------------------------------------------------------------------------- verifying files
+_SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
+
+
+def _verify_download(ref: HubRef, filename: str, path: Path) -> None:
+    """Raise (and delete the file from the cache) when `path` is not what `filename` promises."""
+    problem = _content_problem(path, filename)
+    if problem is None:
+        return
+    _remove_cached(path)
+    raise WeightsDownloadError(
+        f"{filename!r} of {ref} is not a valid {_KIND.get(Path(filename).suffix, 'file')}: {problem} "
+        f"(a proxy, captive portal or wrong HF_ENDPOINT ({_endpoint() or 'huggingface.co'}) may have served it); "
+        "it was deleted from the cache, so the next attempt downloads it again"
+    )
+
+
+_KIND = {".safetensors": "safetensors file", ".bin": "PyTorch checkpoint", ".json": "JSON object"}
+
+
+def _content_problem(path: Path, filename: str) -> str | None:
+    """What is wrong with the file's content for its kind, or None."""
+    suffix = Path(filename).suffix
+    if suffix not in _KIND:
+        return None
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(64)
+            if size == 0:
+                return "it is empty"
+            if suffix == ".safetensors":
+                return _safetensors_problem(f, head, size)
+            if suffix == ".bin":
+                if head.startswith(b"PK\x03\x04"):
+                    return None if zipfile.is_zipfile(f) else f"it is a truncated zip archive ({size} bytes)"
+                if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+                    return None  # torch.save's legacy pickle format
+                return f"it starts with {_looks_like(head)}, not a zip archive or a pickle"
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return f"it does not parse as JSON ({type(exc).__name__}: {exc}); it starts with {_looks_like(head)}"
+        return None if isinstance(data, dict) else f"it holds a JSON {type(data).__name__}, not an object"
+    except OSError as exc:
+        return f"it cannot be read ({type(exc).__name__}: {exc})"
+
+
+def _safetensors_problem(f: Any, head: bytes, size: int) -> str | None:
+    n = int.from_bytes(head[:8], "little") if len(head) >= 8 else -1
+    if not 2 <= n <= min(size - 8, _SAFETENSORS_MAX_HEADER):
+        return f"it starts with {_looks_like(head)}, not a safetensors header"
+    f.seek(8)
+    try:
+        header = json.loads(f.read(n).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return f"its header does not parse as JSON; it starts with {_looks_like(head)}"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    try:
+        end = max(
+            (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
+            default=0,
+        )
+    except (TypeError, KeyError, IndexError, ValueError):
+        return "its header lists tensors without valid data_offsets"
+    if end != size - 8 - n:
+        return f"its header describes {end} bytes of tensor data but the file holds {size - 8 - n} (truncated?)"
+    return None
+
+
+def _looks_like(head: bytes) -> str:
+    """The first bytes as a reader would describe them: text when they are text, else hex."""
+    text = head.decode("utf-8", errors="replace").rstrip("\ufffd")  # the cut may split a character
+    if text.strip() and "\ufffd" not in text and all(c.isprintable() or c.isspace() for c in text):
+        return repr(" ".join(text.split())[:40])
+    return "the bytes " + head[:12].hex(" ")
+
+
+def _remove_cached(path: Path) -> None:
+    """Delete a cached file: the snapshot entry and, when it is a link, the blob it points to."""
+    target = path.resolve()
+    path.unlink(missing_ok=True)
+    if target != path.absolute():
+        target.unlink(missing_ok=True)
