@@ -261,6 +261,34 @@ def test_bad_config_values_are_value_errors():
         _tiny(global_pool="max")
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("depth", 3.5, "depth=3.5 is invalid; expected an int"),
+        ("embed_dim", "9", "embed_dim='9' is invalid; expected an int"),
+        ("num_classes", True, "num_classes=True is invalid; expected an int"),  # a bool is not a count
+        ("mlp_ratio", "4", "mlp_ratio='4' is invalid; expected a finite number"),
+        ("mlp_ratio", float("nan"), "mlp_ratio=nan is invalid; expected a finite number"),
+        ("qkv_bias", 1, "qkv_bias=1 is invalid; expected true or false"),
+        ("img_size", (32, 32.0), "img_size=(32, 32.0) is invalid; expected an int or a list of 2 ints"),
+        ("conv_stem", (8, "16"), "conv_stem=(8, '16') is invalid; expected a list of ints"),
+        ("representation_size", 2.5, "representation_size=2.5 is invalid; expected an int or None"),
+        ("pos_embed", 1, "pos_embed=1 is invalid; expected one of 'learned', 'sincos'"),
+    ],
+)
+def test_wrongly_typed_config_fields_are_type_errors_naming_the_field(field, value, expected):
+    with pytest.raises(TypeError) as err:
+        ViTConfig().replace(**{field: value})
+    assert str(err.value) == expected
+
+
+def test_config_types_accept_ints_for_floats_and_lists_for_tuples():
+    config = ViTConfig(img_size=[32, 48], patch_size=16, mlp_ratio=2, norm_eps=1, embed_dim=24, num_heads=3)
+    assert config.img_size == (32, 48) and config.mlp_ratio == 2
+    with pytest.raises(ValueError, match="embed_dim=0 is invalid; expected an int >= 1"):
+        ViTConfig(embed_dim=0, num_heads=1)
+
+
 def test_unknown_config_field_is_a_type_error_listing_valid_fields():
     with pytest.raises(TypeError, match=r"unknown config field\(s\) 'num_layers'; valid fields: .*depth") as err:
         _tiny(num_layers=3)

@@ -1,4 +1,4 @@
-"""Field validation shared by vitzoo's config dataclasses (ViTConfig, TrainConfig).
+"""Field validation shared by vitzoo's config dataclasses (ViTConfig, TrainConfig, PretrainedCfg).
 
 One rule, one message shape: `name=value is invalid; expected <what>`. Standard library only, so
 every layer may use it.
@@ -6,8 +6,17 @@ every layer may use it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+import math
+import types
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Union, get_args, get_origin
+
+# A file may state an image size that no tensor confirms (a sinusoidal position embedding is not
+# saved): the table built from it is real memory even on the meta device, so a stated size must
+# stay within what any ViT can attend over. Both bounds are far above real models (a 4096 x 4096
+# image at patch 16 has 65536 tokens, and attention is quadratic in the token count).
+MAX_IMAGE_SIDE = 2**16
+MAX_TOKENS = 2**16
 
 
 def check_fields(obj: Any, checks: Iterable[tuple[bool, str, str]]) -> None:
@@ -23,4 +32,82 @@ def check_heads(embed_dim: int, num_heads: int) -> None:
         raise ValueError(
             f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}; "
             "expected embed_dim to be a multiple of num_heads"
+        )
+
+
+def check_types(values: Mapping[str, Any], hints: Mapping[str, Any]) -> None:
+    """Raise TypeError `name=value is invalid; expected <type in words>` for the first value that
+    is not of its field's type (for a Literal: the type of its choices; the choice itself is
+    the caller's ValueError). `hints` maps field names to annotations (typing.get_type_hints);
+    names without a hint are not checked. In these configs a bool is not an int (True would build
+    a 1-wide model), an int is a valid float, floats must be finite, and a list stands for a tuple
+    (JSON has no tuples)."""
+    for name, value in values.items():
+        hint = hints.get(name)
+        if hint is not None and not matches(value, hint):
+            raise TypeError(f"{name}={value!r} is invalid; expected {describe(hint)}")
+
+
+def matches(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the annotation `hint` (the subset of typing that configs use)."""
+    if hint is Any:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        return any(matches(value, a) for a in args)
+    if origin is Literal:  # the type of its choices; which choice is a value check (a ValueError)
+        return any(type(value) is type(a) for a in args)
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(matches(v, args[0]) for v in value)
+        return len(value) == len(args) and all(matches(v, a) for v, a in zip(value, args))
+    if origin is dict:
+        return isinstance(value, dict)
+    return isinstance(value, origin or hint)
+
+
+def describe(hint: Any) -> str:
+    """An annotation in words, for error messages ("an int or a list of 2 ints")."""
+    if hint is None or hint is type(None):
+        return "None"
+    words = {bool: "true or false", int: "an int", float: "a finite number", str: "a string", Any: "any value"}
+    if hint in words:
+        return words[hint]
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Union or origin is types.UnionType:
+        return " or ".join(describe(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of {_plural(args[0])}"
+        if len(set(args)) == 1:
+            return f"a list of {len(args)} {_plural(args[0])}"
+        return "a list of (" + ", ".join(describe(a) for a in args) + ")"
+    if origin is dict:
+        return "a JSON object (dict)"
+    return f"a {getattr(hint, '__name__', hint)}"
+
+
+def _plural(hint: Any) -> str:
+    return {int: "ints", float: "numbers", str: "strings", bool: "bools"}.get(hint, describe(hint))
+
+
+def check_image_bounds(img_size: tuple[int, int], grid: tuple[int, int], *, field: str = "img_size") -> None:
+    """Raise ValueError when an image size stated by a file (not confirmed by any tensor) exceeds
+    MAX_IMAGE_SIDE per side or MAX_TOKENS patch positions."""
+    if max(img_size) > MAX_IMAGE_SIDE or grid[0] * grid[1] > MAX_TOKENS:
+        raise ValueError(
+            f"{field}={img_size} is invalid; expected at most {MAX_IMAGE_SIDE} pixels per side and at most "
+            f"{MAX_TOKENS} patches ({grid[0]} x {grid[1]} = {grid[0] * grid[1]} here)"
         )

@@ -14,8 +14,10 @@ mlp.fc1,mlp.fc2}, norm, head, head_dist); the representation layer is `pre_logit
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -23,7 +25,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from .checks import check_fields, check_heads
+from .checks import check_fields, check_heads, check_types
 from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.patch_embed import check_conv_stem
 from .layout import save_pretrained
@@ -66,6 +68,9 @@ class ViTConfig:
         self.validate()
 
     def validate(self) -> None:
+        # Types first: configs come from JSON files too, and a "9" or a 3.5 must be named here
+        # rather than fail somewhere inside torch.
+        check_types({name: getattr(self, name) for name in self.field_names()}, self.field_types())
         img, patch = to_2tuple(self.img_size, "img_size"), to_2tuple(self.patch_size, "patch_size")
         if self.conv_stem:  # the stem pads, so any image size works; the patch size is its stride
             check_conv_stem(self.conv_stem, patch, img)
@@ -79,6 +84,7 @@ class ViTConfig:
             self,
             [
                 (self.in_chans >= 1, "in_chans", "an int >= 1"),
+                (self.embed_dim >= 1, "embed_dim", "an int >= 1"),
                 (self.num_classes >= 0, "num_classes", "an int >= 0"),
                 (self.depth >= 0, "depth", "an int >= 0"),
                 (self.mlp_ratio > 0, "mlp_ratio", "a positive number"),
@@ -104,6 +110,11 @@ class ViTConfig:
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
 
+    @classmethod
+    def field_types(cls) -> dict[str, Any]:
+        """Each field's annotation, evaluated (this module's annotations are strings)."""
+        return _field_types()
+
     def replace(self, **overrides: Any) -> ViTConfig:
         unknown = sorted(set(overrides) - set(self.field_names()))
         if unknown:
@@ -127,6 +138,11 @@ class ViTConfig:
     @property
     def num_prefix_tokens(self) -> int:
         return int(self.class_token) + int(self.distilled)
+
+
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(ViTConfig)
 
 
 class VisionTransformer(nn.Module):

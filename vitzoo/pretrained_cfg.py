@@ -7,8 +7,13 @@ and the label names are properties of the checkpoint, not of the architecture.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from .checks import MAX_IMAGE_SIDE, check_types
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -16,6 +21,9 @@ INCEPTION_MEAN = (0.5, 0.5, 0.5)  # the original ViT and AugReg releases normali
 INCEPTION_STD = (0.5, 0.5, 0.5)
 MNIST_MEAN = (0.1307,)
 MNIST_STD = (0.3081,)
+# Resampling filters that image libraries (PIL, torchvision) and timm's configs name.
+INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "box", "hamming", "lanczos")
+_SEQUENCES = ("input_size", "mean", "std", "label_names")  # tuples here, lists in JSON
 
 
 @dataclass(frozen=True)
@@ -46,13 +54,55 @@ class PretrainedCfg:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PretrainedCfg:
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in names}
-        for key in ("input_size", "mean", "std", "label_names"):
-            if values.get(key) is not None:
-                values[key] = tuple(values[key])
-        return cls(**values)
+    def from_dict(cls, data: Mapping[str, Any]) -> PretrainedCfg:
+        """A cfg from plain (JSON) data, checked: TypeError / ValueError name the bad field.
+        Unknown keys are ignored (timm's configs carry many more)."""
+        return cls(**check_pretrained_fields(data))
+
+    def validate(self) -> None:
+        """Raise TypeError / ValueError naming the first field that is not what it should be."""
+        check_pretrained_fields(dataclasses.asdict(self))
+
+
+@functools.cache
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(PretrainedCfg)
+
+
+def check_pretrained_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The PretrainedCfg fields among `data` (a whole cfg or the part a file states), lists made
+    tuples, each checked; raises TypeError (wrong type) or ValueError (wrong value) naming the field.
+
+    mean and std need not have one entry per channel of input_size: a model adapted to other
+    channels keeps its source's statistics, and InputSpec.from_model fits them to its channels."""
+    names = {f.name for f in dataclasses.fields(PretrainedCfg)}
+    values = {k: v for k, v in data.items() if k in names}
+    for key in _SEQUENCES:
+        if isinstance(values.get(key), list):
+            values[key] = tuple(values[key])
+    check_types(values, _field_types())
+    problems = []
+    if "input_size" in values:
+        size = values["input_size"]
+        ok = all(v > 0 for v in size) and max(size[1:]) <= MAX_IMAGE_SIDE
+        problems.append((ok, "input_size", f"(channels, height, width), positive, sides at most {MAX_IMAGE_SIDE}"))
+    for key in ("mean", "std"):
+        if key in values:
+            ok = len(values[key]) > 0 and (key == "mean" or all(v > 0 for v in values[key]))
+            problems.append((ok, key, "a non-empty list of numbers" + (", all positive" if key == "std" else "")))
+    if "mean" in values and "std" in values and len(values["mean"]) != len(values["std"]):
+        problems.append((False, "std", f"as many numbers as mean {values['mean']!r}"))
+    if "interpolation" in values:
+        ok = values["interpolation"] in INTERPOLATIONS
+        problems.append((ok, "interpolation", "one of " + ", ".join(map(repr, INTERPOLATIONS))))
+    if "crop_pct" in values:
+        problems.append((0 < values["crop_pct"] <= 1, "crop_pct", "a number in (0, 1]"))
+    if "num_classes" in values:
+        problems.append((values["num_classes"] >= 0, "num_classes", "an int >= 0"))
+    for ok, name, expected in problems:
+        if not ok:
+            raise ValueError(f"{name}={values[name]!r} is invalid; expected {expected}")
+    return values
 
 
 def resolve_label_names(cfg: PretrainedCfg) -> tuple[str, ...] | None:

@@ -30,7 +30,11 @@ def ti_ckpt(timm_checkpoint):
 
 def timm_model(path, **kwargs):
     return timm.create_model(
-        "vit_tiny_patch16_224", pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(path)), **kwargs
+        "vit_tiny_patch16_224",
+        pretrained=True,
+        depth=2,
+        pretrained_cfg_overlay=dict(file=str(path), custom_load=False),
+        **kwargs,
     ).eval()
 
 
@@ -93,7 +97,7 @@ def test_distilled_model_keeps_both_prefix_tokens(timm_checkpoint):
         pretrained=True,
         depth=2,
         img_size=256,
-        pretrained_cfg_overlay=dict(file=str(ckpt)),
+        pretrained_cfg_overlay=dict(file=str(ckpt), custom_load=False),
     ).eval()
     x = torch.randn(1, 3, 256, 256)
     with torch.no_grad():

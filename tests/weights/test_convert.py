@@ -28,7 +28,9 @@ def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def timm_from_file(timm_name: str, path, **kwargs) -> torch.nn.Module:
     """timm's own model with timm's own loader reading `path` (the reference side)."""
-    return timm.create_model(timm_name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path)), **kwargs).eval()
+    return timm.create_model(
+        timm_name, pretrained=True, pretrained_cfg_overlay=dict(file=str(path), custom_load=False), **kwargs
+    ).eval()
 
 
 # ---------------------------------------------------------------------------- timm hub layout

@@ -26,7 +26,7 @@ def test_pretrained_true_uses_the_default_source_and_carries_preprocessing(fake_
         "vit_tiny_patch16_224",
         pretrained=True,
         depth=2,
-        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")),
+        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors"), custom_load=False),
     ).eval()
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
@@ -87,7 +87,7 @@ def test_load_weights_into_an_existing_model(tmp_path, timm_checkpoint):
         "vit_tiny_patch16_224",
         pretrained=True,
         depth=2,
-        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")),
+        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors"), custom_load=False),
     )
     assert torch.equal(model.pos_embed, reference.pos_embed)
 

@@ -72,7 +72,7 @@ def test_export_to_timm_identical_logits(tmp_path, name):
     path = vitzoo.export(model, "timm", tmp_path / f"{name}.safetensors")
     timm_name = timm_counterparts()[name]
     reference = timm.create_model(
-        timm_name, pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(path))
+        timm_name, pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(path), custom_load=False)
     ).eval()
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
@@ -120,13 +120,13 @@ def test_convert_timm_hub_dir_to_timm_file_and_single_vitzoo_file(tmp_path, timm
     ckpt = timm_checkpoint("vit_small_patch16_224", depth=2)
     out = vitzoo.convert(ckpt, tmp_path / "converted.safetensors", to="timm")
     reference = timm.create_model(
-        "vit_small_patch16_224", pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(out))
+        "vit_small_patch16_224", pretrained=True, depth=2, pretrained_cfg_overlay=dict(file=str(out), custom_load=False)
     ).eval()
     original = timm.create_model(
         "vit_small_patch16_224",
         pretrained=True,
         depth=2,
-        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors")),
+        pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors"), custom_load=False),
     ).eval()
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():

@@ -79,6 +79,7 @@ def fit_state_dict(
     `model` may live on the meta device: only its parameter names, shapes and dtypes are used.
     `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids)."""
     target = model.state_dict()
+    _check_dtypes(state, target, file)
     state = dict(state)
     report = FitReport()
     for note, level in [
@@ -98,6 +99,22 @@ def fit_state_dict(
 
 
 Notes = list[tuple[str, int]]  # (what was adapted, logging level)
+
+
+def _check_dtypes(state: StateDict, target: StateDict, file: str) -> None:
+    """Integer, bool or complex values for floating-point parameters are refused: casting them
+    would load quantised (or unrelated) data as if it were the weights. Other floating precisions
+    (fp16, bf16, fp64) are converted to the model's dtype as usual."""
+    bad = [
+        f"{k} ({str(v.dtype).removeprefix('torch.')})"
+        for k, v in state.items()
+        if k in target and target[k].is_floating_point() and not v.is_floating_point()
+    ]
+    if bad:
+        raise WeightsMismatchError(
+            f"{file}: tensor(s) of a non-floating dtype for floating-point parameters: {_listing(bad)}; "
+            "expected floating-point values (a quantised checkpoint must be dequantised before loading)"
+        )
 
 
 def _fit_head(state: StateDict, target: StateDict, file: str) -> Notes:

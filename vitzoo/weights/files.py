@@ -88,7 +88,8 @@ def _read_safetensors(path: Path) -> StateDict:
 def _read_torch(path: Path) -> StateDict:
     try:
         # mmap keeps the tensors file-backed instead of copying them (zip format only).
-        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
+        # str(path): torch < 2.2 accepts mmap=True only with a str filename, not a Path.
+        obj = torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     except pickle.UnpicklingError as e:
         raise WeightsFileError(
             f"{str(path)!r} holds Python objects other than tensors, which vitzoo refuses to load "

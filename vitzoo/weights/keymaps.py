@@ -110,6 +110,10 @@ def _merge_qkv(state: StateDict, *, file: str) -> StateDict:
             raise WeightsMismatchError(
                 f"{file}: {key} cannot be assembled, the {'/'.join(missing)} projection is missing"
             )
+        dtypes = {t.dtype for t in qkv.values()}
+        if len(dtypes) > 1:  # torch.cat would promote silently (int8 parts would become floats)
+            found = ", ".join(f"{n}: {str(qkv[n].dtype).removeprefix('torch.')}" for n in "qkv")
+            raise WeightsMismatchError(f"{file}: {key} cannot be assembled, its q/k/v parts differ in dtype ({found})")
         out[key] = torch.cat([qkv["q"], qkv["k"], qkv["v"]], dim=0)
     return out
 
@@ -303,6 +307,9 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         pos = state.get("pos_embed")
     except KeyError as e:
         raise WeightsMismatchError(f"{file}: cannot infer the architecture, key {e} is missing") from None
+    for key, tensor, ndim in (("patch_embed.proj.weight", proj, 4), ("pos_embed", pos, 3)):
+        if tensor is not None and tensor.ndim != ndim:
+            raise WeightsMismatchError(f"{file}: {key} has shape {tuple(tensor.shape)}; expected {ndim} dimensions")
     embed_dim, in_chans, ph, pw = proj.shape
     # A convolutional stem: conv weights at stem.0, stem.3, ... (conv, BatchNorm, ReLU per stage).
     stem = [state[f"patch_embed.stem.{3 * i}.weight"] for i in range(64) if f"patch_embed.stem.{3 * i}.weight" in state]

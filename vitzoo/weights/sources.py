@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import layout
+from ..checks import check_image_bounds, check_types
 from ..layers import to_2tuple
 from ..model import ViTConfig
-from ..pretrained_cfg import PretrainedCfg
+from ..pretrained_cfg import PretrainedCfg, check_pretrained_fields
 from .errors import WeightsFileError, WeightsMismatchError, WeightsNotFoundError
 from .files import StateDict, read_checkpoint, read_json
 from .hub import HF_PREFIX, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref, require_timm
@@ -103,25 +104,38 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve:
     converted = to_vitzoo(raw, file=label)
     del raw
     data = SourceData(converted.state, label, converted.format)
-    fields = infer_config_fields(converted.state, file=label)
+    inferred = infer_config_fields(converted.state, file=label)
+    fields = dict(inferred)
     declared: dict[str, Any] = dict(converted.hints)
     if config_path is not None:
+        where = str(config_path)
         cfg = read_json(config_path)
+        # The config is untrusted input: fields are type-checked, and those the tensors also tell
+        # (widths, depth, classes, grid) must agree with them, before anything is built from them.
+        stated: dict[str, Any] = {}
+        unconfirmed_img: Any = None  # an image size from preprocessing data, not the architecture
         if cfg.get("format") == layout.FORMAT:
-            declared.update(_vitzoo_config(cfg, config_path))
-            data.pretrained = dict(cfg.get("pretrained_cfg") or {})
-            data.architecture = cfg.get("architecture")
+            stated = _vitzoo_config(cfg, config_path)
+            pretrained = cfg.get("pretrained_cfg") or {}
+            data.architecture = _optional_str(cfg, "architecture", where)
         elif cfg.get("model_type") in ("vit", "deit"):
-            declared.update(_transformers_config(cfg, config_path))
-            data.pretrained = _transformers_labels(cfg, fields.get("num_classes", 0))
+            stated = _transformers_config(cfg, config_path)
+            pretrained = _transformers_labels(cfg, inferred["num_classes"], where)
         elif "architecture" in cfg:
-            more, data.pretrained, data.architecture = _timm_config(cfg, resolve)
-            declared.update(more)
+            stated, pretrained, data.architecture, unconfirmed_img = _timm_config(cfg, resolve, where)
         else:
             raise WeightsFileError(
-                f'{str(config_path)!r} is not a config vitzoo knows: expected a vitzoo config ("format": '
+                f'{where!r} is not a config vitzoo knows: expected a vitzoo config ("format": '
                 '"vitzoo"), a transformers ViT/DeiT config ("model_type") or a timm config ("architecture")'
             )
+        _check_stated(stated, inferred, converted.state, config=where, weights=label)
+        declared.update(stated)
+        if unconfirmed_img is not None and "img_size" not in stated:
+            patch = to_2tuple(inferred["patch_size"])
+            grid = (-(-unconfirmed_img[0] // patch[0]), -(-unconfirmed_img[1] // patch[1]))
+            _check_bounds(unconfirmed_img, grid, where)
+            declared["img_size"] = unconfirmed_img
+        data.pretrained = _checked_pretrained(pretrained, where)
     if "num_heads" not in declared and data.architecture:
         arch = resolve(data.architecture)
         arch_cfg = arch.config if arch is not None else None
@@ -139,9 +153,112 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve:
     return data
 
 
-def _vitzoo_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+# The fields a checkpoint's tensors state, each with the tensor (shape) that states it. A config
+# that disagrees describes some other model: building it would allocate for the config's sizes
+# (new heads, adapted convolutions, sinusoid tables) before the shapes could object.
+_STATED_BY: dict[str, str] = {
+    "embed_dim": "patch_embed.proj.weight",
+    "in_chans": "patch_embed.proj.weight",
+    "patch_size": "patch_embed.proj.weight",
+    "conv_stem": "patch_embed.stem.*.weight",
+    "depth": "blocks.<i>.*",
+    "num_classes": "head.weight",
+    "representation_size": "pre_logits.fc.weight",
+    "class_token": "cls_token",
+    "distilled": "dist_token",
+    "final_norm": "norm.weight",
+    "qkv_bias": "blocks.0.attn.qkv.bias",
+}
+
+
+def _check_stated(
+    stated: dict[str, Any], inferred: dict[str, Any], state: StateDict, *, config: str, weights: str
+) -> None:
+    """Raise WeightsFileError for a stated field of the wrong type or out of bounds, and
+    WeightsMismatchError for one that disagrees with the tensors in `weights`."""
     try:
-        return ViTConfig.from_dict(cfg.get("config") or {}).to_dict()
+        check_types(stated, ViTConfig.field_types())
+    except TypeError as e:
+        raise WeightsFileError(f"{config!r}: {e}") from e
+
+    def mismatch(name: str, value: Any, tensors: str, found: Any) -> WeightsMismatchError:
+        return WeightsMismatchError(
+            f"{config!r} states {name}={value!r}, but the weights in {weights} have {name}={found!r} "
+            f"(from {tensors}); expected the config to describe these weights"
+        )
+
+    stem = "patch_embed.stem.0.weight" in state
+    for name, tensors in _STATED_BY.items():
+        if name not in stated or (name == "qkv_bias" and not inferred["depth"]):
+            continue
+        value, found = stated[name], inferred.get(name)
+        if name == "patch_size":
+            value, found = to_2tuple(value, name), to_2tuple(inferred[name], name)
+        if name == "in_chans" and stem:
+            tensors = "patch_embed.stem.0.weight"
+        if value != found:
+            raise mismatch(name, stated[name], tensors, inferred.get(name))
+    if "norm_eps" in stated and not stated["norm_eps"] > 0:
+        raise WeightsFileError(f"{config!r}: norm_eps={stated['norm_eps']!r} is invalid; expected a positive number")
+    depth, dim = inferred["depth"], inferred["embed_dim"]
+    if "mlp_ratio" in stated and depth:
+        hidden = int(state["blocks.0.mlp.fc1.weight"].shape[0])
+        if int(dim * stated["mlp_ratio"]) != hidden:
+            raise mismatch("mlp_ratio", stated["mlp_ratio"], "blocks.0.mlp.fc1.weight", hidden / dim)
+    pos = state.get("pos_embed")
+    if stated.get("pos_embed") == "sincos" and pos is not None:
+        raise mismatch("pos_embed", "sincos", "pos_embed", "learned")
+    if stated.get("pos_embed") == "learned" and pos is None:
+        raise mismatch("pos_embed", "learned", "no pos_embed tensor", "sincos")
+    if "img_size" not in stated:
+        return
+    img, patch = to_2tuple(stated["img_size"], "img_size"), to_2tuple(inferred["patch_size"], "patch_size")
+    grid = (-(-img[0] // patch[0]), -(-img[1] // patch[1]))
+    if pos is not None:
+        prefix = int(inferred["class_token"]) + int(inferred["distilled"])
+        if grid[0] * grid[1] + prefix != pos.shape[1]:
+            raise WeightsMismatchError(
+                f"{config!r} states img_size={stated['img_size']!r}, a {grid[0]}x{grid[1]} grid of "
+                f"patch_size {inferred['patch_size']!r}, but pos_embed in {weights} has shape {tuple(pos.shape)}: "
+                f"{pos.shape[1] - prefix} grid positions; expected the config to describe these weights"
+            )
+    else:
+        _check_bounds(img, grid, config)
+
+
+def _check_bounds(img: tuple[int, int], grid: tuple[int, int], config: str) -> None:
+    try:
+        check_image_bounds(img, grid)
+    except ValueError as e:
+        raise WeightsFileError(f"{config!r}: {e} (an image size that no tensor confirms is bounded)") from e
+
+
+def _checked_pretrained(values: Any, where: str) -> dict[str, Any]:
+    """The preprocessing and labels a config states, type- and value-checked (see
+    pretrained_cfg.check_pretrained_fields)."""
+    if not isinstance(values, dict):
+        raise WeightsFileError(f"{where!r}: pretrained_cfg={values!r} is invalid; expected a JSON object")
+    try:
+        return check_pretrained_fields(values)
+    except (TypeError, ValueError) as e:
+        raise WeightsFileError(f"{where!r}: invalid pretrained_cfg ({e})") from e
+
+
+def _optional_str(cfg: dict[str, Any], key: str, where: str) -> str | None:
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, str):
+        raise WeightsFileError(f"{where!r}: {key}={value!r} is invalid; expected a string or null")
+    return value
+
+
+def _vitzoo_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    fields = cfg.get("config") or {}
+    if not isinstance(fields, dict):
+        raise WeightsFileError(
+            f"{str(path)!r}: config={fields!r} is invalid; expected a JSON object of ViTConfig fields"
+        )
+    try:
+        return ViTConfig.from_dict(fields).to_dict()
     except (TypeError, ValueError) as e:
         raise WeightsFileError(f"{str(path)!r}: invalid vitzoo config ({e})") from e
 
@@ -152,30 +269,52 @@ def _transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         raise WeightsMismatchError(
             f"{str(path)!r}: hidden_act {act!r} is not supported; vitzoo's MLP uses exact GELU ('gelu')"
         )
+    # transformers' names for the fields, with their types: a value of another type is an error
+    # naming the key, never silently converted (int(3.5) would build a narrower model).
+    hints: dict[str, Any] = {
+        "hidden_size": int,
+        "num_hidden_layers": int,
+        "num_attention_heads": int,
+        "intermediate_size": int,
+        "image_size": int | tuple[int, int],
+        "patch_size": int | tuple[int, int],
+        "num_channels": int,
+        "qkv_bias": bool,
+        "layer_norm_eps": float,
+    }
+    required = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    missing = [key for key in required if key not in cfg]
+    if missing:
+        raise WeightsFileError(f"{str(path)!r}: transformers config lacks {', '.join(missing)}")
     try:
-        hidden = int(cfg["hidden_size"])
-        fields: dict[str, Any] = dict(
-            embed_dim=hidden,
-            depth=int(cfg["num_hidden_layers"]),
-            num_heads=int(cfg["num_attention_heads"]),
-            mlp_ratio=int(cfg["intermediate_size"]) / hidden,
-            img_size=cfg.get("image_size", 224),
-            patch_size=cfg.get("patch_size", 16),
-            in_chans=int(cfg.get("num_channels", 3)),
-            qkv_bias=bool(cfg.get("qkv_bias", True)),
-            # transformers' ViT and DeiT LayerNorms default to 1e-12, not timm's 1e-6.
-            norm_eps=float(cfg.get("layer_norm_eps", TRANSFORMERS_EPS)),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise WeightsFileError(f"{str(path)!r}: transformers config lacks or garbles {e}") from e
+        check_types({k: cfg[k] for k in hints if k in cfg}, hints)
+    except TypeError as e:
+        raise WeightsFileError(f"{str(path)!r}: invalid transformers config ({e})") from e
+    hidden = cfg["hidden_size"]
+    if hidden <= 0:
+        raise WeightsFileError(f"{str(path)!r}: hidden_size={hidden!r} is invalid; expected an int >= 1")
+    fields: dict[str, Any] = dict(
+        embed_dim=hidden,
+        depth=cfg["num_hidden_layers"],
+        num_heads=cfg["num_attention_heads"],
+        mlp_ratio=cfg["intermediate_size"] / hidden,
+        img_size=cfg.get("image_size", 224),
+        patch_size=cfg.get("patch_size", 16),
+        in_chans=cfg.get("num_channels", 3),
+        qkv_bias=cfg.get("qkv_bias", True),
+        # transformers' ViT and DeiT LayerNorms default to 1e-12, not timm's 1e-6.
+        norm_eps=float(cfg.get("layer_norm_eps", TRANSFORMERS_EPS)),
+    )
     for key in ("img_size", "patch_size"):
         if isinstance(fields[key], list):
             fields[key] = tuple(fields[key])
     return fields
 
 
-def _transformers_labels(cfg: dict[str, Any], num_classes: int) -> dict[str, Any]:
+def _transformers_labels(cfg: dict[str, Any], num_classes: int, where: str) -> dict[str, Any]:
     id2label = cfg.get("id2label") or {}
+    if not isinstance(id2label, dict):
+        raise WeightsFileError(f"{where!r}: id2label={id2label!r} is invalid; expected a JSON object")
     out: dict[str, Any] = {}
     if num_classes and len(id2label) == num_classes:
         names = tuple(str(id2label.get(str(i), id2label.get(i, i))) for i in range(num_classes))
@@ -184,36 +323,49 @@ def _transformers_labels(cfg: dict[str, Any], num_classes: int) -> dict[str, Any
     return out
 
 
-def _timm_config(cfg: dict[str, Any], resolve: Resolve) -> tuple[dict[str, Any], dict[str, Any], str | None]:
-    arch = resolve(str(cfg["architecture"]).split(".")[0])
+_TIMM_ARGS = (
+    "img_size",
+    "patch_size",
+    "in_chans",
+    "embed_dim",
+    "depth",
+    "num_heads",
+    "mlp_ratio",
+    "qkv_bias",
+    "class_token",
+    "global_pool",
+)
+
+
+def _timm_config(
+    cfg: dict[str, Any], resolve: Resolve, where: str
+) -> tuple[dict[str, Any], dict[str, Any], str | None, tuple[int, int] | None]:
+    """timm's config: the architecture fields its model_args state, its preprocessing and labels,
+    the vitzoo name of its architecture, and the image size its preprocessing names (which is not
+    an architecture fact: timm keeps a pretrained cfg's input_size when img_size is overridden)."""
+    name = cfg["architecture"]
+    if not isinstance(name, str):
+        raise WeightsFileError(f"{where!r}: architecture={name!r} is invalid; expected a string")
+    arch = resolve(name.split(".")[0])
     ours = arch.name if arch is not None else None
+    args, pcfg = cfg.get("model_args") or {}, cfg.get("pretrained_cfg") or {}
+    for key, value in (("model_args", args), ("pretrained_cfg", pcfg)):
+        if not isinstance(value, dict):
+            raise WeightsFileError(f"{where!r}: {key}={value!r} is invalid; expected a JSON object")
     fields: dict[str, Any] = {}
-    args = dict(cfg.get("model_args") or {})
-    for key in (
-        "img_size",
-        "patch_size",
-        "in_chans",
-        "embed_dim",
-        "depth",
-        "num_heads",
-        "mlp_ratio",
-        "qkv_bias",
-        "class_token",
-        "global_pool",
-    ):
+    for key in _TIMM_ARGS:
         if key in args:
             value = args[key]
             fields[key] = tuple(value) if isinstance(value, list) else value
-    pcfg = dict(cfg.get("pretrained_cfg") or {})
-    if "img_size" not in fields and pcfg.get("input_size"):
-        fields["img_size"] = tuple(pcfg["input_size"][1:])
     if cfg.get("global_pool") in ("token", "avg"):
         fields["global_pool"] = cfg["global_pool"]
     keep = ("input_size", "mean", "std", "interpolation", "crop_pct", "num_classes", "label_names", "license")
     pretrained = {k: pcfg[k] for k in keep if pcfg.get(k) is not None}
     if "label_names" not in pretrained and cfg.get("label_names"):
         pretrained["label_names"] = cfg["label_names"]
-    return fields, pretrained, ours
+    pretrained = _checked_pretrained(pretrained, where)
+    size = pretrained.get("input_size")
+    return fields, pretrained, ours, (size[1], size[2]) if size is not None else None
 
 
 def _from_timm(name: str) -> SourceData:
