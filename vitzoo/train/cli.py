@@ -48,6 +48,19 @@ _MODEL_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+def _threads_arg(value: str) -> int | None:
+    """--threads: "auto" (None) or a positive thread count."""
+    if value == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of threads >= 1 or 'auto', got {value!r}")
+    return n
+
+
 def recipe_defaults(data: str, from_pretrained: bool, model: str | None = None) -> dict[str, Any]:
     """The default recipe (TrainConfig fields) for this data, start and model."""
     recipe: dict[str, Any]
@@ -209,9 +222,11 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
     run.add_argument(
         "--threads",
-        type=int,
+        type=_threads_arg,
         default=None,
-        help="CPU threads for torch (default: torch's choice; 1 is faster on a busy machine)",
+        metavar="N|auto",
+        help="CPU threads for torch: a number fixes it (runs repeat bit for bit); auto (the default) uses "
+        "the cores other processes leave free, re-decided every few seconds",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (epoch lines still print)")
     run.add_argument(

@@ -62,6 +62,7 @@ from .export import export_pretrained
 from .lock import RunLock
 from .metrics import CURVES_NAME, METRICS_NAME, plot_curves, read_metrics, write_metrics
 from .optim import WarmupCosine, freeze_backbone, freeze_norm_statistics, param_groups
+from .threads import AutoThreads
 
 BEST_DIR = "best"
 
@@ -89,7 +90,9 @@ class TrainConfig:
     ema_decay: float | None = None  # average the weights (e.g. 0.9995); evaluation and best/ use the average
     progress: bool = True
     device: str = "auto"
-    threads: int | None = None  # torch intra-op threads; None keeps torch's default
+    threads: int | None = (
+        None  # torch intra-op threads; None: "auto", the cores other processes leave free (threads.py)
+    )
 
     def __post_init__(self) -> None:
         check_fields(
@@ -376,6 +379,7 @@ class Run:
     best_dir: Path | None = None
     train_seconds: float = 0.0
     lock: RunLock | None = None  # rank 0's lock of out_dir, held until fit returns
+    auto_threads: AutoThreads | None = None  # threads=None on the CPU: re-decided as training goes
 
     @property
     def checkpoint_path(self) -> Path:
@@ -582,9 +586,7 @@ def _build_run(
         _check_same_model(out_dir, previous, model, (run_info or {}).get("model"), splits)
         history_entry = _check_same_settings(out_dir, previous, config, overrides, meta.get("state") or {})
     if config.threads is not None:
-        # Small models gain little from a second thread, and on a machine whose cores are busy
-        # OpenMP threads waiting for each other make every step several times slower.
-        torch.set_num_threads(config.threads)
+        torch.set_num_threads(config.threads)  # fixed: bit-for-bit repeatable (see threads.py)
     torch.manual_seed(config.seed)
     if config.linear_probe:
         freeze_backbone(model)
@@ -633,6 +635,9 @@ def _build_run(
         train_loader=train_loader,
         val_loader=val_loader,
         info=info,
+        # On a busy machine OpenMP threads that share contested cores wait for each other at every
+        # barrier; "auto" uses the cores that are free instead (vitzoo/train/threads.py).
+        auto_threads=AutoThreads() if config.threads is None and device.type == "cpu" else None,
     )
     if resume:
         run.state, _ = load_checkpoint(
@@ -804,6 +809,8 @@ def train_one_epoch(run: Run, stop: _StopFlag, *, on_step: Callable[[int, int], 
         state.epoch_loss_sum += loss_value * len(y)
         state.epoch_correct += correct
         state.epoch_seen += len(y)
+        if run.auto_threads is not None:
+            run.auto_threads.tick()
         bar.update(1)
         if state.step % 10 == 0 or state.step == run.steps_per_epoch:
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{run.scheduler.lr:.2e}", refresh=False)
@@ -839,6 +846,7 @@ def end_epoch(run: Run) -> dict[str, Any]:
         "lr": run.scheduler.lr,
         "epoch_time_s": round(state.epoch_time, 3),
         "train_images_per_s": round(float(sums[2]) / max(state.epoch_time, 1e-9), 1),
+        "threads": torch.get_num_threads(),
     }
     if run.ema is not None:  # val_acc is the average's; this is the training weights'
         record["raw_val_acc"] = run.evaluate(run.model).accuracy
