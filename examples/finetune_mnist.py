@@ -37,7 +37,9 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="run directory (default runs/example-<model>-<data>-<time>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is faster on a busy machine)")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: auto, the cores left free)"
+    )
     args = parser.parse_args()
 
     # 1. Data: decoded once into uint8 tensors, augmented a batch at a time during training.

@@ -130,7 +130,8 @@ def _hub_errors() -> tuple[Any, Any, Any, Any, Any]:
 
     try:
         errors = importlib.import_module("huggingface_hub.errors")
-    except ImportError:
+        errors.EntryNotFoundError  # noqa: B018 — 0.23-0.24 have the module without these classes
+    except (ImportError, AttributeError):
         errors = importlib.import_module("huggingface_hub.utils")
     return (
         errors.EntryNotFoundError,
