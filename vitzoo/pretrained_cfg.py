@@ -23,6 +23,10 @@ MNIST_MEAN = (0.1307,)
 MNIST_STD = (0.3081,)
 # Resampling filters that image libraries (PIL, torchvision) and timm's configs name.
 INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "box", "hamming", "lanczos")
+# How an evaluation image becomes input_size (timm's names): "center" resizes the short side to
+# size / crop_pct and crops the centre (timm, torchvision, DeiT); "squash" resizes to exactly
+# (H, W), aspect ratio lost (transformers' ViTImageProcessor).
+CROP_MODES = ("center", "squash")
 _SEQUENCES = ("input_size", "mean", "std", "label_names")  # tuples here, lists in JSON
 
 
@@ -35,6 +39,7 @@ class PretrainedCfg:
     std: tuple[float, ...] = INCEPTION_STD
     interpolation: str = "bicubic"
     crop_pct: float = 0.9
+    crop_mode: str = "center"  # see CROP_MODES
     num_classes: int = 1000
     label_names: tuple[str, ...] | None = None
     # A named label list resolved when weights are loaded ("imagenet-1k"), so that registry
@@ -62,6 +67,16 @@ class PretrainedCfg:
     def validate(self) -> None:
         """Raise TypeError / ValueError naming the first field that is not what it should be."""
         check_pretrained_fields(dataclasses.asdict(self))
+
+    # Read access by key, as timm's data helpers read a model's pretrained_cfg (a dict in timm):
+    # timm.data.resolve_model_data_config(model) then works on vitzoo models.
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default) if key in self.__dataclass_fields__ else default
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.__dataclass_fields__:
+            raise KeyError(key)
+        return getattr(self, key)
 
 
 @functools.cache
@@ -95,6 +110,9 @@ def check_pretrained_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     if "interpolation" in values:
         ok = values["interpolation"] in INTERPOLATIONS
         problems.append((ok, "interpolation", "one of " + ", ".join(map(repr, INTERPOLATIONS))))
+    if "crop_mode" in values:
+        ok = values["crop_mode"] in CROP_MODES
+        problems.append((ok, "crop_mode", "one of " + ", ".join(map(repr, CROP_MODES))))
     if "crop_pct" in values:
         problems.append((0 < values["crop_pct"] <= 1, "crop_pct", "a number in (0, 1]"))
     if "num_classes" in values:
