@@ -1,0 +1,38 @@
+"""vitzoo/pretrained_cfg.py: the preprocessing that travels with weights, readable by timm's helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+import vitzoo
+from vitzoo.pretrained_cfg import PretrainedCfg
+
+timm_data = pytest.importorskip("timm.data")
+
+
+def test_timm_resolves_a_vitzoo_models_data_config():
+    model = vitzoo.create("deit_s16")
+    config = timm_data.resolve_model_data_config(model)
+    cfg = model.pretrained_cfg
+    assert config == {
+        "input_size": cfg.input_size,
+        "interpolation": cfg.interpolation,
+        "mean": cfg.mean,
+        "std": cfg.std,
+        "crop_pct": cfg.crop_pct,
+        "crop_mode": cfg.crop_mode,
+    }
+
+
+def test_read_access_by_key_knows_only_the_fields():
+    cfg = PretrainedCfg(crop_mode="squash")
+    assert cfg["crop_mode"] == "squash" and cfg.get("crop_pct") == 0.9
+    assert cfg.get("test_input_size") is None and cfg.get("nope", 5) == 5
+    with pytest.raises(KeyError):
+        cfg["nope"]
+
+
+def test_crop_mode_is_checked():
+    assert PretrainedCfg.from_dict({"crop_mode": "squash"}).crop_mode == "squash"
+    with pytest.raises(ValueError, match=r"crop_mode='border' is invalid; expected one of 'center', 'squash'"):
+        PretrainedCfg.from_dict({"crop_mode": "border"})
