@@ -250,23 +250,14 @@ def _load_image(path: str) -> Any:
 
 
 def _prepare_batch(images: list[Any], model: Any) -> Any:
-    """PIL images -> the normalised batch the model's weights expect, through vitzoo.data's
-    evaluation transform (the one fine-tuning evaluates with): shorter side resized to
-    input / crop_pct, centre square, centre crop of the input size, channels converted, normalised."""
+    """PIL images (any mode; 16-bit scaled to 8 bits) -> the normalised batch the model's weights
+    expect: vitzoo.data.eval_transform, the preprocessing `vitzoo eval` and the pictures use too."""
     import torch
-    import torchvision.transforms.v2.functional as TF
 
-    from .data.augment import BatchTransform, InputSpec
-    from .data.folder import store_size_for
+    from .data import eval_transform
 
-    spec = InputSpec.from_model(model)
-    side = store_size_for(max(spec.size), spec.crop_pct)
-    squares = []
-    for img in images:
-        x = TF.pil_to_tensor(img.convert("RGB"))
-        x = TF.resize(x, [side], interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
-        squares.append(TF.center_crop(x, [side, side]))
-    return BatchTransform(spec=spec, train=False, kind="natural")(torch.stack(squares))
+    transform = eval_transform(model)
+    return torch.stack([transform(img) for img in images])
 
 
 def cmd_predict(args: argparse.Namespace) -> int:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vitzoo.viz.images import fit_image, prepare_image, read_image, synthetic_image
+from vitzoo.viz.images import prepare_image, read_image, synthetic_image
 
 
 def _save_png(path, array: torch.Tensor, mode: str) -> None:
@@ -45,16 +45,6 @@ def test_synthetic_image_is_deterministic_and_in_range():
     assert a.shape == (3, 24, 40) and torch.equal(a, b)
     assert 0.0 <= a.min() and a.max() <= 1.0 and a.std() > 0.1
     assert synthetic_image(16, channels=1).shape == (1, 16, 16)
-
-
-def test_fit_image_keeps_aspect_and_centre_crops():
-    # Left third black, middle third gray, right third white: a 3:1 image cropped to a square
-    # keeps only (most of) the middle.
-    image = torch.cat([torch.zeros(1, 10, 10), torch.full((1, 10, 10), 0.5), torch.ones(1, 10, 10)], dim=2)
-    fitted = fit_image(image, 10, interpolation="nearest")
-    assert fitted.shape == (1, 10, 10)
-    assert torch.equal(fitted, torch.full((1, 10, 10), 0.5))
-    assert fit_image(image, (10, 30)) is image  # already the right size: untouched
 
 
 def test_prepare_image_normalises_with_the_models_mean_and_std(make_vit, tmp_path):

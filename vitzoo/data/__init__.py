@@ -5,13 +5,15 @@ decoded once into uint8 tensors and augmented a batch at a time.
     splits = vitzoo.data.load_data("fashion-mnist", data_dir="~/data")
     splits = vitzoo.data.load_data("folder", path="pets/", store_size=256)
     train_tf = vitzoo.data.BatchTransform(spec=InputSpec.from_model(model), train=True)
+    x = vitzoo.data.eval_transform(model)(PIL.Image.open("cat.jpg"))   # the weights' preprocessing
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from .augment import BatchTransform, InputSpec, convert_channels
+from .augment import BatchTransform
 from .folder import CorruptImageError, FolderDataError, load_image_folder, store_size_for
 from .idx import IdxFormatError, read_idx, write_idx
 from .loader import BatchLoader
@@ -25,6 +27,7 @@ from .mnist import (
     load_mnist_sample,
 )
 from .tensors import DataSplits, ImageTensors
+from .transforms import InputSpec, convert_channels, eval_finish, eval_geometry, eval_transform
 
 DATASETS = ("mnist-sample", "mnist", "fashion-mnist", "folder")
 
@@ -39,8 +42,11 @@ def load_data(
     val_split: float | None = None,
     seed: int = 0,
     strict: bool = False,
+    eval_for: Any = None,
 ) -> DataSplits:
-    """One entry point for every dataset name in DATASETS ("folder" needs `path`)."""
+    """One entry point for every dataset name in DATASETS ("folder" needs `path`). `eval_for` (a
+    model or PretrainedCfg): store a folder's evaluation images the way that model's
+    `eval_transform` prepares them (see load_image_folder)."""
     if name == "mnist-sample":
         return load_mnist_sample()
     if name in ("mnist", "fashion-mnist"):
@@ -48,7 +54,9 @@ def load_data(
     if name == "folder":
         if path is None:
             raise ValueError("dataset 'folder' needs a path: --data folder PATH")
-        return load_image_folder(path, store_size=store_size, val_split=val_split, seed=seed, strict=strict)
+        return load_image_folder(
+            path, store_size=store_size, val_split=val_split, seed=seed, strict=strict, eval_for=eval_for
+        )
     raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
 
 
@@ -68,6 +76,9 @@ __all__ = [
     "ImageTensors",
     "InputSpec",
     "convert_channels",
+    "eval_finish",
+    "eval_geometry",
+    "eval_transform",
     "load_data",
     "load_image_folder",
     "load_mnist",

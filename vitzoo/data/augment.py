@@ -10,8 +10,9 @@ RGB, RGB to luminance). Augmentation works on whole batches with per-image rando
 * optionally random erasing (Zhong et al., 2020), any data: with probability `erase` an image
   gets one rectangle (2-33% of its area, aspect 0.3-3.3) set to the mean (0 after normalising).
 
-Every geometric change and the resize to the model's input size are one `affine_grid` +
-`grid_sample` call for the batch: one interpolation, no per-image Python loop on the digits path.
+Evaluation is vitzoo.data.eval_transform (vitzoo/data/transforms.py), the preprocessing of the
+weights. In training, every geometric change and the resize to the model's input size are one
+`affine_grid` + `grid_sample` call for the batch: one interpolation, no per-image Python loop on the digits path.
 All randomness comes from the `torch.Generator` passed in, so a batch is a pure function of
 (seed, epoch, step) and a resumed run sees exactly the batches an uninterrupted run would.
 """
@@ -19,69 +20,15 @@ All randomness comes from the `torch.Generator` passed in, so a batch is a pure 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 from .tensors import DataKind
+from .transforms import InputSpec, convert_channels, eval_finish, eval_geometry
 
-# ITU-R 601 luma weights, the usual RGB -> grayscale conversion (PIL's "L" mode uses them too).
-_LUMA = (0.299, 0.587, 0.114)
-
-
-@dataclass(frozen=True, kw_only=True)
-class InputSpec:
-    """What a model expects of its input, read from its pretrained_cfg."""
-
-    channels: int
-    size: tuple[int, int]
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    interpolation: str = "bilinear"
-    crop_pct: float = 1.0
-
-    @classmethod
-    def from_model(cls, model: nn.Module) -> InputSpec:
-        cfg = pretrained_cfg_of(model) or PretrainedCfg()
-        channels, height, width = cfg.input_size
-        config = getattr(model, "config", None)
-        if config is not None:  # the built model is the truth when cfg and config disagree
-            channels = config.in_chans
-            img = config.img_size
-            height, width = (img, img) if isinstance(img, int) else tuple(img)
-        mean, std = tuple(cfg.mean), tuple(cfg.std)
-        if len(mean) != channels:  # e.g. an RGB model's statistics for a 1-channel variant
-            mean, std = _fit_stats(mean, channels), _fit_stats(std, channels)
-        interpolation = cfg.interpolation if cfg.interpolation in ("bilinear", "bicubic", "nearest") else "bilinear"
-        return cls(
-            channels=channels,
-            size=(height, width),
-            mean=mean,
-            std=std,
-            interpolation=interpolation,
-            crop_pct=cfg.crop_pct,
-        )
-
-
-def _fit_stats(values: tuple[float, ...], channels: int) -> tuple[float, ...]:
-    average = sum(values) / len(values)
-    return (average,) * channels
-
-
-def convert_channels(x: torch.Tensor, channels: int) -> torch.Tensor:
-    """(B, C, H, W) float -> (B, channels, H, W): gray repeated to RGB, RGB to luma."""
-    have = x.shape[1]
-    if have == channels:
-        return x
-    if have == 1:
-        return x.expand(-1, channels, -1, -1)
-    if have == 3 and channels == 1:
-        weights = torch.tensor(_LUMA, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
-        return (x * weights).sum(dim=1, keepdim=True)
-    raise ValueError(f"cannot convert {have}-channel images to the model's {channels} channels")
+__all__ = ["BatchTransform", "InputSpec", "convert_channels"]
 
 
 class BatchTransform:
@@ -115,27 +62,42 @@ class BatchTransform:
             from torchvision.transforms import v2
 
             self.randaugment = v2.RandAugment(num_ops=2, magnitude=9)
+        self.geometry, self.finish = eval_geometry(spec), eval_finish(spec)
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise ValueError(
                 f"BatchTransform expects a uint8 (B, C, H, W) batch, got {images.dtype} {tuple(images.shape)}"
             )
+        if not self.train:
+            return self._eval(images)
         x = images.float().div_(255.0)
-        if self.train:
-            theta = (
-                self._digits_theta(len(x), generator) if self.kind == "digits" else self._crop_theta(len(x), generator)
-            )
-            x = self._warp(x, theta)
-            if self.randaugment is not None:
-                x = self._randaugment(self.randaugment, x, generator)
-        else:
-            x = self._eval_resize(x)
+        theta = self._digits_theta(len(x), generator) if self.kind == "digits" else self._crop_theta(len(x), generator)
+        x = self._warp(x, theta)
+        if self.randaugment is not None:
+            x = self._randaugment(self.randaugment, x, generator)
         x = convert_channels(x, self.spec.channels)
         x = (x - self.mean) * self.inv_std
-        if self.train and self.erase > 0:
+        if self.erase > 0:
             x = x * ~self._erase_mask(x, generator)
         return x
+
+    def _eval(self, images: torch.Tensor) -> torch.Tensor:
+        """vitzoo.data.eval_transform, a batch at a time. Images already at the model's size (a
+        folder's evaluation images, stored through `eval_geometry` from PIL; 28x28 digits for a
+        28x28 model) only get its last part, `eval_finish`; photos of another size (e.g. a folder
+        loaded without `eval_for`) get its resize and centre crop on the uint8 tensors first.
+        Digits of another size are resized whole, as the digit training warp sees them."""
+        if tuple(images.shape[2:]) != self.spec.size:
+            if self.kind == "natural":
+                images = self.geometry(images)
+            else:
+                height, width = self.spec.size
+                mode = "bicubic" if self.spec.interpolation == "bicubic" else "bilinear"
+                x = images.float().div_(255.0)
+                x = F.interpolate(x, size=(height, width), mode=mode, align_corners=False, antialias=True)
+                return self.finish(x.clamp_(0.0, 1.0))
+        return self.finish(images)
 
     def _erase_mask(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """(B, 1, H, W) bool: one random rectangle per image chosen with probability `erase`."""
@@ -196,18 +158,6 @@ class BatchTransform:
         zero = torch.zeros(n)
         flip = self._flip_sign(n, generator)
         return torch.stack([torch.stack([w * flip, zero, cx], 1), torch.stack([zero, h, cy], 1)], 1)
-
-    def _eval_resize(self, x: torch.Tensor) -> torch.Tensor:
-        """Centre crop of crop_pct (folders are stored at size / crop_pct), then resize if needed."""
-        height, width = self.spec.size
-        if self.kind == "natural":  # the stored square is size / crop_pct: its centre is the crop
-            crop_h, crop_w = min(x.shape[2], height), min(x.shape[3], width)
-            top, left = (x.shape[2] - crop_h) // 2, (x.shape[3] - crop_w) // 2
-            x = x[:, :, top : top + crop_h, left : left + crop_w]
-        if tuple(x.shape[2:]) != (height, width):
-            mode = "bicubic" if self.spec.interpolation == "bicubic" else "bilinear"
-            x = F.interpolate(x, size=(height, width), mode=mode, align_corners=False, antialias=True).clamp_(0.0, 1.0)
-        return x
 
     @staticmethod
     def _randaugment(op: nn.Module, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

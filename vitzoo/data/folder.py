@@ -5,7 +5,10 @@
 
 Every image is decoded once (PIL), converted to RGB, resized so its shorter side is `store_size`
 and centre-cropped to a `store_size` square, and kept as uint8 in memory (see tensors.py). The
-training augmentation later takes random crops out of that square, evaluation its centre.
+training augmentation later takes random crops out of that square. Evaluation images, given the
+model (`eval_for`), are stored through its evaluation resize and crop instead (`eval_geometry`, the
+first part of `vitzoo.data.eval_transform`), so that evaluating a folder feeds the model exactly what
+`eval_transform` makes of each file; without it, evaluation resizes and crops the stored squares.
 An image that cannot be decoded is skipped with a warning naming it and the reason (the count is
 reported), or raises under `strict=True`; a class left with no readable image is an error, like an
 empty class folder. 16-bit grayscale images are scaled to 8 bits (65535 -> 255), not clipped. An
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .tensors import DataSplits, ImageTensors
+from .transforms import InputSpec, as_8bit, eval_geometry
+
+__all__ = ["CorruptImageError", "FolderDataError", "as_8bit", "load_image_folder", "store_size_for"]
 
 MAX_DECODED_BYTES = 4 * 1024**3  # decoded uint8 pixels kept in memory; beyond this, refuse clearly
 
@@ -113,22 +120,6 @@ def _class_images(class_dir: Path, extensions: tuple[str, ...], skipped: list[st
     return found
 
 
-def as_8bit(img: Any) -> Any:
-    """A PIL image with more than 8 bits per sample as an 8-bit one ("L"), scaled rather than
-    clipped: PIL's own convert() clips 16-bit grayscale at 255, so mid-grey 32768 would become white.
-    "I" (32-bit integer; how older Pillow opens 16-bit PNGs) is read as 16-bit. 16-bit RGB(A) PNGs
-    are already reduced to 8 bits by PIL when opened. Other images are returned unchanged."""
-    if not img.mode.startswith("I"):
-        return img
-    import numpy as np
-    from PIL import Image
-
-    values = np.asarray(img)
-    if values.dtype.kind != "u":  # signed ("I", "I;16S"): negatives are black, above 16 bits white
-        values = np.clip(values, 0, 65535)
-    return Image.fromarray((values >> 8).astype(np.uint8), "L")
-
-
 def _too_large(img: Any) -> str | None:
     from PIL import Image
 
@@ -146,10 +137,35 @@ class _UnreadableImageError(Exception):
     """Why one image was skipped; the message is never empty."""
 
 
-def _decode(path: str, store_size: int) -> torch.Tensor:
-    """One image -> uint8 (3, S, S): RGB, shorter side resized to S, centre square."""
-    from PIL import Image
+Decoder = Callable[[Any], torch.Tensor]  # an 8-bit RGB PIL image -> uint8 (3, H, W), the same (H, W) for all
+
+
+def store_square(store_size: int) -> Decoder:
+    """The training store: shorter side resized to `store_size` (bicubic), the centre square; the
+    training augmentation takes random crops out of it."""
     from torchvision.transforms.v2 import functional as TF
+
+    def decode(img: Any) -> torch.Tensor:
+        tensor = TF.resize(
+            TF.pil_to_tensor(img), [store_size], interpolation=TF.InterpolationMode.BICUBIC, antialias=True
+        )
+        return TF.center_crop(tensor, [store_size, store_size])
+
+    return decode
+
+
+def eval_store(model_or_cfg: Any) -> Decoder:
+    """The evaluation store: the model's evaluation resize and centre crop (`eval_geometry`,
+    applied to the PIL image exactly as `eval_transform` applies it); BatchTransform finishes it."""
+    from torchvision.transforms.v2 import functional as TF
+
+    geometry = eval_geometry(model_or_cfg)
+    return lambda img: TF.pil_to_tensor(geometry(img))
+
+
+def _decode(path: str, decode: Decoder) -> torch.Tensor:
+    """One image -> uint8 (3, H, W): read as 8-bit RGB, then `decode`d."""
+    from PIL import Image
 
     try:
         with Image.open(path) as img:  # reads the header only: the size is known before decoding
@@ -159,8 +175,7 @@ def _decode(path: str, store_size: int) -> torch.Tensor:
                 raise _UnreadableImageError(reason)
             try:
                 img = as_8bit(img).convert("RGB")  # also forces the full decode, so truncated files fail here
-                tensor = TF.pil_to_tensor(img)
-                tensor = TF.resize(tensor, [store_size], interpolation=TF.InterpolationMode.BICUBIC, antialias=True)
+                return decode(img)
             except MemoryError as err:
                 raise _UnreadableImageError(f"out of memory decoding {width}x{height} image") from err
     except _UnreadableImageError:
@@ -169,25 +184,30 @@ def _decode(path: str, store_size: int) -> torch.Tensor:
         message = " ".join(str(err).split())
         # Some errors carry no message (MemoryError(), OSError()); the type is then the reason.
         raise _UnreadableImageError(message or f"{type(err).__name__} (no message)") from err
-    return TF.center_crop(tensor, [store_size, store_size])
 
 
 def _decode_all(
-    samples: list[tuple[str, int]], classes: list[str], store_size: int, strict: bool, source: str
-) -> ImageTensors:
-    needed = len(samples) * 3 * store_size * store_size
+    samples: list[tuple[str, int]],
+    classes: list[str],
+    decode: Decoder,
+    size: tuple[int, int],
+    strict: bool,
+    source: str,
+) -> tuple[ImageTensors, list[str]]:
+    """(the readable images, decoded to uint8 (3, *size), their paths)."""
+    needed = len(samples) * 3 * size[0] * size[1]
     if needed > MAX_DECODED_BYTES:
         raise FolderDataError(
-            f"{source}: {len(samples)} images at {store_size}x{store_size} need {needed / 1024**3:.1f} GiB decoded, "
+            f"{source}: {len(samples)} images at {size[0]}x{size[1]} need {needed / 1024**3:.1f} GiB decoded, "
             f"more than the {MAX_DECODED_BYTES / 1024**3:.0f} GiB this in-memory loader allows; "
             "use a smaller --img-size or fewer images"
         )
-    images = torch.empty((len(samples), 3, store_size, store_size), dtype=torch.uint8)
+    images = torch.empty((len(samples), 3, *size), dtype=torch.uint8)
     labels = torch.empty(len(samples), dtype=torch.long)
-    kept, skipped = 0, []
+    kept, skipped, paths = 0, [], []
     for path, target in tqdm(samples, desc=f"decoding {source}", unit="img", leave=False, disable=len(samples) < 500):
         try:
-            images[kept] = _decode(path, store_size)
+            images[kept] = _decode(path, decode)
         except _UnreadableImageError as err:
             if strict:
                 raise CorruptImageError(f"cannot decode image {path}: {err} (strict mode)") from err
@@ -195,6 +215,7 @@ def _decode_all(
             skipped.append(path)
             continue
         labels[kept] = target
+        paths.append(path)
         kept += 1
     if skipped:
         warnings.warn(f"{source}: skipped {len(skipped)} unreadable image(s) of {len(samples)}", stacklevel=2)
@@ -208,11 +229,12 @@ def _decode_all(
             f"(every image there was skipped as unreadable, see the warnings); "
             "replace the images or remove the folder(s)"
         )
-    return ImageTensors(images[:kept].clone(), labels[:kept].clone(), tuple(classes), source)
+    return ImageTensors(images[:kept].clone(), labels[:kept].clone(), tuple(classes), source), paths
 
 
-def _stratified_split(data: ImageTensors, val_split: float, seed: int) -> tuple[ImageTensors, ImageTensors]:
-    """Per class, a seeded random `val_split` fraction (at least one image) goes to validation."""
+def _stratified_split(data: ImageTensors, val_split: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, val) indices: per class, a seeded random `val_split` fraction (at least one image)
+    goes to validation."""
     generator = torch.Generator().manual_seed(seed)
     train_idx, val_idx = [], []
     for c in range(data.num_classes):
@@ -226,10 +248,7 @@ def _stratified_split(data: ImageTensors, val_split: float, seed: int) -> tuple[
             )
         val_idx.append(idx[:n_val])
         train_idx.append(idx[n_val:])
-    return (
-        data.subset(torch.cat(train_idx).sort().values, f"{data.source} (train split)"),
-        data.subset(torch.cat(val_idx).sort().values, f"{data.source} (val split, {val_split:.0%})"),
-    )
+    return torch.cat(train_idx).sort().values, torch.cat(val_idx).sort().values
 
 
 def load_image_folder(
@@ -239,8 +258,14 @@ def load_image_folder(
     val_split: float | None = None,
     seed: int = 0,
     strict: bool = False,
+    eval_for: Any = None,
 ) -> DataSplits:
     """Decode an ImageFolder tree into train/val `ImageTensors` of uint8 (3, store_size, store_size).
+
+    With `eval_for` (a model, PretrainedCfg or InputSpec) the validation images are stored instead
+    through that model's evaluation resize and centre crop, from the PIL image as
+    `vitzoo.data.eval_transform` does: uint8 (3, H, W) at its input size, so that evaluating on them
+    (BatchTransform) gives exactly the tensors `eval_transform` gives for the files.
 
     Symbolic links are not followed, except a link to an image file inside the same class folder
     (kept, as that file); links to folders, out of the class folder or dangling are skipped with one
@@ -252,6 +277,11 @@ def load_image_folder(
         raise FolderDataError(f"image folder {root} does not exist or is not a directory")
     if val_split is not None and not 0 < val_split < 1:
         raise FolderDataError(f"val_split={val_split} is invalid; expected a fraction in (0, 1)")
+    train_decode = store_square(store_size)
+    val_decode, val_size = train_decode, (store_size, store_size)
+    if eval_for is not None:
+        spec = InputSpec.of(eval_for)
+        val_decode, val_size = eval_store(spec), spec.size
     has_train, has_val = (root / "train").is_dir(), (root / "val").is_dir()
     if has_val and not has_train:
         raise FolderDataError(f"{root} has a val/ folder but no train/ folder; expected both (or class folders only)")
@@ -266,8 +296,8 @@ def load_image_folder(
                 f"missing in val/: {missing or 'none'}, only in val/: {extra or 'none'}"
             )
         _check_classes(classes, root / "train")
-        train = _decode_all(samples, classes, store_size, strict, f"{root}/train")
-        val = _decode_all(val_samples, classes, store_size, strict, f"{root}/val")
+        train, _ = _decode_all(samples, classes, train_decode, (store_size, store_size), strict, f"{root}/train")
+        val, _ = _decode_all(val_samples, classes, val_decode, val_size, strict, f"{root}/val")
     else:
         if has_train and val_split is None:
             raise FolderDataError(
@@ -277,8 +307,18 @@ def load_image_folder(
         directory = root / "train" if has_train else root
         classes, samples = _list_classes(directory)
         _check_classes(classes, directory)
-        everything = _decode_all(samples, classes, store_size, strict, str(directory))
-        train, val = _stratified_split(everything, 0.2 if val_split is None else val_split, seed)
+        everything, paths = _decode_all(
+            samples, classes, train_decode, (store_size, store_size), strict, str(directory)
+        )
+        fraction = 0.2 if val_split is None else val_split
+        train_idx, val_idx = _stratified_split(everything, fraction, seed)
+        train = everything.subset(train_idx, f"{directory} (train split)")
+        val_source = f"{directory} (val split, {fraction:.0%})"
+        if eval_for is None:
+            val = everything.subset(val_idx, val_source)
+        else:  # decoded again, the evaluation way (they were readable a moment ago: strict)
+            val_samples = [(paths[i], int(everything.labels[i])) for i in val_idx.tolist()]
+            val, _ = _decode_all(val_samples, classes, val_decode, val_size, True, val_source)
     return DataSplits(train=train, val=val, name="folder", kind="natural")
 
 

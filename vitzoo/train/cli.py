@@ -132,6 +132,7 @@ def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int) -> DataS
         val_split=args.val_split,
         seed=seed,
         strict=args.strict,
+        eval_for=model,  # a folder's evaluation images stored the way vitzoo.data.eval_transform makes them
     )
 
 

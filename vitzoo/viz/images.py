@@ -1,5 +1,5 @@
-"""Images for the pictures: read a file (or draw a synthetic test card), fit it to a model's input
-and normalise it the way the model's weights expect.
+"""Images for the pictures: read a file (or draw a synthetic test card) and prepare it the way the
+model's weights expect (vitzoo.data.eval_transform: the same tensor `vitzoo predict` feeds it).
 
 Two versions of an image travel together: the *display* image, (C, H, W) in [0, 1] at the model's
 input size, which the pictures show, and the *input*, the display image normalised with the
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from ..layers import to_2tuple
-from ..pretrained_cfg import pretrained_cfg_of
 
 
 def read_image(path: str | os.PathLike[str], *, channels: int = 3) -> torch.Tensor:
@@ -63,26 +63,6 @@ def synthetic_image(size: int | tuple[int, int] = 224, *, channels: int = 3) -> 
     return torch.stack([red, green, blue]).clamp(0, 1)
 
 
-def fit_image(image: torch.Tensor, size: int | tuple[int, int], *, interpolation: str = "bilinear") -> torch.Tensor:
-    """Resize a (C, H, W) image so it covers `size`, keeping its aspect ratio, then centre-crop."""
-    th, tw = to_2tuple(size, "size")
-    _, h, w = image.shape
-    if (h, w) == (th, tw):
-        return image
-    scale = max(th / h, tw / w)
-    nh, nw = max(th, round(h * scale)), max(tw, round(w * scale))
-    mode = interpolation if interpolation in ("bilinear", "bicubic", "nearest") else "bilinear"
-    resized = torch.nn.functional.interpolate(
-        image.unsqueeze(0),
-        size=(nh, nw),
-        mode=mode,
-        antialias=mode != "nearest",
-        align_corners=False if mode != "nearest" else None,
-    )[0]
-    top, left = (nh - th) // 2, (nw - tw) // 2
-    return resized[:, top : top + th, left : left + tw].clamp(0, 1)
-
-
 def model_input_size(model: nn.Module) -> tuple[int, int, int]:
     """(C, H, W) a vitzoo model expects, from its config (or its patch embedding)."""
     config = getattr(model, "config", None)
@@ -94,45 +74,47 @@ def model_input_size(model: nn.Module) -> tuple[int, int, int]:
     raise ValueError(f"{type(model).__name__} is not a vitzoo VisionTransformer: it has no config or patch_embed")
 
 
-def normalise(image: torch.Tensor, model: nn.Module) -> torch.Tensor:
-    """Display image (C, H, W) in [0, 1] -> the model's (1, C, H, W) input (mean / std of its weights)."""
-    cfg = pretrained_cfg_of(model)
-    c = image.shape[0]
-    mean = torch.tensor(cfg.mean if cfg is not None else (0.5,) * c, dtype=image.dtype)
-    std = torch.tensor(cfg.std if cfg is not None else (0.5,) * c, dtype=image.dtype)
-    if c == 1 and mean.numel() == 3 and std.numel() == 3:
-        # A gray model built from an RGB default (e.g. VisionTransformer(in_chans=1)) keeps the RGB
-        # statistics; a gray pixel is the mean of its channels, so use the mean statistics.
-        mean, std = mean.mean().reshape(1), std.mean().reshape(1)
-    if mean.numel() not in (1, c) or std.numel() not in (1, c):
+def _open_image(path: str | os.PathLike[str]) -> Any:
+    """A PIL image, fully decoded; a clear error for a missing or unreadable file."""
+    from PIL import Image, UnidentifiedImageError  # Pillow comes with torchvision
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image file '{path}' does not exist (or is not a file)")
+    try:
+        with Image.open(path) as img:
+            img.load()
+            return img.copy()
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
         raise ValueError(
-            f"the model's pretrained_cfg has mean {tuple(mean.tolist())} / std {tuple(std.tolist())} "
-            f"but the image has {c} channels; expected one value per channel"
-        )
-    return ((image - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)).unsqueeze(0)
+            f"cannot read image '{path}': {err}; expected an image file Pillow can decode (PNG, JPEG, BMP, ...)"
+        ) from err
 
 
 def prepare_image(
     model: nn.Module, image: str | os.PathLike[str] | torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(display image, model input) for `model` from a path, a (C, H, W) tensor in [0, 1], or
-    None (the synthetic test card). The model's device and dtype are used for the input."""
+    None (the synthetic test card, drawn at the input size). A file or tensor goes through
+    vitzoo.data.eval_transform, the preprocessing of the model's weights (`vitzoo predict` and
+    `vitzoo eval` use it too): the display image is its output before normalising, the input that
+    normalised, (1, C, H, W) on the model's device and dtype."""
+    from ..data.transforms import eval_finish, eval_transform
+
     c, h, w = model_input_size(model)
     if image is None:
         display = synthetic_image((h, w), channels=c)
+    elif isinstance(image, torch.Tensor):
+        if image.ndim != 3 or image.shape[0] != c:
+            raise ValueError(
+                f"image tensor has shape {tuple(image.shape)}; expected ({c}, H, W) with values in [0, 1] for this model"
+            )
+        # torchvision's tensor resize: bicubic can overshoot [0, 1] on a float tensor
+        display = eval_transform(model, normalize=False)(image.float()).clamp(0, 1)
     else:
-        if isinstance(image, torch.Tensor):
-            if image.ndim != 3 or image.shape[0] != c:
-                raise ValueError(
-                    f"image tensor has shape {tuple(image.shape)}; expected ({c}, H, W) with values in [0, 1] for this model"
-                )
-            display = image.float()
-        else:
-            display = read_image(image, channels=c)
-        cfg = pretrained_cfg_of(model)
-        display = fit_image(display, (h, w), interpolation=cfg.interpolation if cfg is not None else "bilinear")
+        display = eval_transform(model, normalize=False)(_open_image(image))
+    x = eval_finish(model)(display).unsqueeze(0)  # on [0, 1] floats only the mean / std act
     param = next(model.parameters(), None)
-    x = normalise(display, model)
     if param is not None:
         x = x.to(device=param.device, dtype=param.dtype)
     return display, x
