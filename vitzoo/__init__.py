@@ -5,7 +5,7 @@
 
 The package's layers import downwards only (tests/test_layering.py checks it):
 
-    atomic, checks, pretrained_cfg, imagenet_labels, layers/   import nothing of vitzoo above them
+    atomic, checks, pretrained_cfg, layers/   import nothing of vitzoo above them
     layout, model, flops                                       the model and its saved layout
     zoo, plugins                                               the built-in table, entry-point loading
     registry                                                   names -> builders, configs, sources

@@ -23,9 +23,10 @@ MNIST_MEAN = (0.1307,)
 MNIST_STD = (0.3081,)
 # Resampling filters that image libraries (PIL, torchvision) and timm's configs name.
 INTERPOLATIONS = ("nearest", "nearest-exact", "bilinear", "bicubic", "box", "hamming", "lanczos")
-# How an evaluation image becomes input_size (timm's names): "center" resizes the short side to
-# size / crop_pct and crops the centre (timm, torchvision, DeiT); "squash" resizes to exactly
-# (H, W), aspect ratio lost (transformers' ViTImageProcessor).
+# How an evaluation image becomes input_size (timm's names and meaning): "center" resizes the short
+# side to size / crop_pct and crops the centre (timm, torchvision); "squash" resizes to exactly
+# (H, W) / crop_pct, aspect ratio lost, and crops the centre: crop_pct 1.0 is transformers'
+# ViTImageProcessor, 224/256 its DeiTImageProcessor (256x256, then the central 224x224).
 CROP_MODES = ("center", "squash")
 _SEQUENCES = ("input_size", "mean", "std", "label_names")  # tuples here, lists in JSON
 
@@ -123,17 +124,41 @@ def check_pretrained_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+# Named label sets, by the class count of the checkpoints that use them. The names come from
+# maintained libraries: torchvision's ImageNet-1k categories (a dependency), timm's ImageNetInfo
+# for Google's 21,843-class ImageNet-21k (timm is optional: without it these names are None).
+LABEL_SETS = {"imagenet-1k": 1000, "imagenet-21k": 21843}
+
+
+def imagenet_label_set(num_classes: int) -> str | None:
+    """The ImageNet label set of a classifier with `num_classes` outputs (timm, torchvision and
+    Google checkpoints state none: their class count tells it), or None."""
+    return next((name for name, n in LABEL_SETS.items() if n == num_classes), None)
+
+
 def resolve_label_names(cfg: PretrainedCfg) -> tuple[str, ...] | None:
     """The cfg's label names, from `label_names` or the named `label_set`."""
     if cfg.label_names is not None:
         return cfg.label_names
-    if cfg.label_set == "imagenet-1k":
-        from .imagenet_labels import IMAGENET1K_LABELS
+    if cfg.label_set is None:
+        return None
+    if cfg.label_set not in LABEL_SETS:
+        raise ValueError(f"unknown label_set {cfg.label_set!r}; known: {', '.join(map(repr, LABEL_SETS))}")
+    return _label_set_names(cfg.label_set)
 
-        return IMAGENET1K_LABELS
-    if cfg.label_set is not None:
-        raise ValueError(f"unknown label_set {cfg.label_set!r}; known: 'imagenet-1k'")
-    return None
+
+@functools.cache
+def _label_set_names(name: str) -> tuple[str, ...] | None:
+    if name == "imagenet-1k":
+        from torchvision.models._meta import _IMAGENET_CATEGORIES
+
+        return tuple(_IMAGENET_CATEGORIES)
+    try:
+        from timm.data import ImageNetInfo
+    except ImportError:  # timm is optional; the weights work without names
+        return None
+    # Google's ImageNet-21k ("fall11" plus two classes), as timm names its 21843-class heads.
+    return tuple(ImageNetInfo("imagenet-21k-goog").label_descriptions())
 
 
 # Models carry their PretrainedCfg as a plain attribute, `model.pretrained_cfg`. Builders may return

@@ -56,6 +56,7 @@ HF_PREFIX = "hf-hub:"
 TIMM_PREFIX = "timm:"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference (safetensors first)
 CONFIG_FILE = "config.json"
+PREPROCESSOR_FILE = "preprocessor_config.json"  # transformers' image processor settings
 
 HUB_ATTEMPTS = 2  # metadata requests per file when the Hub fails transiently
 HUB_RETRY_WAIT_S = 0.5  # pause before each further attempt
@@ -248,8 +249,9 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
             return
 
 
-def fetch_repo(ref: HubRef) -> tuple[Path, Path | None]:
-    """The repo's weights file (model.safetensors, else pytorch_model.bin) and its config.json."""
+def fetch_repo(ref: HubRef) -> tuple[Path, Path | None, Path | None]:
+    """The repo's weights file (model.safetensors, else pytorch_model.bin), its config.json and
+    its preprocessor_config.json (transformers' image processor), each of the last two when present."""
     weights: Path | None = None
     link = _Link()
     for i, name in enumerate(WEIGHT_FILES):
@@ -260,20 +262,30 @@ def fetch_repo(ref: HubRef) -> tuple[Path, Path | None]:
     if weights is None:  # unreachable: the last name returns a path or raises
         raise WeightsNotFoundError(f"{ref}: no weights file ({', '.join(WEIGHT_FILES)})")
     config = _hub_file(ref, CONFIG_FILE, optional=True, tried=(), link=link)
-    return weights, config
+    try:
+        preprocessor = _hub_file(ref, PREPROCESSOR_FILE, optional=True, tried=(), link=link)
+    except WeightsDownloadError as e:
+        if link.down is None:
+            raise
+        # The Hub is failing and the weights came from the cache: `vitzoo download` caches this
+        # file whenever the repo has one, so a cache without it most likely means a repo without it.
+        logging.getLogger("vitzoo.weights").warning("%s; using the cached files without it", e)
+        preprocessor = None
+    return weights, config, preprocessor
 
 
 def fetch_source(source: str) -> list[Path]:
     """Fetch "hf-hub:org/repo[@rev]" or "timm:<timm name>" into the hub cache (for offline use
-    later) and return the cached files: the weights, then config.json when the repo has one."""
+    later) and return the cached files: the weights, then config.json and preprocessor_config.json
+    when the repo has them."""
     if source.startswith(TIMM_PREFIX):
         ref = timm_hub_ref(source[len(TIMM_PREFIX) :])
     elif source.startswith(HF_PREFIX):
         ref = parse_hub_ref(source)
     else:
         raise ValueError(f"{source!r} is not a hub source: expected 'hf-hub:org/repo[@rev]' or 'timm:<model name>'")
-    weights, config = fetch_repo(ref)
-    return [weights] + ([config] if config is not None else [])
+    weights, config, preprocessor = fetch_repo(ref)
+    return [weights] + [p for p in (config, preprocessor) if p is not None]
 
 
 def require_timm(source: str) -> Any:

@@ -128,8 +128,8 @@ def _load_into(model: nn.Module, data: SourceData, *, strict: bool, assign: bool
             ", ".join(report.unexpected) or "none",
         )
     pcfg = pretrained_cfg_of(model)
-    if pcfg is not None:
-        attach_pretrained_cfg(model, _pretrained_cfg(pcfg, data, model))
+    if pcfg is not None:  # its cfg described other weights (or none): these weights' own cfg refines it
+        attach_pretrained_cfg(model, _pretrained_cfg(pcfg.replace(source=None, tag=None), data, model))
     return report
 
 
@@ -142,14 +142,24 @@ def _set_norm_eps(model: nn.Module, eps: float) -> None:
 
 
 def _pretrained_cfg(base: PretrainedCfg | None, data: SourceData, model: nn.Module) -> PretrainedCfg:
-    """The checkpoint's preprocessing and labels (base cfg, then what the source states), fitted
-    to the model actually built: its input size, and labels only if the class count is the same."""
+    """The checkpoint's preprocessing and labels, fitted to the model actually built (its input
+    size; labels only if the class count is the same). Later wins:
+        base            the model's or architecture's cfg (no weights), or a registered source's cfg
+        data.implied    what the layout implies (torchvision's transform, ...), unless `base`
+                        describes these very weights (a registered source: its `source` is set)
+        data.pretrained what the source's own files state (config.json, preprocessor_config.json)
+    """
     cfg = base or PretrainedCfg()
     known = set(PretrainedCfg.__dataclass_fields__)
-    updates = {k: v for k, v in data.pretrained.items() if k in known}
+    updates = {k: v for k, v in data.implied.items() if k in known} if cfg.source is None else {}
+    updates.update({k: v for k, v in data.pretrained.items() if k in known})
     for key in ("input_size", "mean", "std", "label_names"):
         if updates.get(key) is not None:
             updates[key] = tuple(updates[key])
+    if "label_names" in updates:
+        updates.setdefault("label_set", None)
+    elif "label_set" in updates:
+        updates["label_names"] = None  # the base's names belong to other weights
     if updates:
         cfg = cfg.replace(**updates)
     ckpt_classes = data.config.get("num_classes", cfg.num_classes)

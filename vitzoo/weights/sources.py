@@ -8,7 +8,10 @@ A source is one of
     "timm:<timm model name>"        the weights timm's own loader gives that model
 
 The config.json next to the weights tells the architecture fields no tensor shape reveals (head
-count, LayerNorm eps, the source grid for non-square images) and the preprocessing/labels.
+count, LayerNorm eps, the source grid for non-square images) and the preprocessing/labels; for a
+transformers checkpoint, its preprocessor_config.json (the image processor) tells the preprocessing.
+Layouts whose files state no preprocessing (torchvision .pth, Google .npz, bare timm files) imply
+their library's evaluation transform and, by class count, the ImageNet label set (`SourceData.implied`).
 
 When a source names an architecture (vitzoo's "architecture", timm's "architecture") rather than
 stating its fields, a `Resolve` callable handed in by the caller says what that name means;
@@ -17,21 +20,34 @@ vitzoo/builder.py passes one that asks the registry. This layer never imports th
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .. import layout
 from ..checks import check_image_bounds, check_types
 from ..layers import to_2tuple
 from ..model import ViTConfig
-from ..pretrained_cfg import PretrainedCfg, check_pretrained_fields
+from ..pretrained_cfg import (
+    CROP_MODES,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    INCEPTION_MEAN,
+    INCEPTION_STD,
+    PretrainedCfg,
+    check_pretrained_fields,
+    imagenet_label_set,
+)
 from .errors import WeightsFileError, WeightsMismatchError, WeightsNotFoundError
 from .files import StateDict, read_checkpoint, read_json
-from .hub import HF_PREFIX, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref, require_timm
+from .hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref, require_timm
 from .keymaps import TRANSFORMERS_EPS, infer_config_fields, to_vitzoo
+
+logger = logging.getLogger("vitzoo.weights")
 
 LOCAL_WEIGHT_FILES = (*WEIGHT_FILES, "model.pth", "model.npz")
 
@@ -61,7 +77,10 @@ class SourceData:
     file: str  # shown in every error message
     format: str  # the key layout the tensors came in
     config: dict[str, Any] = field(default_factory=dict)  # ViTConfig fields the source determines
-    pretrained: dict[str, Any] = field(default_factory=dict)  # PretrainedCfg fields (preprocessing, labels)
+    pretrained: dict[str, Any] = field(default_factory=dict)  # PretrainedCfg fields the source states
+    # PretrainedCfg fields the layout implies where its files state none (torchvision's transform,
+    # timm's cfg for Google .npz, the ImageNet label set by class count); see load._pretrained_cfg.
+    implied: dict[str, Any] = field(default_factory=dict)
     src_grid: tuple[int, int] | None = None  # the checkpoint's patch grid, when its config says
     architecture: str | None = None  # a registered vitzoo name, when the source names one
 
@@ -76,8 +95,8 @@ def load_source(source: str | os.PathLike[str], resolve: Resolve | None = None) 
     resolve = resolve or _no_names
     if isinstance(source, str) and source.startswith(HF_PREFIX):
         ref = parse_hub_ref(source)
-        weights, config = fetch_repo(ref)
-        data = _from_files(weights, config, label=str(ref), resolve=resolve)
+        weights, config, preprocessor = fetch_repo(ref)
+        data = _from_files(weights, config, label=str(ref), resolve=resolve, preprocessor=preprocessor)
         data.pretrained.setdefault("source", str(ref))
         return data
     if isinstance(source, str) and source.startswith(TIMM_PREFIX):
@@ -90,7 +109,14 @@ def load_source(source: str | os.PathLike[str], resolve: Resolve | None = None) 
             raise WeightsNotFoundError(
                 f"directory {str(path)!r} has no weights file; expected one of {', '.join(LOCAL_WEIGHT_FILES)}"
             )
-        return _from_files(found, config if config.is_file() else None, label=str(found), resolve=resolve)
+        preprocessor = path / PREPROCESSOR_FILE
+        return _from_files(
+            found,
+            config if config.is_file() else None,
+            label=str(found),
+            resolve=resolve,
+            preprocessor=preprocessor if preprocessor.is_file() else None,
+        )
     if path.is_file():
         return _from_files(path, None, label=str(path), resolve=resolve)
     raise WeightsNotFoundError(
@@ -99,7 +125,9 @@ def load_source(source: str | os.PathLike[str], resolve: Resolve | None = None) 
     )
 
 
-def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve: Resolve) -> SourceData:
+def _from_files(
+    weights: Path, config_path: Path | None, *, label: str, resolve: Resolve, preprocessor: Path | None = None
+) -> SourceData:
     raw = read_checkpoint(weights)
     converted = to_vitzoo(raw, file=label)
     del raw
@@ -107,6 +135,7 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve:
     inferred = infer_config_fields(converted.state, file=label)
     fields = dict(inferred)
     declared: dict[str, Any] = dict(converted.hints)
+    states_all = False  # a vitzoo or transformers config: its preprocessing and labels are all there is
     if config_path is not None:
         where = str(config_path)
         cfg = read_json(config_path)
@@ -116,11 +145,15 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve:
         unconfirmed_img: Any = None  # an image size from preprocessing data, not the architecture
         if cfg.get("format") == layout.FORMAT:
             stated = _vitzoo_config(cfg, config_path)
+            states_all = True
             pretrained = cfg.get("pretrained_cfg") or {}
             data.architecture = _optional_str(cfg, "architecture", where)
         elif cfg.get("model_type") in ("vit", "deit"):
             stated = _transformers_config(cfg, config_path)
+            states_all = True
             pretrained = _transformers_labels(cfg, inferred["num_classes"], where)
+            if preprocessor is not None:
+                pretrained.update(_transformers_preprocessing(read_json(preprocessor), str(preprocessor)))
         elif "architecture" in cfg:
             stated, pretrained, data.architecture, unconfirmed_img = _timm_config(cfg, resolve, where)
         else:
@@ -150,7 +183,137 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, resolve:
         data.src_grid = (h // ph, w // pw)
     fields["_declared"] = sorted(declared)
     data.config = fields
+    if not states_all:
+        # timm, torchvision and Google layouts: what their libraries evaluate these weights with.
+        data.implied = _layout_preprocessing(data.format, fields)
+        label_set = imagenet_label_set(fields.get("num_classes", 0))
+        if label_set is not None and "label_names" not in data.pretrained:
+            data.implied["label_set"] = label_set
     return data
+
+
+def _layout_preprocessing(fmt: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The evaluation preprocessing a layout's own library uses for weights that state none.
+
+    torchvision (`ViT_*_Weights`): IMAGENET1K_V1 resizes the short side to 256 (vit_l_16: 242),
+    crops 224, bilinear, ImageNet mean/std; the SWAG_E2E weights (384, 512, 518) resize straight to
+    the crop size, bicubic. Google .npz: timm's cfgs for these releases (`vit_*.augreg_*`,
+    `*.orig_in21k*`): mean/std 0.5, bicubic, crop_pct 0.9 at 224 and 1.0 at larger sizes."""
+    img = fields.get("img_size")
+    side = max(to_2tuple(img)) if img is not None else 224
+    if fmt == "torchvision":
+        if side <= 224:
+            resize = 242 if fields.get("embed_dim") == 1024 and fields.get("patch_size") == 16 else 256
+            return dict(
+                mean=IMAGENET_MEAN,
+                std=IMAGENET_STD,
+                interpolation="bilinear",
+                crop_pct=224 / resize,
+                crop_mode="center",
+            )
+        return dict(mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic", crop_pct=1.0, crop_mode="center")
+    if fmt == "npz":
+        return dict(
+            mean=INCEPTION_MEAN,
+            std=INCEPTION_STD,
+            interpolation="bicubic",
+            crop_pct=0.9 if side <= 224 else 1.0,
+            crop_mode="center",
+        )
+    return {}
+
+
+# transformers' image processors store PIL's resampling filter codes (PILImageResampling).
+_PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+# What ViTImageProcessor / DeiTImageProcessor do for keys their preprocessor_config.json omits.
+_VIT_PROCESSOR = dict(
+    do_resize=True,
+    size={"height": 224, "width": 224},
+    resample=2,
+    do_center_crop=False,
+    do_rescale=True,
+    rescale_factor=1 / 255,
+    do_normalize=True,
+    image_mean=list(INCEPTION_MEAN),
+    image_std=list(INCEPTION_STD),
+)
+_DEIT_PROCESSOR = dict(
+    _VIT_PROCESSOR,
+    size={"height": 256, "width": 256},
+    resample=3,
+    do_center_crop=True,
+    crop_size={"height": 224, "width": 224},
+)
+
+
+def _transformers_preprocessing(proc: dict[str, Any], where: str) -> dict[str, Any]:
+    """The PretrainedCfg fields a transformers preprocessor_config.json states, in timm's terms:
+    ViTImageProcessor (resize to exactly (H, W), no crop) is crop_mode "squash" with crop_pct 1.0;
+    DeiTImageProcessor (resize to exactly 256x256, centre crop 224) is "squash" with crop_pct
+    224/256; a {"shortest_edge": S} size with a centre crop is "center" with crop_pct crop/S."""
+    kind = str(proc.get("image_processor_type") or proc.get("feature_extractor_type") or "")
+    values = dict(_DEIT_PROCESSOR if kind.startswith("DeiT") else _VIT_PROCESSOR)
+    values.update({k: v for k, v in proc.items() if v is not None})
+
+    def refuse(key: str, expected: str) -> WeightsFileError:
+        return WeightsFileError(f"{where!r}: {key}={values.get(key)!r} is not supported; expected {expected}")
+
+    factor = values["rescale_factor"]
+    if values["do_rescale"] is not True:
+        raise refuse("do_rescale", "true (vitzoo's evaluation transform scales pixel values to [0, 1])")
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isclose(factor * 255, 1.0):
+        raise refuse("rescale_factor", "1/255 (vitzoo's evaluation transform scales pixel values to [0, 1])")
+    if values["do_resize"] is not True:
+        raise refuse("do_resize", "true (a ViT takes images of a fixed size)")
+    resample = values["resample"]
+    if isinstance(resample, bool) or resample not in _PIL_FILTERS:
+        raise refuse("resample", "a PIL filter code: " + ", ".join(f"{k} ({v})" for k, v in _PIL_FILTERS.items()))
+    out: dict[str, Any] = {"interpolation": _PIL_FILTERS[resample]}
+    if values["do_normalize"] is True:
+        out["mean"], out["std"] = values["image_mean"], values["image_std"]
+        for key in ("mean", "std"):
+            if isinstance(out[key], int | float) and not isinstance(out[key], bool):
+                out[key] = [out[key]] * 3  # transformers accepts one number for every channel
+    else:
+        out["mean"], out["std"] = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+    size = _processor_size(values["size"], "size", where)
+    if values["do_center_crop"] is True:
+        crop = _processor_size(values["crop_size"], "crop_size", where)
+        if isinstance(crop, int):
+            raise refuse("crop_size", 'a size: an int or {"height": H, "width": W}')
+        if isinstance(size, int):  # {"shortest_edge": S}: keep the aspect ratio, then crop the centre
+            out.update(crop_mode="center", crop_pct=min(crop) / size)
+        else:
+            pct = crop[0] / size[0]
+            if not math.isclose(pct, crop[1] / size[1]):
+                raise refuse("crop_size", f"the same fraction of both sides of size={values['size']!r}")
+            out.update(crop_mode="squash", crop_pct=pct)
+        out["input_size"] = [3, *crop]
+    else:
+        if isinstance(size, int):
+            raise refuse("size", '{"height": H, "width": W} when there is no centre crop (a fixed input size)')
+        out.update(crop_mode="squash", crop_pct=1.0, input_size=[3, *size])
+    return _checked_pretrained(out, where)
+
+
+def _processor_size(value: Any, key: str, where: str) -> tuple[int, int] | int:
+    """(height, width) of a processor size, or the side of {"shortest_edge": S}."""
+
+    def positive(v: Any) -> TypeGuard[int]:
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+    if positive(value):
+        return value, value
+    if isinstance(value, dict):
+        h, w, short = value.get("height"), value.get("width"), value.get("shortest_edge")
+        if positive(h) and positive(w) and short is None:
+            return h, w
+        if positive(short) and h is None and w is None:
+            return short
+    raise WeightsFileError(
+        f'{where!r}: {key}={value!r} is not supported; expected an int, {{"height": H, "width": W}} '
+        'or {"shortest_edge": S}'
+    )
 
 
 # The fields a checkpoint's tensors state, each with the tensor (shape) that states it. A config
@@ -359,13 +522,36 @@ def _timm_config(
             fields[key] = tuple(value) if isinstance(value, list) else value
     if cfg.get("global_pool") in ("token", "avg"):
         fields["global_pool"] = cfg["global_pool"]
-    keep = ("input_size", "mean", "std", "interpolation", "crop_pct", "num_classes", "label_names", "license")
-    pretrained = {k: pcfg[k] for k in keep if pcfg.get(k) is not None}
+    pretrained = _timm_pretrained(pcfg, where)
     if "label_names" not in pretrained and cfg.get("label_names"):
         pretrained["label_names"] = cfg["label_names"]
     pretrained = _checked_pretrained(pretrained, where)
     size = pretrained.get("input_size")
     return fields, pretrained, ours, (size[1], size[2]) if size is not None else None
+
+
+_TIMM_KEEP = (
+    "input_size",
+    "mean",
+    "std",
+    "interpolation",
+    "crop_pct",
+    "crop_mode",
+    "num_classes",
+    "label_names",
+    "license",
+)
+
+
+def _timm_pretrained(pcfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """The PretrainedCfg fields of timm's pretrained cfg. A crop mode vitzoo does not implement
+    (timm's "border") is left out with a warning: the weights still load, preprocessed "center"."""
+    pretrained = {k: pcfg[k] for k in _TIMM_KEEP if pcfg.get(k) is not None}
+    mode = pretrained.get("crop_mode")
+    if mode is not None and mode not in CROP_MODES:
+        logger.warning("%s: crop_mode %r is not one vitzoo implements (%s); using 'center'", where, mode, CROP_MODES)
+        del pretrained["crop_mode"]
+    return pretrained
 
 
 def _from_timm(name: str) -> SourceData:
@@ -387,11 +573,12 @@ def _from_timm(name: str) -> SourceData:
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     img = tuple(model.patch_embed.img_size)
     fields["img_size"] = img
-    pcfg = dict(model.pretrained_cfg)
-    keep = ("input_size", "mean", "std", "interpolation", "crop_pct", "num_classes", "label_names", "license")
-    pretrained = {k: pcfg[k] for k in keep if pcfg.get(k) is not None}
+    pretrained = _timm_pretrained(dict(model.pretrained_cfg), label)
     pretrained["source"] = label
     fields["_declared"] = ["num_heads", "norm_eps", "global_pool", "img_size"]
-    data = SourceData(converted.state, label, "timm", fields, pretrained)
+    data = SourceData(converted.state, label, "timm", fields, _checked_pretrained(pretrained, label))
+    label_set = imagenet_label_set(fields.get("num_classes", 0))
+    if label_set is not None and "label_names" not in pretrained:
+        data.implied["label_set"] = label_set
     data.src_grid = tuple(model.patch_embed.grid_size)
     return data
