@@ -25,7 +25,7 @@ from .atomic import write_safetensors
 from .layers import to_2tuple
 from .layout import save_pretrained
 from .model import ViTConfig
-from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
+from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .weights import Architecture, WeightsError, WeightsNotFoundError, export, load
 from .weights.adapt import FitReport
 from .weights.exporter import EXPORT_FORMATS
@@ -50,11 +50,35 @@ def resolve_architecture(name: str) -> Architecture | None:
     return Architecture(entry.name, config, entry.default_cfg)
 
 
-def create(name: str, pretrained: bool = False, weights: Source | None = None, **overrides: Any) -> nn.Module:
+def create(
+    name: str,
+    pretrained: bool = False,
+    weights: Source | None = None,
+    pretrained_cfg_overlay: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> nn.Module:
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
 
     pretrained=True loads the name's default source (or the one its ".tag" selects);
-    weights=SOURCE loads a file, directory, "hf-hub:org/repo" or "timm:<name>" instead."""
+    weights=SOURCE loads a file, directory, "hf-hub:org/repo" or "timm:<name>" instead.
+    `pretrained_cfg_overlay` (as in timm) replaces preprocessing fields of `model.pretrained_cfg`
+    (mean, std, crop_pct, crop_mode, interpolation, label_names, ...): the user's word wins over
+    the checkpoint's."""
+    model = _create(name, pretrained, weights, **overrides)
+    if pretrained_cfg_overlay:
+        cfg = pretrained_cfg_of(model) or PretrainedCfg()
+        unknown = sorted(set(pretrained_cfg_overlay) - set(cfg.to_dict()))
+        if unknown:
+            raise TypeError(
+                f"pretrained_cfg_overlay: unknown field(s) {', '.join(map(repr, unknown))}; "
+                f"valid fields: {', '.join(cfg.to_dict())}"
+            )
+        changes = check_pretrained_fields(pretrained_cfg_overlay)
+        attach_pretrained_cfg(model, cfg.replace(**changes))
+    return model
+
+
+def _create(name: str, pretrained: bool, weights: Source | None, **overrides: Any) -> nn.Module:
     entry, pcfg = registry.get_pretrained_cfg(name)
     _, tag = registry.split_name(name)
     if tag is not None and not pretrained and weights is None:

@@ -82,7 +82,8 @@ def test_rectangular_checkpoint_back_to_square_grid(ti_ckpt, tmp_path):
     # A model at 160x224 (10x14 grid) saved by vitzoo: its config.json states the grid.
     rect = vitzoo.create("vit_ti16", weights=str(ti_ckpt), depth=2, img_size=(160, 224))
     rect.save_pretrained(tmp_path / "rect")
-    square = vitzoo.create("vit_ti16", weights=str(tmp_path / "rect"), depth=2)
+    # Asked for 224 explicitly (without it the checkpoint's own 160x224 is kept).
+    square = vitzoo.create("vit_ti16", weights=str(tmp_path / "rect"), depth=2, img_size=224)
     expected = resample_abs_pos_embed(
         rect.pos_embed.detach(), new_size=[14, 14], old_size=[10, 14], num_prefix_tokens=1
     )

@@ -382,3 +382,37 @@ def test_zz_agreement_table():
     for layout, (agree, total, dx, dl) in AGREEMENT.items():
         print(f"{layout:<{width}}  {agree}/{total:<9}  {dx:<15.3g}  {dl:.3g}")
     assert all(agree == total for agree, total, _, _ in AGREEMENT.values())
+
+
+def test_user_overlay_wins_over_the_checkpoints_preprocessing(tmp_path):
+    """create(..., pretrained_cfg_overlay=...) replaces preprocessing fields, with or without weights."""
+    model = vitzoo.create("deit_ti16", depth=1)
+    model.save_pretrained(tmp_path / "saved")
+    loaded = vitzoo.create(
+        "deit_ti16",
+        weights=str(tmp_path / "saved"),
+        depth=1,
+        pretrained_cfg_overlay={"crop_pct": 1.0, "crop_mode": "squash", "mean": [0.5, 0.5, 0.5]},
+    )
+    cfg = loaded.pretrained_cfg
+    assert (cfg.crop_pct, cfg.crop_mode, cfg.mean) == (1.0, "squash", (0.5, 0.5, 0.5))
+    assert cfg.std == model.pretrained_cfg.std  # what the overlay does not name is the checkpoint's
+    assert (
+        vitzoo.create(
+            "deit_ti16", depth=1, pretrained_cfg_overlay={"interpolation": "bilinear"}
+        ).pretrained_cfg.interpolation
+        == "bilinear"
+    )
+    with pytest.raises(TypeError, match=r"pretrained_cfg_overlay: unknown field\(s\) 'crop'"):
+        vitzoo.create("deit_ti16", depth=1, pretrained_cfg_overlay={"crop": 1.0})
+    with pytest.raises(ValueError, match=r"crop_pct=1.5 is invalid"):
+        vitzoo.create("deit_ti16", depth=1, pretrained_cfg_overlay={"crop_pct": 1.5})
+
+
+def test_a_checkpoint_saved_at_another_size_is_rebuilt_at_that_size(tmp_path):
+    """The image size a checkpoint's config states is kept (not resampled back to the registered
+    224), so `vitzoo predict NAME --weights DIR` feeds the model what it was saved for."""
+    vitzoo.create("deit_ti16", depth=1, img_size=160).save_pretrained(tmp_path / "s160")
+    model = vitzoo.create("deit_ti16", weights=str(tmp_path / "s160"), depth=1)
+    assert model.config.img_size == 160 and model.pretrained_cfg.input_size == (3, 160, 160)
+    assert vitzoo.create("deit_ti16", weights=str(tmp_path / "s160"), depth=1, img_size=224).config.img_size == 224

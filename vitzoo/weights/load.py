@@ -51,7 +51,8 @@ def build_pretrained(
     **overrides: Any,
 ) -> nn.Module:
     """`build(**overrides)` on the meta device, filled from `source`. The checkpoint decides what
-    `overrides` leave open (its class count, its LayerNorm eps); `base_cfg` is the preprocessing
+    `overrides` leave open (its class count, the image size its config states, its LayerNorm eps),
+    so a model saved at 384 is rebuilt at 384 rather than resampled; `base_cfg` is the preprocessing
     the source's own config refines; `architecture` is recorded for save_pretrained."""
     data = load_source(source, resolve)
     carried: dict[str, Any] = {}
@@ -59,6 +60,8 @@ def build_pretrained(
         carried["num_classes"] = data.config.get("num_classes", 0)
     if "norm_eps" not in overrides and "norm_eps" in data.declared:
         carried["norm_eps"] = data.config["norm_eps"]
+    if "img_size" not in overrides and "img_size" in data.declared:
+        carried["img_size"] = data.config["img_size"]
     with torch.device("meta"):
         model = build(**overrides, **carried)
     _load_into(model, data, strict=True, assign=True)
