@@ -19,6 +19,7 @@ import torch
 
 import vitzoo
 from vitzoo import PretrainedCfg, VisionTransformer, ViTConfig
+from vitzoo.data import FASHION_CLASSES
 from vitzoo.flops import vit_flops
 
 # 1. A config variant: a registered name (or a ViTConfig) with some fields changed. It inherits the
@@ -42,18 +43,7 @@ vitzoo.register(
         interpolation="bilinear",
         crop_pct=1.0,
         num_classes=10,
-        label_names=(
-            "T-shirt/top",
-            "Trouser",
-            "Pullover",
-            "Dress",
-            "Coat",
-            "Sandal",
-            "Shirt",
-            "Sneaker",
-            "Bag",
-            "Ankle boot",
-        ),
+        label_names=FASHION_CLASSES,
     )
 )
 def vit_fashion_wide(**overrides) -> VisionTransformer:
