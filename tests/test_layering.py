@@ -20,13 +20,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vitzoo"
 
 # Lowest layer first. A module may import its own layer and the ones below, never one above.
 LAYERS: list[tuple[str, ...]] = [
-    ("vitzoo.atomic", "vitzoo.checks", "vitzoo.pretrained_cfg", "vitzoo.layers"),
+    ("vitzoo.atomic", "vitzoo.checks", "vitzoo.precision", "vitzoo.pretrained_cfg", "vitzoo.layers"),
     ("vitzoo.layout", "vitzoo.model", "vitzoo.flops"),
     ("vitzoo.zoo", "vitzoo.plugins"),
     ("vitzoo.registry",),
     ("vitzoo.weights",),
     ("vitzoo.builder",),
-    ("vitzoo.data", "vitzoo.train", "vitzoo.viz", "vitzoo.cli", "vitzoo.__main__", "vitzoo"),
+    ("vitzoo.data", "vitzoo.predict", "vitzoo.train", "vitzoo.viz", "vitzoo.cli", "vitzoo.__main__", "vitzoo"),
 ]
 
 

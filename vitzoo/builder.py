@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from . import registry
@@ -25,6 +26,7 @@ from .atomic import write_safetensors
 from .layers import to_2tuple
 from .layout import save_pretrained
 from .model import ViTConfig
+from .precision import parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .weights import Architecture, WeightsError, WeightsNotFoundError, export, load
 from .weights.adapt import FitReport
@@ -55,6 +57,7 @@ def create(
     pretrained: bool = False,
     weights: Source | None = None,
     pretrained_cfg_overlay: dict[str, Any] | None = None,
+    dtype: str | torch.dtype | None = None,
     **overrides: Any,
 ) -> nn.Module:
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
@@ -63,8 +66,11 @@ def create(
     weights=SOURCE loads a file, directory, "hf-hub:org/repo" or "timm:<name>" instead.
     `pretrained_cfg_overlay` (as in timm) replaces preprocessing fields of `model.pretrained_cfg`
     (mean, std, crop_pct, crop_mode, interpolation, label_names, ...): the user's word wins over
-    the checkpoint's."""
+    the checkpoint's. `dtype` ("fp32", "bf16", "fp16", "auto" or a torch dtype) casts the model
+    for inference (see vitzoo/precision.py); None keeps fp32."""
     model = _create(name, pretrained, weights, **overrides)
+    if dtype is not None:
+        model.to(parse_dtype(dtype, "cpu")[0])
     if pretrained_cfg_overlay:
         cfg = pretrained_cfg_of(model) or PretrainedCfg()
         unknown = sorted(set(pretrained_cfg_overlay) - set(cfg.to_dict()))

@@ -269,7 +269,9 @@ class VisionTransformer(nn.Module):
     # ----------------------------------------------------------------------------- forward
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, prefix + N, D) normalised tokens."""
-        x = self.patch_embed(x)
+        # A model cast for inference (create(..., dtype=torch.bfloat16)) takes fp32 images as they
+        # come out of the preprocessing: the input follows the weights (a no-op when they agree).
+        x = self.patch_embed(x.to(self.pos_embed.dtype))
         prefix = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None]
         if prefix:
             x = torch.cat([*prefix, x], dim=1)  # DeiT order: [cls, dist, patches]

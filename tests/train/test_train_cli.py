@@ -189,3 +189,24 @@ def test_resume_without_out_continues_the_latest_run(mnist_dir: Path, tmp_path: 
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
     with pytest.raises(FileExistsError, match="already holds a run"):
         _finetune("test_tiny_vit", *args, "--epochs", "1", "--out", str(run_dir))
+
+
+def test_eval_dtype_auto_says_what_it_picked(mnist_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    from vitzoo import precision
+
+    out = tmp_path / "run"
+    args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
+    assert (
+        _finetune("test_tiny_vit", *args, "--epochs", "1", "--batch-size", "64", "--out", str(out), "--no-progress")
+        == 0
+    )
+    capsys.readouterr()
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args, "--dtype", "auto", "--json") == 0
+    captured = capsys.readouterr()
+    assert "evaluating in bf16: this CPU multiplies bf16 matrices natively (amx_bf16)" in captured.err
+    bf16 = json.loads(captured.out)
+    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args, "--json") == 0  # fp32 by default
+    fp32 = json.loads(capsys.readouterr().out)
+    # 200 digits: bf16 may flip a borderline prediction or two, not more
+    assert abs(bf16["accuracy"] - fp32["accuracy"]) <= 0.02

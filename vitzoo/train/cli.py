@@ -19,8 +19,9 @@ from torch import nn
 
 from ..data import DATASETS, DataSplits, load_data, store_size_for
 from ..model import VisionTransformer
+from ..precision import CHOICES, name_of, parse_dtype
 from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
-from .engine import BEST_DIR, TrainConfig, evaluate_split, fit, parse_overrides
+from .engine import BEST_DIR, TrainConfig, evaluate_split, fit, parse_overrides, resolve_device
 from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
 
 RUNS_DIR = Path("runs")
@@ -395,6 +396,13 @@ def configure_eval_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0, help="seed of the folder split (must match training)")
     parser.add_argument("--device", default="auto")
+    parser.add_argument(
+        "--dtype",
+        choices=CHOICES,
+        default="fp32",
+        help="inference precision: fp32 (the default, the numbers training reported), bf16, fp16, or auto "
+        "(bf16 where the hardware multiplies it natively, else fp32; it says what it picked)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -413,7 +421,10 @@ def run_eval(args: argparse.Namespace) -> int:
     import vitzoo
 
     overrides = _saved_overrides(args.weights) or {"num_classes": _peek_classes(args)}
-    model = _require_vit(vitzoo.create(args.model, weights=args.weights, **overrides), args.model)
+    dtype, why = parse_dtype(args.dtype, resolve_device(args.device))
+    if args.dtype == "auto":
+        print(f"vitzoo: evaluating in {name_of(dtype)}: {why}", file=sys.stderr)
+    model = _require_vit(vitzoo.create(args.model, weights=args.weights, dtype=dtype, **overrides), args.model)
     splits = _load_splits(args, model, args.seed)
     if model.config.num_classes != splits.val.num_classes:
         raise ValueError(

@@ -1,0 +1,67 @@
+"""vitzoo/precision.py and dtype=: inference in bf16 / fp16 for every model, "auto" by the hardware."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo import precision
+from vitzoo.precision import auto_dtype, cpu_bf16_flags, parse_dtype
+
+
+@pytest.mark.parametrize("name", vitzoo.list_models())
+def test_every_model_runs_in_bf16_close_to_fp32(name):
+    """Norms, tokens, position embeddings (learned and sincos), conv stems and heads all follow
+    the cast, and the model takes the fp32 images the preprocessing gives."""
+    torch.manual_seed(0)
+    fp32 = vitzoo.create(name, depth=1).eval()
+    bf16 = vitzoo.create(name, depth=1, dtype="bf16").eval()
+    bf16.load_state_dict(fp32.state_dict())  # load_state_dict casts into the bf16 parameters
+    assert {t.dtype for t in [*bf16.parameters(), *bf16.buffers()] if t.is_floating_point()} == {torch.bfloat16}
+    x = torch.randn(2, *fp32.pretrained_cfg.input_size)
+    with torch.inference_mode():
+        a, b = fp32(x), bf16(x)  # fp32 input into the bf16 model
+    assert b.dtype == torch.bfloat16
+    assert float((a - b.float()).abs().max() / a.abs().max()) < 0.05
+
+
+def test_dtype_round_trips_through_save_and_load(tmp_path: Path):
+    model = vitzoo.create("deit_ti16", depth=1, dtype=torch.bfloat16)
+    model.save_pretrained(tmp_path / "bf16")
+    back = vitzoo.from_pretrained(tmp_path / "bf16")  # a checkpoint's bf16 tensors load into fp32
+    assert back.patch_embed.proj.weight.dtype == torch.float32
+    assert torch.equal(back.patch_embed.proj.weight, model.patch_embed.proj.weight.float())
+    again = vitzoo.create("deit_ti16", weights=str(tmp_path / "bf16"), depth=1, dtype="bf16")
+    assert torch.equal(again.pos_embed, model.pos_embed)
+    again.reset_classifier(3)
+    assert again.head.weight.dtype == torch.bfloat16
+
+
+def test_parse_dtype_names_and_errors():
+    assert parse_dtype("fp16") == (torch.float16, "as asked")
+    assert parse_dtype(torch.bfloat16)[0] == torch.bfloat16
+    with pytest.raises(ValueError, match=r"dtype='int8' is invalid; expected one of auto, fp32, bf16, fp16"):
+        parse_dtype("int8")
+    with pytest.raises(ValueError, match="expected a floating-point dtype"):
+        parse_dtype(torch.int8)
+    with pytest.raises(ValueError, match="dtype='half' is invalid"):
+        vitzoo.create("vit_mnist", dtype="half")
+
+
+def test_auto_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path: Path, monkeypatch):
+    amx = tmp_path / "amx"
+    amx.write_text("processor : 0\nflags : fpu sse avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    plain = tmp_path / "plain"
+    plain.write_text("processor : 0\nflags : fpu sse avx2 avx512f\n")
+    assert cpu_bf16_flags(amx) == ("amx_bf16", "avx512_bf16") and cpu_bf16_flags(plain) == ()
+    assert cpu_bf16_flags(tmp_path / "missing") == ()
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    dtype, why = auto_dtype("cpu")
+    assert dtype == torch.bfloat16 and "amx_bf16" in why
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ())
+    dtype, why = auto_dtype("cpu")
+    assert dtype == torch.float32 and "no native bf16" in why
+    assert parse_dtype("auto")[0] == torch.float32

@@ -1,0 +1,65 @@
+"""Which floating-point type a model runs inference in: `--dtype auto|fp32|bf16|fp16`.
+
+Why bf16 weights: on a CPU with native bf16 matrix units (Intel AMX, AVX512-BF16) and on CUDA, a
+ViT's matrix products run several times faster in bf16 than in fp32, and casting the weights once
+beats autocast, which converts them again at every call (benchmarks/speed.py measures both;
+docs/measurements.md has the numbers). Without native bf16 the same products are emulated and
+slower than fp32, so "auto" keeps fp32 there. fp16 is offered for CUDA; on a CPU it is slow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+CHOICES = ("auto", *DTYPES)
+# /proc/cpuinfo flags of x86 CPUs that multiply bf16 matrices in hardware.
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+
+
+def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
+    """The native-bf16 flags this CPU reports (empty where /proc/cpuinfo does not exist)."""
+    try:
+        text = cpuinfo.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return ()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.partition(":")[2].split())
+            return tuple(f for f in NATIVE_BF16_FLAGS if f in flags)
+    return ()
+
+
+def auto_dtype(device: torch.device | str = "cpu") -> tuple[torch.dtype, str]:
+    """The dtype "auto" picks for `device`, and why (for the message that says what it picked)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return torch.bfloat16, "this GPU has bf16 matrix units"
+        return torch.float32, "this GPU has no bf16 support"
+    if device.type == "cpu":
+        flags = cpu_bf16_flags()
+        if flags:
+            return torch.bfloat16, f"this CPU multiplies bf16 matrices natively ({', '.join(flags)})"
+        return torch.float32, "this CPU has no native bf16 matrix units (bf16 would be emulated, slower than fp32)"
+    return torch.float32, f"no bf16 rule for device {device.type!r}"
+
+
+def parse_dtype(value: str | torch.dtype | None, device: torch.device | str = "cpu") -> tuple[torch.dtype, str]:
+    """A `--dtype` / `dtype=` value -> (torch dtype, how it was chosen). None and "auto" decide
+    by the device (see auto_dtype); "fp32" / "bf16" / "fp16" or a torch floating dtype are taken as given."""
+    if isinstance(value, torch.dtype):
+        if not value.is_floating_point:
+            raise ValueError(f"dtype={value} is invalid; expected a floating-point dtype (fp32, bf16 or fp16)")
+        return value, "as asked"
+    if value is None or value == "auto":
+        return auto_dtype(device)
+    if value in DTYPES:
+        return DTYPES[value], "as asked"
+    raise ValueError(f"dtype={value!r} is invalid; expected one of {', '.join(CHOICES)} or a torch floating dtype")
+
+
+def name_of(dtype: torch.dtype) -> str:
+    return next((k for k, v in DTYPES.items() if v == dtype), str(dtype).removeprefix("torch."))
