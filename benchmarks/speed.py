@@ -1,8 +1,12 @@
 """CPU inference speed of vitzoo against timm, and of both against the matmul bound.
 
-    python benchmarks/speed.py                      # ViT-B/16, batch 8, 224x224, fp32 and bf16
+    python benchmarks/speed.py                      # ViT-B/16, batch 8, 224x224, fp32, bf16 autocast, bf16 weights
     python benchmarks/speed.py --rounds 30 --json /tmp/speed.json
     python benchmarks/speed.py --threads 1 --clock cpu    # steadiest on a machine shared with others
+
+Paths: "fp32"; "bf16", both libraries under bf16 autocast (what timm's inference does); "bf16w",
+vitzoo with its weights cast to bf16 (`create(..., dtype="bf16")`, what `--dtype auto` picks on a
+CPU with native bf16) against timm under bf16 autocast, the peer's fast path.
 
 Both models hold the same weights (timm's randomly initialised state dict, loaded key by key into
 vitzoo, logits checked equal) and run under `torch.inference_mode()`. Each round times vitzoo,
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import itertools
 import json
 import os
@@ -134,8 +139,9 @@ def benchmark(
     ours, theirs = build_models(name)
     x = torch.randn(batch, *ours.pretrained_cfg.input_size, generator=torch.Generator().manual_seed(1))
     results: dict[str, dict] = {}
+    ours_bf16 = copy.deepcopy(ours).to(torch.bfloat16) if "bf16w" in dtypes else None
     for dtype_name in dtypes:
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16w": torch.bfloat16}[dtype_name]
         gemms = model_gemms(ours, batch, dtype)
 
         def autocast(dtype: torch.dtype = dtype) -> contextlib.AbstractContextManager:
@@ -143,7 +149,10 @@ def benchmark(
                 return contextlib.nullcontext()
             return torch.autocast("cpu", dtype=dtype)
 
-        def run_ours() -> None:
+        def run_ours(dtype_name: str = dtype_name) -> None:
+            if dtype_name == "bf16w":
+                ours_bf16(x)  # weights already bf16: no autocast, no per-call weight casts
+                return
             with autocast():
                 ours(x)
 
@@ -223,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--calls", type=int, default=1, help="forward calls timed per round and contestant")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16", "bf16w"], choices=["fp32", "bf16", "bf16w"])
     parser.add_argument(
         "--threads",
         type=int,

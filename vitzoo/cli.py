@@ -4,7 +4,7 @@
     vitzoo info NAME[.TAG]                         config, parameters, GFLOPs, sources, preprocessing
     vitzoo download NAME[.TAG]...                  fill the weights cache ahead of air-gapped use
     vitzoo convert SRC DST [--to vitzoo|timm]      rewrite a checkpoint in another layout
-    vitzoo predict NAME IMAGE... [--weights SRC]   top-k labels and probabilities
+    vitzoo predict NAME IMAGE|DIR... [--output F]  top-k labels and probabilities (F: .csv/.jsonl)
     vitzoo finetune / eval / viz ...               training and pictures (vitzoo.train, vitzoo.viz)
 
 Every subcommand has --help, prints a table for people and JSON with --json.
@@ -249,26 +249,15 @@ def _load_image(path: str) -> Any:
         raise OSError(f"cannot read image {path!r}: {exc} (expected a PNG, JPEG or other PIL-readable image)") from None
 
 
-def _prepare_batch(images: list[Any], model: Any) -> Any:
-    """PIL images (any mode; 16-bit scaled to 8 bits) -> the normalised batch the model's weights
-    expect: vitzoo.data.eval_transform, the preprocessing `vitzoo eval` and the pictures use too."""
-    import torch
-
-    from .data import eval_transform
-
-    transform = eval_transform(model)
-    return torch.stack([transform(img) for img in images])
-
-
-def cmd_predict(args: argparse.Namespace) -> int:
-    import torch
-
+def _predict_model(args: argparse.Namespace) -> Any:
     from . import builder, registry
+    from .precision import name_of, parse_dtype
     from .pretrained_cfg import pretrained_cfg_of
 
-    if args.topk < 1:
-        raise UsageError(f"--topk must be >= 1, got {args.topk}")
-    images = [_load_image(p) for p in args.images]  # read everything first: fail before the model loads
+    dtype, why = parse_dtype(args.dtype, "cpu")
+    if args.dtype == "auto":
+        print(f"vitzoo: predicting in {name_of(dtype)}: {why}", file=sys.stderr)
+
     if args.weights is None:
         _, pcfg = registry.get_pretrained_cfg(args.name)
         if pcfg is None:
@@ -276,25 +265,64 @@ def cmd_predict(args: argparse.Namespace) -> int:
                 f"model {args.name!r} has no pretrained weights; pass --weights FILE|DIR|hf-hub:... "
                 "(e.g. a directory written by model.save_pretrained)"
             )
-        model = builder.create(args.name, pretrained=True)
+        model = builder.create(args.name, pretrained=True, dtype=dtype)
     else:
-        model = builder.create(args.name, weights=args.weights)
+        model = builder.create(args.name, weights=args.weights, dtype=dtype)
     model.eval()
     cfg = pretrained_cfg_of(model)
     if cfg is None:
         raise ValueError(f"model {args.name!r} carries no pretrained_cfg, so its labels and preprocessing are unknown")
     if cfg.num_classes <= 0:
         raise ValueError(f"model {args.name!r} has no classifier (num_classes=0), so it cannot predict labels")
-    batch = _prepare_batch(images, model)
-    with torch.inference_mode():
-        probs = torch.softmax(model(batch).float(), dim=-1)
-    k = min(args.topk, probs.shape[-1])
-    top_p, top_i = probs.topk(k, dim=-1)
-    labels = cfg.label_names
-    results = []
-    for path, ps, idx in zip(args.images, top_p.tolist(), top_i.tolist()):
-        preds = [{"index": i, "label": labels[i] if labels else str(i), "probability": p} for p, i in zip(ps, idx)]
-        results.append({"image": path, "predictions": preds})
+    return model
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from . import predict
+
+    for option in ("topk", "batch_size"):
+        if getattr(args, option) < 1:
+            raise UsageError(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
+    if args.workers < 0:
+        raise UsageError(f"--workers must be >= 0, got {args.workers}")
+    if args.output is not None:
+        try:  # a bad name fails before the model loads
+            fmt = predict.output_format(args.output, args.format)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        paths, _ = predict.find_images(args.images)
+        model = _predict_model(args)
+        skipped: list[tuple[str, str]] = []
+        topk = min(args.topk, model.pretrained_cfg.num_classes)
+        records = predict.predict_images(
+            model,
+            paths,
+            topk=topk,
+            batch_size=args.batch_size,
+            workers=args.workers,
+            strict=args.strict,
+            progress=not args.no_progress,
+            skipped=skipped,
+        )
+        count = predict.write_predictions(records, args.output, topk=topk, fmt=fmt)
+        data = {"output": args.output, "format": fmt, "images": count, "skipped": [p for p, _ in skipped]}
+        text = f"wrote {count} prediction(s) to {args.output} ({fmt})"
+        _emit(args, data, text + (f"; skipped {len(skipped)} unreadable image(s)" if skipped else ""))
+        return 0
+
+    # A few files for a person: every image is read first (an unreadable one is an error, before
+    # the model loads), then printed as a table or --json.
+    if args.format is not None:
+        raise UsageError("--format applies to --output FILE; without --output use --json")
+    paths, _ = predict.find_images(args.images)
+    for path in paths:
+        _load_image(path)
+    model = _predict_model(args)
+    results = list(
+        predict.predict_images(
+            model, paths, topk=args.topk, batch_size=args.batch_size, workers=0, strict=True, progress=False
+        )
+    )
     rows = [
         [r["image"] if rank == 0 else "", rank + 1, f"{p['probability']:.4f}", p["index"], p["label"]]
         for r in results
@@ -414,14 +442,40 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         parents=common,
         help="classify images: top-k labels and probabilities",
         description="Classify images with a model's pretrained weights (or --weights), using the "
-        "preprocessing those weights expect.",
+        "preprocessing those weights expect. Folders are searched recursively (no symbolic link "
+        "followed out of them). Without --output the results are printed (a table, or --json); with "
+        "--output FILE they are streamed to a CSV or JSON-lines file in batches.",
     )
     p.add_argument("name", metavar="NAME[.TAG]", help="a registered model")
-    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...)")
+    p.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
     p.add_argument(
         "--weights", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name> instead of the default source"
     )
     p.add_argument("--topk", type=int, default=5, metavar="K", help="how many classes to show per image (default: 5)")
+    p.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write every image's predictions to FILE (.csv or .jsonl), streaming, with a progress bar; "
+        "unreadable images are skipped with a warning",
+    )
+    p.add_argument("--format", choices=["csv", "jsonl"], help="format of --output (default: from its suffix)")
+    p.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per forward pass (default: 32)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help="image-decoding processes with --output (0: none; default: 2)",
+    )
+    p.add_argument("--strict", action="store_true", help="with --output, an unreadable image is an error")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "fp32", "bf16", "fp16"],
+        default="fp32",
+        help="inference precision: fp32 (default), bf16, fp16, or auto (bf16 where the hardware multiplies it "
+        "natively, else fp32; it says what it picked)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=cmd_predict)
 
     for name, (_, _, _, help_text) in DELEGATED.items():

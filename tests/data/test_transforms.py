@@ -138,7 +138,7 @@ def _tiny_model(tmp_path: Path) -> tuple[VisionTransformer, Path]:
 
 
 def test_predict_eval_and_viz_feed_the_model_the_same_tensor(tmp_path, capsys, monkeypatch) -> None:
-    from vitzoo.cli import _prepare_batch
+    from vitzoo.predict import predict_images
     from vitzoo.viz.images import prepare_image
 
     model, weights = _tiny_model(tmp_path)
@@ -150,7 +150,12 @@ def test_predict_eval_and_viz_feed_the_model_the_same_tensor(tmp_path, capsys, m
     expected = eval_transform(model)(Image.open(path))
 
     # The functions behind each command.
-    assert torch.equal(_prepare_batch([Image.open(path)], model)[0], expected)
+    fed: list[torch.Tensor] = []
+    original = model.forward
+    model.forward = lambda x: (fed.append(x.detach().clone()), original(x))[1]  # type: ignore[method-assign]
+    list(predict_images(model, [str(path)], batch_size=1, workers=0, progress=False, topk=1))
+    del model.forward
+    assert torch.equal(fed[0][0], expected)
     display, x = prepare_image(model, path)
     assert torch.equal(x[0], expected)
     assert torch.equal(display, eval_transform(model, normalize=False)(Image.open(path)))

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from .augment import BatchTransform
-from .folder import CorruptImageError, FolderDataError, load_image_folder, store_size_for
+from .folder import CorruptImageError, FolderDataError, find_image_files, load_image_folder, store_size_for
 from .idx import IdxFormatError, read_idx, write_idx
 from .loader import BatchLoader
 from .mnist import (
@@ -79,6 +79,7 @@ __all__ = [
     "eval_finish",
     "eval_geometry",
     "eval_transform",
+    "find_image_files",
     "load_data",
     "load_image_folder",
     "load_mnist",

@@ -34,7 +34,14 @@ from tqdm.auto import tqdm
 from .tensors import DataSplits, ImageTensors
 from .transforms import InputSpec, as_8bit, eval_geometry
 
-__all__ = ["CorruptImageError", "FolderDataError", "as_8bit", "load_image_folder", "store_size_for"]
+__all__ = [
+    "CorruptImageError",
+    "FolderDataError",
+    "as_8bit",
+    "find_image_files",
+    "load_image_folder",
+    "store_size_for",
+]
 
 MAX_DECODED_BYTES = 4 * 1024**3  # decoded uint8 pixels kept in memory; beyond this, refuse clearly
 
@@ -118,6 +125,18 @@ def _class_images(class_dir: Path, extensions: tuple[str, ...], skipped: list[st
             "make it readable or remove it from the image folder"
         )
     return found
+
+
+def find_image_files(directory: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
+    """(image files under `directory`, recursively, sorted; links and special files skipped), with
+    the rules of an image folder's class folder: torchvision's image extensions, no link followed
+    except one to an image file inside `directory` (so no loop, nothing from outside). The skipped
+    entries are the second list, as paths relative to `directory`'s parent."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    skipped: list[str] = []
+    found = _class_images(Path(directory), IMG_EXTENSIONS, skipped)
+    return sorted(found), sorted(skipped)
 
 
 def _too_large(img: Any) -> str | None:

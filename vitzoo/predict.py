@@ -1,0 +1,210 @@
+"""Predicting over whole folders: the engine behind `vitzoo predict ... --output FILE`.
+
+    paths, _ = vitzoo.predict.find_images(["photos/", "extra.jpg"])
+    skipped: list[tuple[str, str]] = []
+    records = vitzoo.predict.predict_images(model, paths, topk=5, batch_size=64, workers=2, skipped=skipped)
+    vitzoo.predict.write_predictions(records, "preds.csv", topk=5)      # or .jsonl
+
+Folders are walked recursively with the rules of `vitzoo.data` (torchvision's image extensions; no
+symbolic link followed, except one to an image file inside the folder, so no loop and nothing from
+outside). Paths are sorted, so the output order is deterministic. Images are decoded and prepared
+with `vitzoo.data.eval_transform(model)` in a torch DataLoader (`workers` processes, 0 = in this
+one), batched and classified under `torch.inference_mode()`; a tqdm progress bar goes to stderr.
+
+An image that cannot be read is left out of the output; the reasons are collected in `skipped`
+(path, reason) and, at the end, one warning gives their count and the first few. With
+`strict=True` the first unreadable image raises `UnreadableImageError` instead.
+
+The output is written to a temporary file next to FILE as the predictions come and renamed over
+FILE at the end (`vitzoo.atomic.atomic_path`): an interrupted run leaves no half file.
+    CSV   image,top1_index,top1_label,top1_prob,top2_index,...   (one row per image)
+    JSONL {"image": ..., "predictions": [{"index", "label", "probability"}, ...]}   (one per line,
+          the records of `vitzoo predict --json`)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from .atomic import atomic_path
+from .data import InputSpec, eval_transform, find_image_files
+from .pretrained_cfg import pretrained_cfg_of
+
+__all__ = [
+    "FORMATS",
+    "UnreadableImageError",
+    "find_images",
+    "output_format",
+    "predict_images",
+    "write_predictions",
+]
+
+FORMATS = ("csv", "jsonl")
+_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
+Record = dict[str, Any]  # {"image": path, "predictions": [{"index", "label", "probability"}, ...]}
+
+
+class UnreadableImageError(ValueError):
+    """An image that cannot be decoded, under strict=True."""
+
+
+def find_images(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
+    """(image paths, skipped links): files are taken as given (any name), folders walked
+    recursively; the result is sorted and without duplicates. A missing input is an error."""
+    found: set[str] = set()
+    skipped: list[str] = []
+    for item in inputs:
+        path = Path(item).expanduser()
+        if path.is_dir():
+            files, links = find_image_files(path)
+            if not files:
+                raise FileNotFoundError(f"folder {str(path)!r} holds no images (PNG, JPEG, ...; searched recursively)")
+            found.update(files)
+            skipped.extend(links)
+        elif path.exists():
+            found.add(str(path))
+        else:
+            raise FileNotFoundError(f"image {str(item)!r} does not exist")
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+        warnings.warn(
+            f"skipped {len(skipped)} symbolic link(s) or special file(s) not followed "
+            f"(links to folders, out of the given folder or dangling): {shown}",
+            stacklevel=2,
+        )
+    return sorted(found), skipped
+
+
+def output_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
+    """ "csv" or "jsonl": `fmt` when given, else from the suffix of `path`."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise ValueError(f"format {fmt!r} is unknown; expected one of {', '.join(FORMATS)}")
+        return fmt
+    suffix = Path(path).suffix.lower()
+    if suffix not in _SUFFIXES:
+        raise ValueError(
+            f"cannot tell the format of output {str(path)!r} from its suffix; name it .csv or .jsonl "
+            "(or pass --format csv|jsonl)"
+        )
+    return _SUFFIXES[suffix]
+
+
+class _ImageFiles(Dataset):
+    """path -> (position, prepared tensor or zeros, "" or why it could not be read)."""
+
+    def __init__(self, paths: Sequence[str], transform: Any, shape: tuple[int, ...]) -> None:
+        self.paths, self.transform, self.shape = list(paths), transform, shape
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
+        from PIL import Image
+
+        try:
+            with Image.open(self.paths[i]) as img:
+                limit = Image.MAX_IMAGE_PIXELS
+                if limit is not None and img.size[0] * img.size[1] > limit:
+                    raise ValueError(f"{img.size[0]}x{img.size[1]} pixels, over PIL's decompression-bomb limit")
+                img.load()  # forces the full decode: a truncated file fails here
+                x = self.transform(img)
+            return i, x, ""
+        except Exception as err:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
+            reason = " ".join(str(err).split()) or type(err).__name__
+            return i, torch.zeros(self.shape), reason
+
+
+def predict_images(
+    model: nn.Module,
+    paths: Sequence[str],
+    *,
+    topk: int = 5,
+    batch_size: int = 32,
+    workers: int = 2,
+    strict: bool = False,
+    progress: bool = True,
+    skipped: list[tuple[str, str]] | None = None,
+) -> Iterator[Record]:
+    """Yield one record per readable image, in the order of `paths`; unreadable ones are appended
+    to `skipped` as (path, reason) and warned about once at the end (or raise under `strict`)."""
+    from tqdm.auto import tqdm
+
+    if topk < 1 or batch_size < 1 or workers < 0:
+        raise ValueError(f"topk and batch_size must be >= 1 and workers >= 0, got {topk}, {batch_size}, {workers}")
+    cfg = pretrained_cfg_of(model)
+    labels = cfg.label_names if cfg is not None else None
+    spec = InputSpec.from_model(model)
+    dataset = _ImageFiles(paths, eval_transform(model), (spec.channels, *spec.size))
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
+    lost = skipped if skipped is not None else []
+    start = len(lost)
+    model.eval()
+    with tqdm(total=len(dataset), unit="img", desc="predict", file=sys.stderr, disable=not progress) as bar:
+        for index, batch, errors in loader:
+            ok = [j for j, e in enumerate(errors) if not e]
+            for j, e in enumerate(errors):
+                if e:
+                    path = dataset.paths[int(index[j])]
+                    if strict:
+                        raise UnreadableImageError(f"cannot read image {path!r}: {e} (--strict)")
+                    lost.append((path, e))
+            if ok:
+                with torch.inference_mode():
+                    probs = torch.softmax(model(batch[ok]).float(), dim=-1)
+                top_p, top_i = probs.topk(min(topk, probs.shape[-1]), dim=-1)
+                for j, ps, idx in zip(ok, top_p.tolist(), top_i.tolist()):
+                    yield {
+                        "image": dataset.paths[int(index[j])],
+                        "predictions": [
+                            {"index": c, "label": labels[c] if labels else str(c), "probability": p}
+                            for p, c in zip(ps, idx)
+                        ],
+                    }
+            bar.update(len(errors))
+    if len(lost) > start:
+        new = lost[start:]
+        shown = "; ".join(f"{p} ({why})" for p, why in new[:3]) + ("; ..." if len(new) > 3 else "")
+        warnings.warn(
+            f"skipped {len(new)} unreadable image(s) of {len(dataset)} (not in the output; --strict makes "
+            f"this an error): {shown}",
+            stacklevel=2,
+        )
+
+
+def write_predictions(
+    records: Iterable[Record], path: str | os.PathLike[str], *, topk: int, fmt: str | None = None
+) -> int:
+    """Stream `records` into `path` (CSV or JSON lines, see output_format), atomically; returns the
+    number of records written. CSV has `topk` groups of columns; an image with fewer classes than
+    that leaves the rest empty."""
+    fmt = output_format(path, fmt)
+    count = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+        if fmt == "csv":
+            writer = csv.writer(f)
+            writer.writerow(
+                ["image"] + [f"top{r}_{col}" for r in range(1, topk + 1) for col in ("index", "label", "prob")]
+            )
+            for record in records:
+                row: list[Any] = [record["image"]]
+                for p in record["predictions"]:
+                    row += [p["index"], p["label"], repr(p["probability"])]
+                writer.writerow(row + [""] * (1 + 3 * topk - len(row)))
+                count += 1
+        else:
+            for record in records:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+    return count
