@@ -236,16 +236,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------ predict
-def _load_image(path: str) -> Any:
-    from PIL import Image, UnidentifiedImageError
+def _check_readable(path: str) -> None:
+    """Decode `path` once (the same reader and checks as the data pipeline), so that an unreadable
+    image is an error before any model loads."""
+    from .data.folder import UnreadableImageError, decode_image
 
     try:
-        with Image.open(path) as img:
-            img.load()
-            return img.copy()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"image {path!r} does not exist") from None
-    except (UnidentifiedImageError, OSError) as exc:
+        decode_image(path, lambda img: None, rgb=False)
+    except UnreadableImageError as exc:
         raise OSError(f"cannot read image {path!r}: {exc} (expected a PNG, JPEG or other PIL-readable image)") from None
 
 
@@ -316,7 +314,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise UsageError("--format applies to --output FILE; without --output use --json")
     paths, _ = predict.find_images(args.images)
     for path in paths:
-        _load_image(path)
+        _check_readable(path)
     model = _predict_model(args)
     results = list(
         predict.predict_images(

@@ -39,6 +39,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from .atomic import atomic_path
 from .data import InputSpec, eval_transform, find_image_files
+from .data.folder import UnreadableImageError as UnreadableFileError
+from .data.folder import decode_image
 from .pretrained_cfg import pretrained_cfg_of
 
 __all__ = [
@@ -111,19 +113,10 @@ class _ImageFiles(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
-        from PIL import Image
-
         try:
-            with Image.open(self.paths[i]) as img:
-                limit = Image.MAX_IMAGE_PIXELS
-                if limit is not None and img.size[0] * img.size[1] > limit:
-                    raise ValueError(f"{img.size[0]}x{img.size[1]} pixels, over PIL's decompression-bomb limit")
-                img.load()  # forces the full decode: a truncated file fails here
-                x = self.transform(img)
-            return i, x, ""
-        except Exception as err:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
-            reason = " ".join(str(err).split()) or type(err).__name__
-            return i, torch.zeros(self.shape), reason
+            return i, decode_image(self.paths[i], self.transform, rgb=False), ""
+        except UnreadableFileError as err:
+            return i, torch.zeros(self.shape), str(err)
 
 
 def predict_images(

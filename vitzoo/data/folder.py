@@ -26,7 +26,7 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -152,10 +152,11 @@ def _too_large(img: Any) -> str | None:
     return None
 
 
-class _UnreadableImageError(Exception):
-    """Why one image was skipped; the message is never empty."""
+class UnreadableImageError(Exception):
+    """Why one image could not be read; the message is never empty."""
 
 
+T = TypeVar("T")
 Decoder = Callable[[Any], torch.Tensor]  # an 8-bit RGB PIL image -> uint8 (3, H, W), the same (H, W) for all
 
 
@@ -182,8 +183,11 @@ def eval_store(model_or_cfg: Any) -> Decoder:
     return lambda img: TF.pil_to_tensor(geometry(img))
 
 
-def _decode(path: str, decode: Decoder) -> torch.Tensor:
-    """One image -> uint8 (3, H, W): read as 8-bit RGB, then `decode`d."""
+def decode_image(path: str | os.PathLike[str], decode: Callable[[Any], T], *, rgb: bool = True) -> T:
+    """One image file -> `decode(img)`, where img is the file read as 8-bit (16-bit scaled) and, with
+    `rgb`, converted to RGB; otherwise in its own mode (`vitzoo predict` hands eval_transform the
+    image as it is). An image over PIL's decompression-bomb limit is refused from its header alone.
+    Raises UnreadableImageError, whose message always says why."""
     from PIL import Image
 
     try:
@@ -191,18 +195,21 @@ def _decode(path: str, decode: Decoder) -> torch.Tensor:
             width, height = img.size
             reason = _too_large(img)
             if reason:
-                raise _UnreadableImageError(reason)
+                raise UnreadableImageError(reason)
             try:
-                img = as_8bit(img).convert("RGB")  # also forces the full decode, so truncated files fail here
+                img = as_8bit(img)
+                if rgb:
+                    img = img.convert("RGB")
+                img.load()  # forces the full decode, so truncated files fail here
                 return decode(img)
             except MemoryError as err:
-                raise _UnreadableImageError(f"out of memory decoding {width}x{height} image") from err
-    except _UnreadableImageError:
+                raise UnreadableImageError(f"out of memory decoding {width}x{height} image") from err
+    except UnreadableImageError:
         raise
     except Exception as err:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
         message = " ".join(str(err).split())
         # Some errors carry no message (MemoryError(), OSError()); the type is then the reason.
-        raise _UnreadableImageError(message or f"{type(err).__name__} (no message)") from err
+        raise UnreadableImageError(message or f"{type(err).__name__} (no message)") from err
 
 
 def _decode_all(
@@ -226,8 +233,8 @@ def _decode_all(
     kept, skipped, paths = 0, [], []
     for path, target in tqdm(samples, desc=f"decoding {source}", unit="img", leave=False, disable=len(samples) < 500):
         try:
-            images[kept] = _decode(path, decode)
-        except _UnreadableImageError as err:
+            images[kept] = decode_image(path, decode)
+        except UnreadableImageError as err:
             if strict:
                 raise CorruptImageError(f"cannot decode image {path}: {err} (strict mode)") from err
             warnings.warn(f"skipping unreadable image {path}: {err}", stacklevel=2)

@@ -9,36 +9,33 @@ model's mean / std with a batch dimension, which the model sees.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from ..layers import to_2tuple
 
+T = TypeVar("T")
+
 
 def read_image(path: str | os.PathLike[str], *, channels: int = 3) -> torch.Tensor:
     """Read an image file into a (channels, H, W) float tensor in [0, 1] (1 channel: grayscale)."""
-    from PIL import Image, UnidentifiedImageError  # Pillow comes with torchvision
-
-    from ..data.folder import as_8bit
-
     if channels not in (1, 3):
         raise ValueError(f"channels={channels} is not supported; expected 1 (grayscale) or 3 (RGB)")
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"image file '{path}' does not exist (or is not a file)")
-    try:
-        with Image.open(path) as img:
-            img = as_8bit(img).convert("L" if channels == 1 else "RGB")  # 16-bit scaled, not clipped
-            data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
-            width, height = img.size
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
-        raise ValueError(
-            f"cannot read image '{path}': {err}; expected an image file Pillow can decode (PNG, JPEG, BMP, ...)"
-        ) from err
-    return data.reshape(height, width, channels).permute(2, 0, 1).float() / 255.0
+
+    def to_tensor(img: Any) -> torch.Tensor:  # img is 8-bit already (16-bit scaled, not clipped)
+        img = img.convert("L" if channels == 1 else "RGB")
+        data = torch.frombuffer(bytearray(img.tobytes()), dtype=torch.uint8)
+        width, height = img.size
+        return data.reshape(height, width, channels).permute(2, 0, 1).float() / 255.0
+
+    return _read(path, to_tensor)
 
 
 def synthetic_image(size: int | tuple[int, int] = 224, *, channels: int = 3) -> torch.Tensor:
@@ -76,16 +73,20 @@ def model_input_size(model: nn.Module) -> tuple[int, int, int]:
 
 def _open_image(path: str | os.PathLike[str]) -> Any:
     """A PIL image, fully decoded; a clear error for a missing or unreadable file."""
-    from PIL import Image, UnidentifiedImageError  # Pillow comes with torchvision
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"image file '{path}' does not exist (or is not a file)")
+    return _read(path, lambda img: img.copy())
+
+
+def _read(path: str | os.PathLike[str], decode: Callable[[Any], T]) -> T:
+    """`decode` of the image file, read by the data pipeline's reader (vitzoo.data.folder.decode_image:
+    8-bit, decompression-bomb guard); ValueError naming the file when it cannot be read."""
+    from ..data.folder import UnreadableImageError, decode_image
+
     try:
-        with Image.open(path) as img:
-            img.load()
-            return img.copy()
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
+        return decode_image(path, decode, rgb=False)
+    except UnreadableImageError as err:
         raise ValueError(
             f"cannot read image '{path}': {err}; expected an image file Pillow can decode (PNG, JPEG, BMP, ...)"
         ) from err
