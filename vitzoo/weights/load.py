@@ -19,7 +19,13 @@ from torch import nn
 from ..layers import to_2tuple
 from ..layout import attach_architecture
 from ..model import VisionTransformer, ViTConfig
-from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, pretrained_cfg_of, resolve_label_names
+from ..pretrained_cfg import (
+    PretrainedCfg,
+    attach_pretrained_cfg,
+    check_pretrained_fields,
+    pretrained_cfg_of,
+    resolve_label_names,
+)
 from .adapt import FitReport, fit_state_dict
 from .errors import WeightsMismatchError
 from .sources import Resolve, SourceData, load_source
@@ -153,12 +159,9 @@ def _pretrained_cfg(base: PretrainedCfg | None, data: SourceData, model: nn.Modu
         data.pretrained what the source's own files state (config.json, preprocessor_config.json)
     """
     cfg = base or PretrainedCfg()
-    known = set(PretrainedCfg.__dataclass_fields__)
-    updates = {k: v for k, v in data.implied.items() if k in known} if cfg.source is None else {}
-    updates.update({k: v for k, v in data.pretrained.items() if k in known})
-    for key in ("input_size", "mean", "std", "label_names"):
-        if updates.get(key) is not None:
-            updates[key] = tuple(updates[key])
+    # check_pretrained_fields keeps the PretrainedCfg fields, as tuples where JSON has lists
+    updates = check_pretrained_fields(data.implied) if cfg.source is None else {}
+    updates.update(check_pretrained_fields(data.pretrained))
     if "label_names" in updates:
         updates.setdefault("label_set", None)
     elif "label_set" in updates:
