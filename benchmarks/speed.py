@@ -14,6 +14,15 @@ timm and the matmul bound back to back, going through all six orders of the thre
 load from other processes, clock drift and cache state hit all three alike; the reported figure is the median
 over rounds. Ratios are only meaningful within one run: compare nothing across runs.
 
+Two optional sections, each its own measurement:
+  --agreement WEIGHTS   top-1 agreement of the bf16-weights model with the fp32 model on the
+                        Fashion-MNIST test set (10,000 images; `--fashion-dir`, Debian's
+                        dataset-fashion-mnist by default), for a trained vit_mnist, e.g. the run
+                        directory of `vitzoo finetune vit_mnist --data fashion-mnist`. Goal >= 99.5%.
+  --predict-folder N    `vitzoo predict`'s folder path (vitzoo.predict.predict_images: JPEG decode,
+                        eval_transform, DataLoader workers, bf16 weights) against the benchmark path
+                        (the same model on ready tensors), per image, on N generated 500x375 JPEGs.
+
 The matmul bound: every GEMM the model performs (the patch embedding as a GEMM over flattened
 patches, qkv / proj / fc1 / fc2 of every block with the model's own weights, the two attention
 matmuls q k^T and attn v of every block as batched matmuls, and the head), run alone with
@@ -192,6 +201,81 @@ def benchmark(
     return results
 
 
+def dtype_agreement(weights: str, fashion_dir: str, batch: int = 500) -> dict:
+    """Predictions of the fp32 model and of its bf16-weights twin on the Fashion-MNIST test set."""
+    from vitzoo.data import load_data
+    from vitzoo.data.augment import BatchTransform
+    from vitzoo.data.loader import BatchLoader
+    from vitzoo.data.transforms import InputSpec
+
+    splits = load_data("fashion-mnist", data_dir=fashion_dir, download=False)
+    fp32 = vitzoo.from_pretrained(weights).eval()
+    bf16 = vitzoo.from_pretrained(weights).to(torch.bfloat16).eval()  # what create(..., dtype="bf16") does
+    transform = BatchTransform(spec=InputSpec.from_model(fp32), train=False, kind=splits.kind)
+    loader = BatchLoader(splits.val, batch_size=batch, transform=transform, shuffle=False)
+    agree = correct32 = correct16 = total = 0
+    with torch.inference_mode():
+        for images, labels in loader:
+            p32, p16 = fp32(images).argmax(-1), bf16(images).argmax(-1)
+            agree += int((p32 == p16).sum())
+            correct32 += int((p32 == labels).sum())
+            correct16 += int((p16 == labels).sum())
+            total += len(labels)
+    return {
+        "weights": weights,
+        "images": total,
+        "top1_agreement": agree / total,
+        "accuracy_fp32": correct32 / total,
+        "accuracy_bf16": correct16 / total,
+    }
+
+
+def predict_folder_speed(name: str, images: int, batch: int, workers: int, rounds: int) -> dict:
+    """img/s of vitzoo.predict.predict_images over a folder of JPEGs vs the model on ready tensors
+    (the benchmark path), bf16 weights, interleaved rounds."""
+    import tempfile
+
+    from PIL import Image
+
+    from vitzoo.predict import find_images, predict_images
+
+    model = vitzoo.create(name, dtype="bf16").eval()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, *model.pretrained_cfg.input_size, generator=gen)
+    with tempfile.TemporaryDirectory() as folder:
+        for i in range(images):  # photo-sized noise with some structure, so JPEG decoding costs what it does
+            pixels = (torch.rand(3, 375 // 8, 500 // 8, generator=gen) * 255).to(torch.uint8)
+            pixels = torch.nn.functional.interpolate(pixels[None].float(), size=(375, 500), mode="bilinear")[0]
+            Image.fromarray(pixels.byte().permute(1, 2, 0).numpy()).save(f"{folder}/{i:05d}.jpg", quality=90)
+        paths, _ = find_images([folder])
+
+        def run_folder() -> None:
+            for _ in predict_images(model, paths, topk=5, batch_size=batch, workers=workers, progress=False):
+                pass
+
+        def run_tensors() -> None:
+            with torch.inference_mode():
+                for _ in range(-(-images // batch)):
+                    model(x)
+
+        seconds: dict[str, list[float]] = {"predict_folder": [], "model_on_tensors": []}
+        run_tensors()
+        run_folder()
+        for r in range(rounds):
+            order = list(seconds) if r % 2 == 0 else list(reversed(seconds))
+            for key in order:
+                seconds[key].append(time_per_call(run_folder if key == "predict_folder" else run_tensors, 1))
+    img_s = {key: images / statistics.median(values) for key, values in seconds.items()}
+    return {
+        "model": name,
+        "images": images,
+        "batch": batch,
+        "workers": workers,
+        "img_per_s": img_s,
+        "ratio_folder_over_tensors": img_s["predict_folder"] / img_s["model_on_tensors"],
+    }
+
+
 def _quartiles(values: list[float]) -> tuple[float, float]:
     if len(values) < 2:
         return (values[0], values[0])
@@ -246,6 +330,11 @@ def main(argv: list[str] | None = None) -> None:
         help="wall: elapsed time; cpu: this process's CPU time (steadier on a shared machine, with --threads 1)",
     )
     parser.add_argument("--json", help="also write the results (with every round's timings) to this file")
+    parser.add_argument("--agreement", metavar="WEIGHTS", help="a trained vit_mnist (Fashion-MNIST): bf16 vs fp32")
+    parser.add_argument("--fashion-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--predict-folder", type=int, default=0, metavar="N", help="also time predict on N JPEGs")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of --predict-folder")
+    parser.add_argument("--skip-models", action="store_true", help="only the optional sections")
     args = parser.parse_args(argv)
     for flag, value, low in (
         ("--batch", args.batch, 1),
@@ -260,36 +349,60 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
 
     before = conditions()
-    results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes, args.clock)
+    results = {}
+    if not args.skip_models:
+        results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes, args.clock)
+    extra: dict[str, dict] = {}
+    if args.agreement:
+        extra["agreement"] = a = dtype_agreement(args.agreement, args.fashion_dir)
+        print(
+            f"bf16 vs fp32 on {a['images']} Fashion-MNIST test images: top-1 agreement {a['top1_agreement']:.2%} "
+            f"(goal >= 99.5%), accuracy fp32 {a['accuracy_fp32']:.2%}, bf16 {a['accuracy_bf16']:.2%}"
+        )
+    if args.predict_folder:
+        rounds = max(3, args.rounds // 6)
+        extra["predict_folder"] = pf = predict_folder_speed(
+            args.model, args.predict_folder, args.batch, args.workers, rounds
+        )
+        print(
+            f"predict over {pf['images']} JPEGs (bf16, batch {pf['batch']}, {pf['workers']} workers): "
+            f"{pf['img_per_s']['predict_folder']:.2f} img/s vs {pf['img_per_s']['model_on_tensors']:.2f} img/s on "
+            f"ready tensors: ratio {pf['ratio_folder_over_tensors']:.3f}"
+        )
     load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
-    print(
-        f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
-        f"median of {args.rounds} interleaved rounds x {args.calls} calls, {args.clock} clock"
-    )
-    print(
-        f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
-        f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after"
-    )
-    print(
-        f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"
-        f"{'per-round [IQR]':>24}{'vitzoo share':>14}{'timm share':>12}"
-    )
-    for dtype_name, r in results.items():
-        img = r["img_per_s"]
+    if results:
         print(
-            f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
-            f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
-            f"{' [{:.3f}, {:.3f}]'.format(*r['per_round_ratio_quartiles']):>14}"
-            f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}"
+            f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
+            f"median of {args.rounds} interleaved rounds x {args.calls} calls, {args.clock} clock"
         )
-    for dtype_name, r in results.items():
         print(
-            f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "
-            f"bound runs them at {r['matmul_bound_gflop_per_s']:.0f} GFLOP/s"
+            f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
+            f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after"
         )
+        print(
+            f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"
+            f"{'per-round [IQR]':>24}{'vitzoo share':>14}{'timm share':>12}"
+        )
+        for dtype_name, r in results.items():
+            img = r["img_per_s"]
+            print(
+                f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
+                f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
+                f"{' [{:.3f}, {:.3f}]'.format(*r['per_round_ratio_quartiles']):>14}"
+                f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}"
+            )
+        for dtype_name, r in results.items():
+            print(
+                f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "
+                f"bound runs them at {r['matmul_bound_gflop_per_s']:.0f} GFLOP/s"
+            )
     if args.json:
-        payload = {"args": vars(args), "conditions": before | {"loadavg_1min_after": load_after}, "results": results}
+        payload = {
+            "args": vars(args),
+            "conditions": before | {"loadavg_1min_after": load_after},
+            "results": results,
+        } | extra
         tmp = f"{args.json}.tmp"
         with open(tmp, "w") as f:
             json.dump(payload, f, indent=2)

@@ -86,3 +86,30 @@ def test_bad_arguments_exit_with_a_message(speed, capsys):
     with pytest.raises(SystemExit):
         speed.main(["--rounds", "0"])
     assert "--rounds must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_predict_folder_section_times_the_folder_path_against_tensors(speed):
+    result = speed.predict_folder_speed("vit_mnist_tiny", images=6, batch=4, workers=0, rounds=1)
+    assert result["images"] == 6
+    assert set(result["img_per_s"]) == {"predict_folder", "model_on_tensors"}
+    assert all(v > 0 for v in result["img_per_s"].values())
+    ratio = result["img_per_s"]["predict_folder"] / result["img_per_s"]["model_on_tensors"]
+    assert result["ratio_folder_over_tensors"] == pytest.approx(ratio)
+
+
+def test_agreement_section_compares_fp32_and_bf16_predictions(speed, tmp_path):
+    # A tiny Fashion-MNIST stand-in in the raw IDX layout the loader reads, and an untrained model:
+    # the section must count agreement and both accuracies over every test image.
+    from vitzoo.data.idx import write_idx
+
+    images = torch.randint(0, 256, (20, 28, 28), dtype=torch.uint8)
+    labels = torch.randint(0, 10, (20,), dtype=torch.uint8)
+    for split in ("train", "t10k"):
+        write_idx(tmp_path / f"{split}-images-idx3-ubyte", images)
+        write_idx(tmp_path / f"{split}-labels-idx1-ubyte", labels)
+    model = vitzoo.create("vit_mnist_tiny")
+    model.save_pretrained(tmp_path / "model")
+    result = speed.dtype_agreement(str(tmp_path / "model"), str(tmp_path), batch=8)
+    assert result["images"] == 20
+    assert 0.0 <= result["top1_agreement"] <= 1.0
+    assert 0.0 <= result["accuracy_fp32"] <= 1.0
