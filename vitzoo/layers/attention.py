@@ -2,6 +2,7 @@
 
 One fused Linear computes q, k and v for all heads at once (its output rows are ordered
 [q | k | v], each split into heads), which is the layout of timm and of the original JAX code.
+qkv and proj go through `linear.linear` (a fused bias epilogue for bf16 inference on CPU).
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 
@@ -20,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import check_heads
+from .linear import linear
 
 
 class Attention(nn.Module):
@@ -51,7 +53,7 @@ class Attention(nn.Module):
         # dim 2 into three (B, heads, N, head_dim). Splitting in place (rather than permuting the
         # q/k/v axis to the front) lets the backward stack their gradients straight into the
         # layout of the qkv output: one copy fewer per block, the same numbers.
-        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim)
+        qkv = linear(x, self.qkv.weight, self.qkv.bias).reshape(B, N, 3, self.num_heads, self.head_dim)
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
         if self.attn_sink is None:
             # softmax(q k^T / sqrt(head_dim)) v, fused.
@@ -59,7 +61,7 @@ class Attention(nn.Module):
         else:
             x = self._explicit_attention(q, k, v, self.attn_sink)
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
-        return self.proj_drop(self.proj(x))
+        return self.proj_drop(linear(x, self.proj.weight, self.proj.bias))
 
     def _explicit_attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: list[torch.Tensor]

@@ -1,0 +1,73 @@
+"""vitzoo.layers.linear: the same function as F.linear (+ GELU) on every path, oneDNN's fused kernel
+only for bf16 inference on CPU, and never inside a tracer or under autograd."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from vitzoo.layers.linear import _fused_op_available, linear, use_fused
+
+needs_fused = pytest.mark.skipif(not _fused_op_available(), reason="this torch build has no oneDNN linear op")
+
+
+def _operands(dtype: torch.dtype, bias: bool = True):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 7, 32, generator=gen).to(dtype)
+    w = (torch.randn(48, 32, generator=gen) / 6).to(dtype)
+    b = torch.randn(48, generator=gen).to(dtype) if bias else None
+    return x, w, b
+
+
+@pytest.mark.parametrize("activation", [None, "gelu", "gelu_tanh"])
+def test_fp32_is_exactly_f_linear(activation):
+    x, w, b = _operands(torch.float32)
+    expected = F.linear(x, w, b)
+    if activation:
+        expected = F.gelu(expected, approximate="tanh" if activation == "gelu_tanh" else "none")
+    with torch.no_grad():
+        assert not use_fused(x, w)
+        assert torch.equal(linear(x, w, b, activation), expected)
+
+
+@needs_fused
+@pytest.mark.parametrize("bias", [True, False])
+def test_bf16_inference_takes_the_fused_path_with_the_same_numbers(bias):
+    x, w, b = _operands(torch.bfloat16, bias)
+    with torch.inference_mode():
+        assert use_fused(x, w)
+        # Bias only: the same bf16 GEMM, the bias added in its epilogue instead of before it.
+        assert torch.equal(linear(x, w, b), F.linear(x, w, b))
+        for activation, approximate in (("gelu", "none"), ("gelu_tanh", "tanh")):
+            fused = linear(x, w, b, activation).float()
+            exact = F.gelu(F.linear(x.float(), w.float(), None if b is None else b.float()), approximate=approximate)
+            # bf16 keeps 8 bits of mantissa: agree with the fp32 computation to bf16 precision.
+            assert torch.allclose(fused, exact, rtol=2e-2, atol=2e-2)
+
+
+@needs_fused
+def test_autograd_and_tracing_take_the_portable_path():
+    x, w, b = _operands(torch.bfloat16)
+    w.requires_grad_(True)
+    y = linear(x, w, b, "gelu")  # grad mode on: F.linear, so backward works
+    assert not use_fused(x, w)
+    y.float().sum().backward()
+    assert w.grad is not None and w.grad.shape == w.shape
+
+    w = w.detach()
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return linear(x, w, b, "gelu")
+
+    with torch.no_grad():
+        traced = torch.jit.trace(fn, (x,))
+    assert "mkldnn" not in str(traced.graph)  # an exported graph holds only portable ops
+    with torch.no_grad():  # the traced graph (portable) and the eager call (fused) agree to bf16 precision
+        assert torch.allclose(traced(x).float(), fn(x).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_an_activation_that_cannot_be_fused_is_refused():
+    x, w, b = _operands(torch.float32)
+    with pytest.raises(ValueError, match="activation='quick_gelu' is not fusable"):
+        linear(x, w, b, "quick_gelu")

@@ -1,0 +1,73 @@
+"""A Linear layer, optionally followed by its activation, with a fused path for bf16 inference on CPU.
+
+    y = act(x W^T + b)
+
+`F.linear` on a CPU bf16 tensor runs `addmm`, which first broadcasts the bias into the whole output
+and then accumulates the matrix product on top: one extra pass over the largest tensor of the
+block, and GELU is one more. oneDNN's inner product (`torch.ops.mkldnn._linear_pointwise`, the op
+torch's own compiler emits for this pattern) adds the bias and applies GELU in the GEMM's epilogue
+instead, while the numbers are still in registers. `benchmarks/speed.py` (path "bf16w") measures
+what this is worth end to end.
+
+The fused path is taken only where it is a pure speed-up with the same meaning:
+- CPU, bf16 input and weights, no autograd (the op has no backward): `create(..., dtype="bf16")`
+  under `torch.inference_mode()` / `torch.no_grad()`, which is what predict and eval do;
+- plain tensors outside any tracer (torch.jit.trace, ONNX export, torch.compile / torch.export see
+  the portable `F.linear` graph, never a oneDNN-only op).
+Everywhere else, fp32 included, it is exactly `act(F.linear(x, weight, bias))`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+# oneDNN's GELU post-op: (attr, algorithm) for exact GELU and its tanh approximation.
+_FUSED_ACTIVATIONS = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh")}
+
+
+@functools.cache
+def _fused_op_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def _tracing() -> bool:
+    if torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export():
+        return True
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and hasattr(compiler, "is_compiling"):
+        return bool(compiler.is_compiling())
+    return bool(torch._dynamo.is_compiling())  # torch < 2.3
+
+
+def use_fused(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether `linear` takes oneDNN's fused path for this input (see the module docstring)."""
+    return (
+        x.dtype == torch.bfloat16
+        and weight.dtype == torch.bfloat16
+        and x.device.type == "cpu"
+        and type(x) is torch.Tensor  # fake / functional / proxy tensors of tracers: the portable path
+        and not torch.is_grad_enabled()
+        and _fused_op_available()
+        and not _tracing()
+    )
+
+
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, activation: str | None = None
+) -> torch.Tensor:
+    """`act(x @ weight.T + bias)`; `activation` is None, "gelu" or "gelu_tanh" (others: apply it
+    yourself after a plain call)."""
+    if activation not in (None, *_FUSED_ACTIVATIONS):
+        raise ValueError(f"linear: activation={activation!r} is not fusable; expected None, 'gelu' or 'gelu_tanh'")
+    if use_fused(x, weight):
+        attr, algorithm = _FUSED_ACTIVATIONS[activation] if activation else ("none", "")
+        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
+    y = F.linear(x, weight, bias)
+    if activation == "gelu":
+        return F.gelu(y)
+    if activation == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
+    return y
