@@ -8,17 +8,21 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import vitzoo
-from vitzoo.flops import count_flops, measure_flops, model_flops, vit_flops
+from vitzoo.flops import _attention_ops_missing_from_counter, count_flops, measure_flops, model_flops, vit_flops
 from vitzoo.layers.attention import capture_attention
 from vitzoo.model import VisionTransformer, ViTConfig
 
 
 def counted(model: nn.Module, x: torch.Tensor) -> int:
-    """torch's own counter, unaided, on the explicit-softmax attention path: q @ k^T and attn @ v
-    are plain matmuls there, which FlopCounterMode counts on every torch version (the fused
-    kernel's CPU op is not counted by some versions)."""
-    with capture_attention(model), FlopCounterMode(display=False) as counter, torch.no_grad():
-        model.eval()(x)
+    """torch's own counter on the explicit-softmax attention path of the blocks: q @ k^T and
+    attn @ v are plain matmuls there, which FlopCounterMode counts on every torch version (the
+    fused kernel's CPU op is not counted by some versions). The attention pool ("map") keeps its
+    fused kernel; where this torch's counter misses that op it is counted by its shapes, the
+    formula test_count_flops_counts_fused_attention_by_its_shapes checks."""
+    mapping = _attention_ops_missing_from_counter()
+    with capture_attention(model), FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        with torch.no_grad():
+            model.eval()(x)
     return counter.get_total_flops()
 
 
@@ -51,8 +55,66 @@ def counted(model: nn.Module, x: torch.Tensor) -> int:
         ),
         # no classifier: features only
         ViTConfig(img_size=16, patch_size=4, in_chans=1, num_classes=0, embed_dim=8, depth=2, num_heads=2),
+        # SigLIP: attention pooling over the patch tokens (its query, k/v, proj and MLP count)
+        ViTConfig(
+            img_size=32,
+            patch_size=8,
+            num_classes=3,
+            embed_dim=24,
+            depth=2,
+            num_heads=3,
+            class_token=False,
+            global_pool="map",
+        ),
+        # DINOv2-reg: register tokens are tokens; LayerScale is element-wise and adds nothing
+        ViTConfig(
+            img_size=28,
+            patch_size=14,
+            num_classes=0,
+            embed_dim=16,
+            depth=2,
+            num_heads=2,
+            init_values=1e-5,
+            reg_tokens=4,
+            no_embed_class=True,
+            global_pool="map",
+        ),
+        # CLIP-like (pre-norm, QuickGELU, no biases) with fc_norm; and no pooling: a head on every token
+        ViTConfig(
+            img_size=32,
+            patch_size=16,
+            num_classes=6,
+            embed_dim=12,
+            depth=1,
+            num_heads=2,
+            pre_norm=True,
+            patch_bias=False,
+            head_bias=False,
+            act_layer="quick_gelu",
+            global_pool="avg",
+            fc_norm=True,
+        ),
+        ViTConfig(
+            img_size=32,
+            patch_size=16,
+            num_classes=6,
+            embed_dim=12,
+            depth=1,
+            num_heads=2,
+            global_pool="",
+            representation_size=5,
+        ),
     ],
-    ids=["plain", "rect-avg", "distilled-repr", "features"],
+    ids=[
+        "plain",
+        "rect-avg",
+        "distilled-repr",
+        "features",
+        "map",
+        "registers-layerscale-map",
+        "clip-fc-norm",
+        "no-pool",
+    ],
 )
 def test_formula_equals_flop_counter_on_cpu(config):
     model = VisionTransformer(config)

@@ -3,6 +3,9 @@ representation heads, bad input, and the timm-compatible parameter layout."""
 
 from __future__ import annotations
 
+import re
+from unittest import mock
+
 import pytest
 import torch
 from torch import nn
@@ -37,6 +40,11 @@ def _tiny(**fields) -> VisionTransformer:
     return VisionTransformer(ViTConfig(**base), **fields)
 
 
+def _output_width(config: ViTConfig) -> int:
+    """Logits, or with num_classes=0 the pooled feature (DINO, DINOv2, MAE, SigLIP backbones)."""
+    return config.num_classes or config.representation_size or config.embed_dim
+
+
 # ----------------------------------------------------------------------------- every config
 @pytest.mark.parametrize("name", BUILTIN_NAMES)
 def test_full_depth_output_shape_of_every_config(name):
@@ -55,8 +63,8 @@ def test_full_depth_output_shape_of_every_config(name):
         x = _input(cfg, device=device)
         feats = model.forward_features(x)
         assert feats.shape == (2, tokens, cfg.embed_dim)
-        assert model.forward_head(feats).shape == (2, cfg.num_classes)
-        assert model(x).shape == (2, cfg.num_classes)
+        assert model.forward_head(feats).shape == (2, _output_width(cfg))
+        assert model(x).shape == (2, _output_width(cfg))
         assert model.forward_head(feats, pre_logits=True).shape == (2, cfg.representation_size or cfg.embed_dim)
 
 
@@ -68,7 +76,7 @@ def test_one_block_forward_is_finite_for_every_config(name):
     assert len(model.blocks) == 1
     with torch.inference_mode():
         out = model(_input(model.config, batch=1))
-    assert out.shape == (1, model.config.num_classes)
+    assert out.shape == (1, _output_width(model.config))
     assert torch.isfinite(out).all()
 
 
@@ -383,3 +391,462 @@ def test_conv_stem_config_errors_name_the_field():
         _tiny(conv_stem=(4, 4))
     with pytest.raises(ValueError, match="conv_stem"):
         _tiny(patch_size=4, conv_stem=(-1,))
+
+
+# ============================================================================= today's families
+# Each family's architecture at a tiny size (timm's settings: deit.py / vision_transformer.py).
+# The timm twin is built from the same fields, so each option is proven against timm's own code.
+TINY = dict(img_size=32, patch_size=8, embed_dim=64, depth=3, num_heads=4)
+FAMILIES = {
+    "vit": dict(num_classes=10),
+    "deit3": dict(num_classes=10, no_embed_class=True, init_values=1e-6),
+    "dino_mae": dict(num_classes=0),  # DINO v1 and MAE pretraining: a plain ViT without classifier
+    "mae_finetuned": dict(num_classes=10, global_pool="avg", fc_norm=True),
+    "dinov2": dict(img_size=56, patch_size=14, init_values=1e-5, num_classes=0),
+    "dinov2_reg": dict(img_size=56, patch_size=14, init_values=1e-5, reg_tokens=4, no_embed_class=True, num_classes=0),
+    "clip": dict(num_classes=16, pre_norm=True, patch_bias=False, norm_eps=1e-5, act_layer="quick_gelu"),
+    "siglip": dict(num_classes=0, class_token=False, global_pool="map"),
+    "siglip_tanh_head": dict(num_classes=7, class_token=False, global_pool="map", act_layer="gelu_tanh"),
+}
+EXACT = dict(rtol=0, atol=1e-5)  # the issue's bound for fp32 parity with timm
+
+
+def _family(name: str, **fields) -> ViTConfig:
+    return ViTConfig(**{**TINY, **FAMILIES[name], **fields})
+
+
+def _timm_twin(config: ViTConfig) -> nn.Module:
+    """timm's VisionTransformer with the same architecture and random weights, every parameter
+    redrawn at a scale where no option hides behind a near-zero init (LayerScale's 1e-6)."""
+    import functools
+
+    timm_vit = pytest.importorskip("timm.models.vision_transformer")
+    if config.patch_bias == config.pre_norm:
+        raise AssertionError("timm ties the patch bias to pre_norm (bias = not pre_norm)")
+    kwargs = dict(
+        img_size=config.img_size,
+        patch_size=config.patch_size,
+        in_chans=config.in_chans,
+        num_classes=config.num_classes,
+        embed_dim=config.embed_dim,
+        depth=config.depth,
+        num_heads=config.num_heads,
+        mlp_ratio=config.mlp_ratio,
+        qkv_bias=config.qkv_bias,
+        init_values=config.init_values,
+        class_token=config.class_token,
+        reg_tokens=config.reg_tokens,
+        no_embed_class=config.no_embed_class,
+        pre_norm=config.pre_norm,
+        global_pool=config.global_pool,
+        fc_norm=config.fc_norm,
+        dynamic_img_size=config.dynamic_img_size,
+        act_layer=config.act_layer,
+        norm_layer=functools.partial(nn.LayerNorm, eps=config.norm_eps),
+    )
+    twin = timm_vit.VisionTransformer(**kwargs)
+    if twin.attn_pool is not None:
+        probe = torch.linspace(-4, 4, 9)
+        if not torch.equal(twin.attn_pool.mlp.act(probe), twin.blocks[0].mlp.act(probe)):
+            pytest.skip(f"timm {_timm_version()} builds the attention pool's MLP with GELU whatever act_layer says")
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.normal_(0, 0.1)
+    return twin.eval()
+
+
+def _timm_version() -> str:
+    import timm
+
+    return timm.__version__
+
+
+def _twins(name: str, **fields) -> tuple[VisionTransformer, nn.Module]:
+    torch.manual_seed(0)
+    config = _family(name, **fields)
+    theirs = _timm_twin(config)
+    ours = VisionTransformer(config).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)  # our keys are timm's keys
+    return ours, theirs
+
+
+def _flat(out) -> list[torch.Tensor]:
+    """Every tensor of a nested result (lists, tuples, dicts) in order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        return [t for key in sorted(out) for t in _flat(out[key])]
+    return [t for item in out for t in _flat(item)]
+
+
+def _assert_same(ours, theirs, **tolerance) -> None:
+    a, b = _flat(ours), _flat(theirs)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, **(tolerance or EXACT))
+
+
+def _image(config: ViTConfig, size: tuple[int, int] | None = None, batch: int = 2) -> torch.Tensor:
+    h, w = size or to_2tuple(config.img_size)
+    return torch.randn(batch, config.in_chans, h, w, generator=torch.Generator().manual_seed(1))
+
+
+INTERMEDIATE_CALLS = [
+    dict(),
+    dict(indices=2, norm=True),
+    dict(indices=[0, -1], output_fmt="NLC", return_prefix_tokens=True),
+    dict(indices=[2, 0], stop_early=True, intermediates_only=True),
+    dict(indices=(1,), norm=True, output_fmt="NLC", intermediates_only=True, return_prefix_tokens=True),
+]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_equals_timm_on_timms_weights(family):
+    ours, theirs = _twins(family)
+    assert count_parameters(ours) == sum(p.numel() for p in theirs.parameters())
+    x = _image(ours.config)
+    with torch.no_grad():
+        _assert_same(ours(x), theirs(x))
+        _assert_same(ours.forward_features(x), theirs.forward_features(x))
+        _assert_same(
+            ours.forward_head(ours.forward_features(x), pre_logits=True),
+            theirs.forward_head(theirs.forward_features(x), pre_logits=True),
+        )
+        for call in INTERMEDIATE_CALLS:
+            got = ours.forward_intermediates(x, **call)
+            if not ours.num_prefix_tokens:
+                # No prefix tokens to return: the flag changes nothing (timm 1.0.3 fails on it here)
+                call = {**call, "return_prefix_tokens": False}
+            _assert_same(got, theirs.forward_intermediates(x, **call))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_dynamic_img_size_equals_timm_at_other_sizes(family):
+    ours, theirs = _twins(family, dynamic_img_size=True)
+    p = to_2tuple(ours.config.patch_size)[0]
+    side = to_2tuple(ours.config.img_size)[0]
+    with torch.no_grad():
+        for size in [(side, side), (side + p, side + 2 * p), (2 * p, 3 * p)]:
+            x = _image(ours.config, size)
+            _assert_same(ours(x), theirs(x), rtol=0, atol=1e-4)
+            call = dict(indices=[0, -1], norm=True)
+            maps = ours.forward_intermediates(x, **call)[1]
+            assert maps[0].shape[-2:] == (size[0] // p, size[1] // p)
+            _assert_same(maps, theirs.forward_intermediates(x, **call)[1], rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["deit3", "dinov2_reg", "siglip", "clip"])
+def test_set_input_size_resamples_once_like_timm(family, tmp_path):
+    ours, theirs = _twins(family)
+    side = to_2tuple(ours.config.img_size)[0]
+    p = to_2tuple(ours.config.patch_size)[0]
+    new = (side + p, side + 2 * p)
+    x = _image(ours.config, new)
+    dynamic = VisionTransformer(ours.config.replace(dynamic_img_size=True)).eval()
+    dynamic.load_state_dict(ours.state_dict())
+    ours.set_input_size(img_size=new)
+    assert ours.config.img_size == new and ours.pretrained_cfg.input_size == (3, *new)
+    assert ours.patch_embed.grid_size == (new[0] // p, new[1] // p)
+    assert isinstance(ours.pos_embed, nn.Parameter) and ours.pos_embed.requires_grad
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), dynamic(x), rtol=0, atol=0)  # the same table as per call
+    with pytest.raises(ValueError, match=rf"expected \(batch, 3, {new[0]}, {new[1]}\)"):
+        ours(_image(ours.config, (side, side)))
+    # The new size is the model's size now: it saves and loads as such.
+    ours.save_pretrained(tmp_path / "resized")
+    again = vitzoo.from_pretrained(str(tmp_path / "resized")).eval()
+    with torch.no_grad():
+        assert torch.equal(again(x), ours(x))
+
+    if not hasattr(theirs, "set_input_size"):
+        pytest.skip(f"timm {_timm_version()} has no VisionTransformer.set_input_size to compare with")
+    theirs.set_input_size(img_size=new)
+    assert ours.pos_embed.shape == theirs.pos_embed.shape
+    with torch.no_grad():
+        _assert_same(ours(x), theirs(x), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", ["vit", "mae_finetuned", "dinov2_reg", "siglip"])
+@pytest.mark.parametrize("prune_norm", [False, True])
+def test_prune_intermediate_layers_like_timm(family, prune_norm):
+    ours, theirs = _twins(family)
+    indices = [0, 1]
+    assert ours.prune_intermediate_layers(indices, prune_norm=prune_norm) == [0, 1]
+    theirs.prune_intermediate_layers(indices, prune_norm=prune_norm)
+    assert len(ours.blocks) == ours.config.depth == 2
+    assert ours.attn_pool is None and isinstance(ours.head, nn.Identity) and ours.config.global_pool == ""
+    assert count_parameters(ours) == sum(p.numel() for p in theirs.parameters())
+    x = _image(ours.config)
+    with torch.no_grad():
+        _assert_same(ours(x), theirs(x))  # the token sequence: no pooling, no head
+        call = dict(indices=indices, norm=True, intermediates_only=True)
+        _assert_same(ours.forward_intermediates(x, **call), theirs.forward_intermediates(x, **call))
+    # The config describes what is left: a model built from it takes the pruned weights as they are.
+    rebuilt = VisionTransformer(ours.config).eval()
+    rebuilt.load_state_dict(ours.state_dict(), strict=True)
+    with torch.no_grad():
+        assert torch.equal(rebuilt(x), ours(x))
+
+
+def test_forward_intermediates_output_dict_like_timm():
+    ours, theirs = _twins("dinov2_reg")
+    if "output_dict" not in __import__("inspect").signature(theirs.forward_intermediates).parameters:
+        pytest.skip(f"timm {_timm_version()}'s forward_intermediates has no output_dict")
+    x = _image(ours.config)
+    with torch.no_grad():
+        for call in [dict(indices=2), dict(indices=[1], return_prefix_tokens=True, intermediates_only=True)]:
+            a = ours.forward_intermediates(x, output_dict=True, **call)
+            b = theirs.forward_intermediates(x, output_dict=True, **call)
+            assert sorted(a) == sorted(b)
+            _assert_same(a, b)
+
+
+# ----------------------------------------------------------------------------- options, end to end
+def test_register_tokens_follow_the_class_token():
+    torch.manual_seed(0)
+    model = _tiny(reg_tokens=3, no_embed_class=True).eval()
+    assert model.num_prefix_tokens == model.config.num_prefix_tokens == 4
+    assert model.reg_token.shape == (1, 3, 24) and model.pos_embed.shape == (1, 4, 24)  # patches only
+    x = _input(model.config)
+    patches = model.patch_embed(x) + model.pos_embed  # positions on the patches, before the prefix joins
+    expected = torch.cat([model.cls_token.expand(2, -1, -1), model.reg_token.expand(2, -1, -1), patches], dim=1)
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward_features(x), model.norm(model.blocks(expected)))
+        # token pooling reads the class token; average pooling skips every prefix token
+        feats = model.forward_features(x)
+        torch.testing.assert_close(model.forward_head(feats, pre_logits=True), feats[:, 0])
+        model.reset_classifier(5, global_pool="avg")
+        torch.testing.assert_close(model.forward_head(feats, pre_logits=True), feats[:, 4:].mean(dim=1))
+        torch.testing.assert_close(model.pool(feats, pool_type="token"), feats[:, 0])  # timm's signature
+    with pytest.raises(ValueError, match="pool_type='max' is invalid"):
+        model.pool(feats, pool_type="max")
+
+
+def test_no_pooling_puts_the_head_on_every_token():
+    torch.manual_seed(0)
+    model = _tiny(global_pool="").eval()
+    x = _input(model.config)
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        torch.testing.assert_close(model(x), model.head(feats))  # (2, 1 + 4, 5): logits per token
+    model.reset_classifier(0)
+    assert model(x).shape == (2, 5, 24)
+
+
+def test_register_tokens_with_position_embedding_on_every_token():
+    model = _tiny(reg_tokens=2)
+    assert model.pos_embed.shape == (1, 1 + 2 + 4, 24)
+    assert model(_input(model.config)).shape == (2, 5)
+
+
+def test_pre_norm_patch_bias_and_head_bias():
+    torch.manual_seed(0)
+    model = _tiny(pre_norm=True, patch_bias=False, head_bias=False, norm_eps=1e-5).eval()
+    assert model.patch_embed.proj.bias is None and model.head.bias is None
+    assert isinstance(model.norm_pre, nn.LayerNorm) and model.norm_pre.eps == 1e-5
+    x = _input(model.config)
+    tokens = torch.cat([model.cls_token.expand(2, -1, -1), model.patch_embed(x)], dim=1) + model.pos_embed
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward_features(x), model.norm(model.blocks(model.norm_pre(tokens))))
+    model.reset_classifier(3)
+    assert model.head.bias is None  # a new head keeps the model's choice
+    assert isinstance(_tiny().norm_pre, nn.Identity)
+
+
+def test_fc_norm_moves_the_final_norm_after_pooling():
+    torch.manual_seed(0)
+    model = _tiny(class_token=False, global_pool="avg", fc_norm=True).eval()
+    assert isinstance(model.norm, nn.Identity) and isinstance(model.fc_norm, nn.LayerNorm)
+    x = _input(model.config)
+    with torch.no_grad():
+        tokens = model.forward_features(x)  # not normalised
+        torch.testing.assert_close(tokens, model.blocks(model.patch_embed(x) + model.pos_embed))
+        torch.testing.assert_close(model(x), model.head(model.fc_norm(tokens.mean(dim=1))))
+
+
+def test_map_pooling_reads_the_patch_tokens_only():
+    torch.manual_seed(0)
+    model = _tiny(global_pool="map", reg_tokens=1).eval()
+    x = _input(model.config)
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        torch.testing.assert_close(model.forward_head(feats, pre_logits=True), model.attn_pool(feats[:, 2:]))
+        # Changing a prefix token changes the features of the patches but not what the pool is handed.
+        torch.testing.assert_close(model.attn_pool(feats[:, 2:]), model.attn_pool(feats[:, 2:].clone()))
+    assert model.attn_pool.mlp.fc1.out_features == 4 * 24
+    model.reset_classifier(0, global_pool="token")
+    assert model.attn_pool is None and model.config.global_pool == "token"
+    with pytest.raises(ValueError, match="global_pool='map' is invalid for a model built without attention pooling"):
+        model.reset_classifier(3, global_pool="map")
+
+
+def test_activation_reaches_the_blocks_and_the_pool():
+    from vitzoo.layers import QuickGELU
+
+    model = _tiny(act_layer="quick_gelu", global_pool="map")
+    assert all(isinstance(b.mlp.act, QuickGELU) for b in model.blocks)
+    assert isinstance(model.attn_pool.mlp.act, QuickGELU)
+    assert _tiny(act_layer="gelu_tanh").blocks[0].mlp.act.approximate == "tanh"
+
+
+def test_init_weights_covers_the_new_parameters():
+    torch.manual_seed(0)
+    model = _tiny(init_values=1e-5, reg_tokens=2, global_pool="map", embed_dim=64, num_heads=4)
+    assert all(torch.equal(b.ls1.gamma, torch.full((64,), 1e-5)) for b in model.blocks)
+    assert 0 < model.reg_token.std() < 1e-5  # tiny normal, like the class token
+    assert model.attn_pool.latent.abs().max() <= 2 / 8 and model.attn_pool.latent.std() > 1 / 16
+    assert model.attn_pool.q.weight.std().item() == pytest.approx(0.02, rel=0.2)
+    assert torch.equal(model.attn_pool.kv.bias, torch.zeros(128))
+    with torch.device("meta"):  # nothing to initialise, and nothing fails
+        assert _tiny(init_values=1e-5, reg_tokens=2, global_pool="map").attn_pool.latent.is_meta
+
+
+def test_no_weight_decay_names_register_tokens():
+    assert _tiny(reg_tokens=2).no_weight_decay() == {"pos_embed", "cls_token", "reg_token"}
+    # timm decays the attention pool's latent query like a weight; so do we
+    assert "attn_pool.latent" not in _tiny(global_pool="map").no_weight_decay()
+
+
+def test_disabled_options_add_no_parameters():
+    plain = {name for name, _ in _tiny().named_parameters()}
+    assert not any(key in name for name in plain for key in ("gamma", "reg_token", "norm_pre", "fc_norm", "attn_pool"))
+    assert _tiny().attn_pool is None and _tiny().reg_token is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (dict(reg_tokens=-1), "reg_tokens=-1 is invalid; expected an int >= 0"),
+        (dict(init_values=0.0), "init_values=0.0 is invalid; expected None or a positive number"),
+        (dict(act_layer="relu"), "act_layer='relu' is invalid; expected one of 'gelu', 'gelu_tanh', 'quick_gelu'"),
+        (dict(distilled=True, reg_tokens=4), "distilled=True cannot be combined with reg_tokens=4"),
+        (dict(distilled=True, global_pool="map"), "distilled=True cannot be combined with global_pool='map'"),
+        (dict(distilled=True, global_pool=""), "distilled=True cannot be combined with global_pool=''"),
+        (dict(distilled=True, fc_norm=True), "distilled=True cannot be combined with fc_norm=True"),
+        (dict(fc_norm=True, final_norm=False), "fc_norm=True moves the final LayerNorm after the pooling"),
+        (dict(global_pool="max"), "global_pool='max' is invalid; expected 'token', 'avg', 'map' or ''"),
+    ],
+)
+def test_bad_option_combinations_are_value_errors(fields, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _tiny(**fields)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("reg_tokens", 1.5, "reg_tokens=1.5 is invalid; expected an int"),
+        ("init_values", "1e-5", "init_values='1e-5' is invalid; expected a finite number or None"),
+        ("act_layer", 1, "act_layer=1 is invalid; expected one of 'gelu', 'gelu_tanh', 'quick_gelu'"),
+        ("dynamic_img_size", "yes", "dynamic_img_size='yes' is invalid; expected true or false"),
+    ],
+)
+def test_new_fields_are_type_checked(field, value, expected):
+    with pytest.raises(TypeError) as err:
+        ViTConfig().replace(**{field: value})
+    assert str(err.value) == expected
+
+
+# ----------------------------------------------------------------------------- backbone API
+def test_forward_intermediates_are_the_block_outputs():
+    torch.manual_seed(0)
+    model = _tiny(depth=3, reg_tokens=1, img_size=(32, 48)).eval()
+    x = _input(model.config)
+    with torch.no_grad():
+        tokens, outputs = model.forward_features(x), []
+        h = model._embed(x)
+        for block in model.blocks:
+            h = block(h)
+            outputs.append(h)
+        final, maps = model.forward_intermediates(x)  # every block, NCHW
+        torch.testing.assert_close(final, tokens)
+        assert [m.shape for m in maps] == [(2, 24, 2, 3)] * 3
+        for m, out in zip(maps, outputs):
+            torch.testing.assert_close(m, out[:, 2:].transpose(1, 2).reshape(2, 24, 2, 3))  # row-major grid
+        last = model.forward_intermediates(x, indices=1, norm=True, output_fmt="NLC", intermediates_only=True)
+        torch.testing.assert_close(last[0], tokens[:, 2:])  # the last block through the final norm
+        pairs = model.get_intermediate_layers(x, n=[-1, 0], return_prefix_tokens=True)
+        assert len(pairs) == 2  # block order, not the order asked
+        torch.testing.assert_close(pairs[0][0], outputs[0][:, 2:])
+        torch.testing.assert_close(pairs[1][1], outputs[2][:, :2])
+
+
+def test_forward_intermediates_bad_arguments_name_them():
+    model = _tiny(depth=2)
+    x = _input(model.config)
+    with pytest.raises(
+        ValueError, match="indices=3 is invalid; expected the number of last blocks to take, from 1 to 2"
+    ):
+        model.forward_intermediates(x, indices=3)
+    with pytest.raises(ValueError, match=r"indices=\[0, 2\] is invalid; expected block indices from -2 to 1"):
+        model.forward_intermediates(x, indices=[0, 2])
+    with pytest.raises(ValueError, match="output_fmt='NHWC' is invalid; expected 'NCHW'"):
+        model.forward_intermediates(x, output_fmt="NHWC")
+    with pytest.raises(TypeError, match="indices=True is invalid"):
+        model.forward_intermediates(x, indices=True)
+
+
+def test_dynamic_img_size_through_create_and_in_bf16():
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_ti16", depth=1, dynamic_img_size=True, dtype="bf16").eval()
+    assert model.config.dynamic_img_size and model.pos_embed.dtype == torch.bfloat16
+    with torch.no_grad():
+        out = model(torch.randn(1, 3, 64, 96))  # fp32 image, bf16 weights, a 4 x 6 grid
+    assert out.shape == (1, 1000) and out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+    with pytest.raises(ValueError, match=r"\(1, 3, 64, 90\).*height a multiple of 16 and width a multiple of 16"):
+        model(torch.randn(1, 3, 64, 90))
+
+
+def test_dynamic_img_size_with_sinusoidal_positions_recomputes_the_table():
+    from vitzoo.layers import sincos_1d
+
+    torch.manual_seed(0)
+    model = _tiny(pos_embed="sincos", dynamic_img_size=True).eval()
+    x = torch.randn(2, 3, 48, 64)
+    with torch.no_grad():
+        expected = model.blocks(model._embed(x))
+        tokens = torch.cat([model.cls_token.expand(2, -1, -1), model.patch_embed(x)], dim=1)
+        torch.testing.assert_close(expected, model.blocks(tokens + sincos_1d(1 + 12, 24)))
+    model.set_input_size(img_size=(48, 64))  # the buffer now holds the 13-token table, still not saved
+    torch.testing.assert_close(model.pos_embed, sincos_1d(13, 24).unsqueeze(0))
+    assert "pos_embed" not in model.state_dict()
+
+
+def test_set_input_size_refuses_another_patch_size():
+    model = _tiny()
+    with pytest.raises(ValueError, match=r"set_input_size: patch_size=8 is invalid.*\(16, 16\)"):
+        model.set_input_size(img_size=64, patch_size=8)
+    with pytest.raises(ValueError, match="img_size 40 is not divisible by patch_size 16"):
+        model.set_input_size(img_size=40)
+    assert model.config.img_size == 32 and model.pos_embed.shape == (1, 5, 24)  # unchanged after errors
+
+
+@pytest.mark.parametrize("family", ["dinov2_reg", "siglip"])
+def test_grad_checkpointing_recomputes_blocks_with_identical_gradients(family):
+    """Each block runs twice per step (forward, then again inside backward) and the gradients are
+    the same to the bit, with dropout and stochastic depth on: the RNG state is replayed."""
+    config = _family(family, num_classes=5, drop_rate=0.1, drop_path_rate=0.2)
+    torch.manual_seed(0)
+    model = VisionTransformer(config).train()
+    x = _image(config)
+
+    def step(checkpointing: bool) -> tuple[dict[str, torch.Tensor], int]:
+        model.zero_grad(set_to_none=True)
+        model.set_grad_checkpointing(checkpointing)
+        block = model.blocks[0]
+        # Count calls of the block's forward itself (the recomputation skips module hooks).
+        with mock.patch.object(block, "forward", wraps=block.forward) as forward:
+            torch.manual_seed(1)
+            model(x).square().mean().backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}, forward.call_count
+
+    plain, plain_calls = step(False)
+    checkpointed, checkpointed_calls = step(True)
+    assert (plain_calls, checkpointed_calls) == (1, 2)
+    assert plain.keys() == checkpointed.keys()
+    for name in plain:
+        torch.testing.assert_close(checkpointed[name], plain[name], rtol=0, atol=0, msg=name)
+    block = model.blocks[0]
+    with torch.no_grad(), mock.patch.object(block, "forward", wraps=block.forward) as forward:
+        model.eval()(x)  # nothing to recompute without autograd: the plain forward
+    assert forward.call_count == 1

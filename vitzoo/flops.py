@@ -1,8 +1,8 @@
 """How much compute one forward pass costs: FLOPs of a ViT at its input size.
 
 Convention (the same as `torch.utils.flop_counter.FlopCounterMode`): only matrix products count,
-and one multiply-add is 2 FLOPs. Element-wise work (LayerNorm, GELU, softmax, bias adds, residuals)
-is left out — it is a few percent of a ViT and depends on kernels rather than on the architecture.
+and one multiply-add is 2 FLOPs. Element-wise work (LayerNorm, GELU, softmax, bias adds, residuals,
+LayerScale) is left out — it is a few percent of a ViT and depends on kernels rather than on the architecture.
 So a number here is twice the "GMACs" that some tables quote: ViT-B/16 at 224 is 35.1 GFLOPs =
 17.6 GMACs.
 
@@ -36,10 +36,11 @@ class FlopBreakdown:
     attention: int  # q @ k^T and attn @ v
     mlp: int
     head: int  # representation layer and classifier(s)
+    pool: int = 0  # attention pooling ("map"): its query, key/value and output projections, attention, MLP
 
     @property
     def total(self) -> int:
-        return self.patch_embed + self.qkv_proj + self.attention + self.mlp + self.head
+        return self.patch_embed + self.qkv_proj + self.attention + self.mlp + self.head + self.pool
 
 
 def vit_flops(config: ViTConfig) -> FlopBreakdown:
@@ -66,15 +67,22 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     qkv_proj = config.depth * 2 * tokens * d * (3 * d + d)
     attention = config.depth * 2 * (2 * tokens * tokens * d)
     mlp = config.depth * 2 * tokens * (d * hidden + hidden * d)
-    # The head sees one pooled feature per classifier (two with a distillation token).
-    heads = 2 if config.distilled else 1
+    pool = 0
+    if config.global_pool == "map":
+        # One learned query attends over the patch tokens: q (D -> D) on the query, k and v
+        # (D -> 2D) on every patch token, q k^T and attn v, the output projection, then the MLP.
+        keys = tokens - config.num_prefix_tokens
+        pool = 2 * d * d + 2 * keys * d * 2 * d + 2 * (2 * keys * d) + 2 * d * d + 2 * (d * hidden + hidden * d)
+    # The head sees one pooled feature per classifier (two with a distillation token), or every
+    # token without pooling.
+    heads = tokens if config.global_pool == "" else 2 if config.distilled else 1
     rep = config.representation_size
     head = 0
     if rep:
         head += heads * 2 * d * rep
     if config.num_classes > 0:
         head += heads * 2 * (rep or d) * config.num_classes
-    return FlopBreakdown(patch_embed=patch_embed, qkv_proj=qkv_proj, attention=attention, mlp=mlp, head=head)
+    return FlopBreakdown(patch_embed=patch_embed, qkv_proj=qkv_proj, attention=attention, mlp=mlp, head=head, pool=pool)
 
 
 def _shape(x: Any) -> tuple[int, ...]:

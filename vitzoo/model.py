@@ -1,14 +1,34 @@
-"""The Vision Transformer (Dosovitskiy et al., 2021) and its optional DeiT distillation token
-(Touvron et al., 2021), in one module with one config dataclass.
+"""The Vision Transformer (Dosovitskiy et al., 2021) and the variants of it that today's pretrained
+families use, in one module with one config dataclass.
 
-    tokens  = [cls, (dist), patch_1 ... patch_N] + position embedding
-    tokens  = Block(tokens) x depth            (pre-norm encoder, see layers/block.py)
-    feature = LayerNorm(tokens)[cls]           (or the mean over patch tokens)
-    logits  = head(Tanh(Linear(feature)))      (the representation layer is optional)
+    tokens  = [cls, (dist | reg_1 ... reg_R), patch_1 ... patch_N] + position embedding
+    tokens  = LayerNorm(tokens)                 (only with pre_norm: CLIP's ln_pre)
+    tokens  = Block(tokens) x depth             (pre-norm encoder, optional LayerScale: layers/block.py)
+    feature = pool(LayerNorm(tokens))           (class token, mean of the patch tokens, or attention)
+    logits  = head(Tanh(Linear(feature)))       (the representation layer is optional)
+
+Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
+
+    distilled        DeiT: a distillation token and a second head
+    init_values      DeiT III, DINOv2: LayerScale on both residual branches (layers/layer_scale.py)
+    reg_tokens       DINOv2 with registers: extra learned tokens that carry no image content
+    no_embed_class   DeiT III, DINOv2-reg: the position embedding covers the patches only and is
+                     added before the prefix tokens (class, registers) join
+    pre_norm, patch_bias=False, act_layer   CLIP (ln_pre, a bias-free patch projection, QuickGELU;
+                     layers/activations.py)
+    global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none)
+    fc_norm          MAE fine-tuning: the final LayerNorm moves after the pooling
+    head_bias        CLIP's visual projection has no bias
+
+A disabled option is absent or an nn.Identity: it does no tensor work, and today's models compute
+what they always did. As a backbone the model speaks timm's API: `forward_intermediates`,
+`prune_intermediate_layers`, `dynamic_img_size` / `set_input_size` (any input size: the learned
+position table is resampled) and `set_grad_checkpointing`.
 
 Parameter names follow timm's VisionTransformer, so a timm state dict maps onto this model key by
-key (cls_token, dist_token, pos_embed, patch_embed.proj, blocks.i.{norm1,attn.qkv,attn.proj,norm2,
-mlp.fc1,mlp.fc2}, norm, head, head_dist); the representation layer is `pre_logits.fc`.
+key (cls_token, reg_token, dist_token, pos_embed, patch_embed.proj, norm_pre, blocks.i.{norm1,
+attn.qkv, attn.proj, ls1.gamma, norm2, mlp.fc1, mlp.fc2, ls2.gamma}, norm, fc_norm, attn_pool.{latent,
+q, kv, proj, norm, mlp}, head, head_dist); the representation layer is `pre_logits.fc`.
 """
 
 from __future__ import annotations
@@ -18,18 +38,26 @@ import functools
 import math
 import os
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from .checks import check_fields, check_heads, check_types
 from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
+from .layers.activations import ACTIVATIONS, ActName
+from .layers.layer_scale import LayerScale
 from .layers.patch_embed import check_conv_stem
+from .layers.pool import AttentionPool
+from .layers.pos_embed import resample_abs_pos_embed
 from .layout import save_pretrained
 from .pretrained_cfg import PretrainedCfg
+
+GLOBAL_POOLS = ("token", "avg", "map", "")
 
 
 @dataclass(frozen=True)
@@ -42,19 +70,30 @@ class ViTConfig:
     # Hybrid ViT: channels of 3x3 stride-2 conv + BatchNorm + ReLU stages that replace the cut into
     # patches (layers/patch_embed.py); () is the plain ViT. Needs patch_size = 2 ** (stages + 1).
     conv_stem: tuple[int, ...] = ()
+    patch_bias: bool = True  # bias of the patch projection (CLIP has none)
     num_classes: int = 1000  # 0: no classifier, the model returns pooled features
     embed_dim: int = 768
     depth: int = 12
     num_heads: int = 12
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
+    act_layer: ActName = "gelu"  # MLP activation of the blocks and of the "map" pool (layers/activations.py)
+    init_values: float | None = None  # LayerScale on both residual branches, gamma starting here
     class_token: bool = True
+    reg_tokens: int = 0  # register tokens after the class token (DINOv2 with registers)
     distilled: bool = False  # DeiT: a second token and head; needs class_token
     pos_embed: Literal["learned", "sincos"] = "learned"
-    global_pool: Literal["token", "avg"] = "token"
+    no_embed_class: bool = False  # the position embedding covers the patches only, not the prefix tokens
+    pre_norm: bool = False  # LayerNorm `norm_pre` after the position embedding, before the blocks (CLIP)
+    # "token": the class token; "avg": the mean of the patch tokens; "map": attention pooling
+    # (SigLIP); "": none, the head sees every token (what prune_intermediate_layers leaves).
+    global_pool: Literal["token", "avg", "map", ""] = "token"
     representation_size: int | None = None  # Linear + Tanh before the head (ImageNet-21k ViT)
     final_norm: bool = True  # LayerNorm after the last block (the MNIST tutorial has none)
-    norm_eps: float = 1e-6  # transformers' ViT checkpoints use 1e-12
+    fc_norm: bool = False  # move the final LayerNorm after the pooling (timm's MAE fine-tuning)
+    head_bias: bool = True  # bias of the classifier / projection head
+    norm_eps: float = 1e-6  # transformers' ViT checkpoints use 1e-12, CLIP 1e-5
+    dynamic_img_size: bool = False  # any input size, multiples of the patch; positions resampled per call
     drop_rate: float = 0.0  # dropout after the position embedding, in the MLP and after attn proj
     attn_drop_rate: float = 0.0  # dropout on the attention weights
     drop_path_rate: float = 0.0  # stochastic depth, rising linearly from 0 to this over depth
@@ -88,8 +127,11 @@ class ViTConfig:
                 (self.num_classes >= 0, "num_classes", "an int >= 0"),
                 (self.depth >= 0, "depth", "an int >= 0"),
                 (self.mlp_ratio > 0, "mlp_ratio", "a positive number"),
+                (self.act_layer in ACTIVATIONS, "act_layer", "one of " + ", ".join(map(repr, ACTIVATIONS))),
+                (self.init_values is None or self.init_values > 0, "init_values", "None or a positive number"),
+                (self.reg_tokens >= 0, "reg_tokens", "an int >= 0"),
                 (self.pos_embed in ("learned", "sincos"), "pos_embed", "'learned' or 'sincos'"),
-                (self.global_pool in ("token", "avg"), "global_pool", "'token' or 'avg'"),
+                (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
                 (
                     self.representation_size is None or self.representation_size > 0,
                     "representation_size",
@@ -105,6 +147,25 @@ class ViTConfig:
             raise ValueError("distilled=True needs class_token=True (DeiT token order is [cls, dist, patches])")
         if self.global_pool == "token" and not self.class_token:
             raise ValueError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
+        # The distillation head reads token 1 next to the class token's pooled feature; the
+        # options below would each give that second token a different meaning or treatment.
+        if self.distilled and self.reg_tokens:
+            raise ValueError(
+                f"distilled=True cannot be combined with reg_tokens={self.reg_tokens}: DeiT's distillation token "
+                "takes the place after the class token that register tokens would; expected one or the other"
+            )
+        if self.distilled and self.global_pool in ("map", ""):
+            raise ValueError(
+                f"distilled=True cannot be combined with global_pool={self.global_pool!r}: DeiT pools its class and "
+                "distillation tokens separately; expected global_pool='token' or 'avg'"
+            )
+        if self.distilled and self.fc_norm:
+            raise ValueError("distilled=True cannot be combined with fc_norm=True; expected fc_norm=False")
+        if self.fc_norm and not self.final_norm:
+            raise ValueError(
+                "fc_norm=True moves the final LayerNorm after the pooling, so it needs final_norm=True; "
+                "expected fc_norm=False for a model without a final norm"
+            )
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -137,7 +198,8 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self) -> int:
-        return int(self.class_token) + int(self.distilled)
+        """Tokens before the patches: class, distillation and register tokens."""
+        return int(self.class_token) + int(self.distilled) + self.reg_tokens
 
 
 @functools.cache
@@ -145,8 +207,41 @@ def _field_types() -> dict[str, Any]:
     return typing.get_type_hints(ViTConfig)
 
 
+# What forward_intermediates returns per block: token maps, or (map, prefix tokens) pairs.
+Intermediates = list[torch.Tensor] | list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def feature_take_indices(num_blocks: int, indices: int | Sequence[int] | None) -> tuple[list[int], int]:
+    """timm's block selection: None = every block, an int n = the last n blocks, a list = those
+    blocks (negative counts from the end). Returns the absolute indices and the largest one."""
+    if indices is None:
+        indices = num_blocks
+    if isinstance(indices, bool) or not isinstance(indices, (int, Sequence)):
+        raise TypeError(f"indices={indices!r} is invalid; expected None, an int or a list of ints")
+    if isinstance(indices, int):
+        if not 0 < indices <= num_blocks:
+            raise ValueError(
+                f"indices={indices} is invalid; expected the number of last blocks to take, from 1 to {num_blocks}"
+            )
+        taken = list(range(num_blocks - indices, num_blocks))
+    else:
+        taken = []
+        for i in indices:
+            if isinstance(i, bool) or not isinstance(i, int) or not -num_blocks <= i < num_blocks:
+                raise ValueError(
+                    f"indices={list(indices)} is invalid; expected block indices from {-num_blocks} to "
+                    f"{num_blocks - 1} (this model has {num_blocks} blocks)"
+                )
+            taken.append(i % num_blocks)
+        if not taken:
+            raise ValueError("indices=[] is invalid; expected at least one block index")
+    return taken, max(taken)
+
+
 class VisionTransformer(nn.Module):
-    """A ViT / DeiT. Build it from a `ViTConfig`, from keyword fields, or both (fields override)."""
+    """A ViT and its variants. Build it from a `ViTConfig`, from keyword fields, or both (fields override)."""
+
+    pos_embed: torch.Tensor  # a Parameter when learned, a non-persistent buffer when sincos
 
     def __init__(self, config: ViTConfig | None = None, /, **fields: Any) -> None:
         super().__init__()
@@ -159,6 +254,7 @@ class VisionTransformer(nn.Module):
         self.num_prefix_tokens = config.num_prefix_tokens
         self.num_features = D
         self.head_hidden_size = config.representation_size or D
+        self.grad_checkpointing = False
 
         self.patch_embed = PatchEmbed(
             img_size=config.img_size,
@@ -166,15 +262,19 @@ class VisionTransformer(nn.Module):
             in_chans=config.in_chans,
             embed_dim=D,
             conv_stem=config.conv_stem,
+            bias=config.patch_bias,
+            strict_img_size=not config.dynamic_img_size,
         )
-        num_tokens = self.patch_embed.num_patches + self.num_prefix_tokens
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
+        self.reg_token = nn.Parameter(torch.zeros(1, config.reg_tokens, D)) if config.reg_tokens else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if config.distilled else None
+        num_positions = self.patch_embed.num_patches + self._embedded_prefix_tokens()
         if config.pos_embed == "learned":
-            self.pos_embed = nn.Parameter(torch.zeros(1, num_tokens, D))
-        else:  # fixed sinusoids over all tokens, prefix included; derived, so not saved in state dicts
-            self.register_buffer("pos_embed", sincos_1d(num_tokens, D).unsqueeze(0), persistent=False)
+            self.pos_embed = nn.Parameter(torch.zeros(1, num_positions, D))
+        else:  # fixed sinusoids; derived from the config, so not saved in state dicts
+            self.register_buffer("pos_embed", sincos_1d(num_positions, D).unsqueeze(0), persistent=False)
         self.pos_drop = nn.Dropout(config.drop_rate)
+        self.norm_pre = nn.LayerNorm(D, eps=config.norm_eps) if config.pre_norm else nn.Identity()
 
         # Stochastic depth grows linearly with depth: early blocks carry more general features.
         dpr = [config.drop_path_rate * i / max(config.depth - 1, 1) for i in range(config.depth)]
@@ -189,12 +289,28 @@ class VisionTransformer(nn.Module):
                     attn_drop=config.attn_drop_rate,
                     drop_path=dpr[i],
                     norm_eps=config.norm_eps,
+                    init_values=config.init_values,
+                    act_layer=config.act_layer,
                 )
                 for i in range(config.depth)
             ]
         )
-        self.norm = nn.LayerNorm(D, eps=config.norm_eps) if config.final_norm else nn.Identity()
+        # With fc_norm the final LayerNorm moves after the pooling (validate() ensures final_norm).
+        final_norm_on_tokens = config.final_norm and not config.fc_norm
+        self.norm = nn.LayerNorm(D, eps=config.norm_eps) if final_norm_on_tokens else nn.Identity()
 
+        self.attn_pool = (
+            AttentionPool(
+                dim=D,
+                num_heads=config.num_heads,
+                mlp_ratio=config.mlp_ratio,
+                norm_eps=config.norm_eps,
+                act_layer=config.act_layer,
+            )
+            if config.global_pool == "map"
+            else None
+        )
+        self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if config.fc_norm else nn.Identity()
         if config.representation_size:
             self.pre_logits: nn.Module = nn.Sequential()
             self.pre_logits.add_module("fc", nn.Linear(D, config.representation_size))
@@ -207,19 +323,26 @@ class VisionTransformer(nn.Module):
 
     # ----------------------------------------------------------------------------- set-up
     def _new_head(self, num_classes: int) -> nn.Module:
-        return nn.Linear(self.head_hidden_size, num_classes) if num_classes > 0 else nn.Identity()
+        if num_classes <= 0:
+            return nn.Identity()
+        return nn.Linear(self.head_hidden_size, num_classes, bias=self.config.head_bias)
+
+    def _embedded_prefix_tokens(self) -> int:
+        """How many prefix tokens have a row in the position table (none with no_embed_class)."""
+        return 0 if self.config.no_embed_class else self.num_prefix_tokens
 
     @torch.no_grad()
     def init_weights(self) -> None:
         """timm's default init: truncated normal(0.02) for Linears and the position embedding,
-        tiny normal for the prefix tokens, LeCun-normal-like fan-in init for the patch conv."""
+        tiny normal for the prefix tokens, LeCun-normal-like fan-in init for the patch conv,
+        LayerScale at init_values and the pooling query at std 1/sqrt(D)."""
         if self.patch_embed.proj.weight.is_meta:
             # Built on the meta device (to count parameters, or to receive a checkpoint by
             # assignment): there is no data to initialise, and random init on meta tensors goes
             # through torch's Python reference ops, whose first use imports torch._dynamo (slow to load).
             return
 
-        def init_linear(m: nn.Module) -> None:
+        def init_module(m: nn.Module) -> None:
             if isinstance(m, nn.Linear):
                 nn.init.trunc_normal_(m.weight, std=0.02)
                 if m.bias is not None:
@@ -227,23 +350,37 @@ class VisionTransformer(nn.Module):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+            elif isinstance(m, LayerScale):
+                m.reset_parameters()
+            elif isinstance(m, AttentionPool):
+                m.init_latent()
 
-        self.apply(init_linear)
+        self.apply(init_module)
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w, std=math.sqrt(1.0 / (w[0].numel())))
         if self.patch_embed.proj.bias is not None:
             nn.init.zeros_(self.patch_embed.proj.bias)
         if isinstance(self.pos_embed, nn.Parameter):
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
-        for token in (self.cls_token, self.dist_token):
+        for token in (self.cls_token, self.reg_token, self.dist_token):
             if token is not None:
                 nn.init.normal_(token, std=1e-6)
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """Replace the classifier head(s) with freshly initialised ones for `num_classes`."""
+        """Replace the classifier head(s) with freshly initialised ones for `num_classes` (timm's
+        signature). `global_pool` may switch between "token", "avg" and "" or drop "map"; an
+        attention pool cannot be added here, since its weights would be untrained."""
+        changes: dict[str, Any] = {"num_classes": num_classes}
         if global_pool is not None:
-            self.config = self.config.replace(global_pool=global_pool)
-        self.config = self.config.replace(num_classes=num_classes)
+            if global_pool == "map" and self.attn_pool is None:
+                raise ValueError(
+                    "reset_classifier: global_pool='map' is invalid for a model built without attention pooling; "
+                    "expected 'token', 'avg' or '' here, or build the model with global_pool='map'"
+                )
+            changes["global_pool"] = global_pool
+        self.config = self.config.replace(**changes)  # validates before anything changes
+        if self.config.global_pool != "map":
+            self.attn_pool = None
         # The new head lives where the model lives, in its dtype (a bf16 model gets a bf16 head).
         like = self.patch_embed.proj.weight
         self.head = self._new_head(num_classes).to(device=like.device, dtype=like.dtype)
@@ -252,7 +389,10 @@ class VisionTransformer(nn.Module):
         for head in (self.head, self.head_dist):
             if isinstance(head, nn.Linear):
                 nn.init.trunc_normal_(head.weight, std=0.02)
-                nn.init.zeros_(head.bias)
+                if head.bias is not None:
+                    nn.init.zeros_(head.bias)
+            if head is not None:
+                head.train(self.training)
         self.pretrained_cfg = self.pretrained_cfg.replace(num_classes=num_classes, label_names=None)
 
     def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
@@ -261,33 +401,146 @@ class VisionTransformer(nn.Module):
         return save_pretrained(self, directory)
 
     def no_weight_decay(self) -> set[str]:
-        """Parameter names that an optimizer should not decay (tokens and position embedding)."""
-        return {
-            name for name in ("pos_embed", "cls_token", "dist_token") if isinstance(getattr(self, name), nn.Parameter)
-        }
+        """Parameter names that an optimizer should not decay (tokens and position embedding), as
+        timm lists them (timm decays the attention pool's latent query like any weight)."""
+        names = ("pos_embed", "cls_token", "reg_token", "dist_token")
+        return {name for name in names if isinstance(getattr(self, name), nn.Parameter)}
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass instead of keeping them
+        (torch.utils.checkpoint): the same gradients, less memory, one more forward per block."""
+        self.grad_checkpointing = enable
+
+    def set_input_size(
+        self, img_size: int | tuple[int, int] | None = None, patch_size: int | tuple[int, int] | None = None
+    ) -> None:
+        """Change the input size for good (timm's method): the learned position table is resampled
+        once (bicubic, as `dynamic_img_size` does per call), a sinusoidal one recomputed, and
+        `config.img_size` and `pretrained_cfg.input_size` follow."""
+        if patch_size is not None and to_2tuple(patch_size, "patch_size") != self.patch_embed.patch_size:
+            raise ValueError(
+                f"set_input_size: patch_size={patch_size!r} is invalid; the patch projection's kernel is not resampled "
+                f"here, expected None or the model's patch size {self.patch_embed.patch_size}"
+            )
+        if img_size is None:
+            return
+        config = self.config.replace(img_size=img_size)  # validates the size against the patch
+        new_grid = self.patch_embed.dynamic_feat_size(to_2tuple(config.img_size))
+        with torch.no_grad():
+            table = self._pos_embed_for_grid(new_grid)
+        if isinstance(self.pos_embed, nn.Parameter):
+            self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
+        else:
+            self.pos_embed = table  # replaces the buffer, still non-persistent
+        self.patch_embed.set_input_size(config.img_size)
+        self.config = config
+        self.pretrained_cfg = self.pretrained_cfg.replace(input_size=(config.in_chans, *to_2tuple(config.img_size)))
+
+    def prune_intermediate_layers(
+        self, indices: int | Sequence[int] = 1, prune_norm: bool = False, prune_head: bool = True
+    ) -> list[int]:
+        """Keep only what `forward_intermediates(x, indices)` needs (timm's method): the blocks up to
+        the last one taken, the final norm unless `prune_norm`, and no pooling or head when
+        `prune_head` (then `model(x)` returns the token sequence). The config follows, so a pruned
+        model saves and loads like any other. Returns the absolute block indices."""
+        taken, last = feature_take_indices(len(self.blocks), indices)
+        self.blocks = self.blocks[: last + 1]
+        changes: dict[str, Any] = {"depth": last + 1}
+        if prune_norm:
+            self.norm = nn.Identity()
+            if not self.config.fc_norm:
+                changes["final_norm"] = False
+        if prune_head:
+            if self.config.fc_norm:  # the final norm lived after the pooling: gone with it
+                changes.update(fc_norm=False, final_norm=False)
+            self.fc_norm = nn.Identity()
+            self.attn_pool = None
+            self.pre_logits = nn.Identity()
+            self.head_hidden_size = self.num_features
+            self.head = nn.Identity()
+            if self.config.distilled:  # DeiT keeps its two pooled tokens, averaged
+                self.head_dist = nn.Identity()
+            else:
+                changes["global_pool"] = ""
+            changes.update(num_classes=0, representation_size=None)
+            self.pretrained_cfg = self.pretrained_cfg.replace(num_classes=0, label_names=None)
+        self.config = self.config.replace(**changes)
+        return taken
 
     # ----------------------------------------------------------------------------- forward
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, prefix + N, D) normalised tokens."""
+    def _pos_embed_for_grid(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The position table for a (rows, columns) grid of patches: the learned table resampled
+        (layers/pos_embed.py), the sinusoidal one computed for that many tokens."""
+        prefix = self._embedded_prefix_tokens()
+        if isinstance(self.pos_embed, nn.Parameter):
+            return resample_abs_pos_embed(
+                self.pos_embed, new_grid=grid, old_grid=self.patch_embed.grid_size, num_prefix_tokens=prefix
+            )
+        table = sincos_1d(grid[0] * grid[1] + prefix, self.config.embed_dim).unsqueeze(0)
+        return table.to(device=self.pos_embed.device, dtype=self.pos_embed.dtype)
+
+    def _embed(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) image -> (B, prefix + N, D) tokens with positions, before the blocks."""
+        image_size = x.shape[-2:]
         # A model cast for inference (create(..., dtype=torch.bfloat16)) takes fp32 images as they
         # come out of the preprocessing: the input follows the weights (a no-op when they agree).
-        x = self.patch_embed(x.to(self.pos_embed.dtype))
-        prefix = [t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token) if t is not None]
-        if prefix:
-            x = torch.cat([*prefix, x], dim=1)  # DeiT order: [cls, dist, patches]
-        x = self.pos_drop(x + self.pos_embed)
-        x = self.blocks(x)
+        x = self.patch_embed(x.to(self.pos_embed.dtype))  # checks the shape
+        pos_embed = self.pos_embed
+        if self.config.dynamic_img_size:
+            grid = self.patch_embed.dynamic_feat_size(image_size)
+            if grid != self.patch_embed.grid_size:
+                pos_embed = self._pos_embed_for_grid(grid)
+        prefix = [
+            t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None
+        ]
+        if self.config.no_embed_class:
+            # DeiT III, big_vision: positions for the patches only, then the prefix tokens join
+            x = x + pos_embed
+            if prefix:
+                x = torch.cat([*prefix, x], dim=1)
+        else:
+            # ViT, DeiT: [cls, (dist | reg), patches], then one position per token
+            if prefix:
+                x = torch.cat([*prefix, x], dim=1)
+            x = x + pos_embed
+        return self.norm_pre(self.pos_drop(x))
+
+    def _run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        if self.grad_checkpointing and torch.is_grad_enabled():
+            # Keep only the block's input; its inside is recomputed during backward (dropout and
+            # DropPath draw the same random numbers again: the RNG state is saved with it).
+            return checkpoint(block, x, use_reentrant=False)
+        return block(x)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, prefix + N, D) normalised tokens."""
+        x = self._embed(x)
+        if self.grad_checkpointing:
+            for block in self.blocks:
+                x = self._run_block(block, x)
+        else:
+            x = self.blocks(x)
         return self.norm(x)
+
+    def pool(self, x: torch.Tensor, pool_type: str | None = None) -> torch.Tensor:
+        """(B, tokens, D) -> (B, D) by `config.global_pool`, or by `pool_type` ("token", "avg" or ""
+        for the tokens unchanged) on a model without attention pooling (timm's signature)."""
+        if self.attn_pool is not None:
+            return self.attn_pool(x[:, self.num_prefix_tokens :])  # patch tokens only, as timm
+        pool_type = self.config.global_pool if pool_type is None else pool_type
+        if pool_type == "avg":
+            return x[:, self.num_prefix_tokens :].mean(dim=1)
+        if pool_type == "token":
+            return x[:, 0]
+        if pool_type == "":
+            return x
+        raise ValueError(f"pool_type={pool_type!r} is invalid; expected 'token', 'avg' or '' (no pooling)")
 
     def forward_head(
         self, x: torch.Tensor, pre_logits: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Tokens -> logits. With `pre_logits=True`, the pooled feature fed to the classifier."""
-        if self.config.global_pool == "avg":
-            feature = x[:, self.num_prefix_tokens :].mean(dim=1)
-        else:
-            feature = x[:, 0]
-        feature = self.pre_logits(feature)
+        feature = self.pre_logits(self.fc_norm(self.pool(x)))
         if not self.config.distilled or self.head_dist is None:  # head_dist exists iff distilled
             return feature if pre_logits else self.head(feature)
         dist_feature = self.pre_logits(x[:, 1])
@@ -300,6 +553,82 @@ class VisionTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(
+        self,
+        x: torch.Tensor,
+        indices: int | Sequence[int] | None = None,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+        stop_early: bool = False,
+        output_fmt: str = "NCHW",
+        intermediates_only: bool = False,
+        output_dict: bool = False,
+    ) -> Intermediates | tuple[torch.Tensor, Intermediates] | dict[str, Any]:
+        """The outputs of chosen blocks, for dense tasks (timm's method, the same results).
+
+        indices: None = every block, an int n = the last n, a list = those blocks (negative from
+            the end); results come in block order.
+        norm: pass each through the final LayerNorm. output_fmt: "NCHW" feature maps
+            (B, D, rows, columns) or "NLC" token sequences (B, N, D); either way without the prefix
+            tokens, which `return_prefix_tokens=True` adds as (map, (B, prefix, D)) pairs.
+        stop_early: skip the blocks after the last one taken.
+        Returns (final normalised tokens as forward_features gives them, intermediates), only the
+        intermediates with `intermediates_only`, or timm's dict with `output_dict`."""
+        if output_fmt not in ("NCHW", "NLC"):
+            raise ValueError(
+                f"output_fmt={output_fmt!r} is invalid; expected 'NCHW' (feature maps) or 'NLC' (token sequences)"
+            )
+        taken, last = feature_take_indices(len(self.blocks), indices)
+        take = set(taken)
+        image_size = x.shape[-2:]
+        x = self._embed(x)
+        intermediates = []
+        for i, block in enumerate(self.blocks[: last + 1] if stop_early else self.blocks):
+            x = self._run_block(block, x)
+            if i in take:
+                intermediates.append(self.norm(x) if norm else x)
+
+        p = self.num_prefix_tokens
+        prefix_tokens = [y[:, :p] for y in intermediates] if p else None
+        maps = [y[:, p:] for y in intermediates]
+        if output_fmt == "NCHW":
+            rows, cols = self.patch_embed.dynamic_feat_size(image_size)
+            maps = [y.reshape(y.shape[0], rows, cols, -1).permute(0, 3, 1, 2).contiguous() for y in maps]
+
+        if output_dict:
+            result: dict[str, Any] = {"image_intermediates": maps}
+            if prefix_tokens is not None and return_prefix_tokens:
+                result["image_intermediates_prefix"] = prefix_tokens
+            if not intermediates_only:
+                result["image_features"] = self.norm(x)
+            return result
+        out: Intermediates = maps
+        if return_prefix_tokens and prefix_tokens is not None:
+            out = list(zip(maps, prefix_tokens))
+        if intermediates_only:
+            return out
+        return self.norm(x), out
+
+    def get_intermediate_layers(
+        self,
+        x: torch.Tensor,
+        n: int | Sequence[int] = 1,
+        reshape: bool = False,
+        return_prefix_tokens: bool = False,
+        norm: bool = False,
+    ) -> Intermediates:
+        """DINO's older interface to the same thing: `forward_intermediates(x, n, ...)` intermediates
+        only, as token sequences unless `reshape`."""
+        out = self.forward_intermediates(
+            x,
+            n,
+            return_prefix_tokens=return_prefix_tokens,
+            norm=norm,
+            output_fmt="NCHW" if reshape else "NLC",
+            intermediates_only=True,
+        )
+        return typing.cast(Intermediates, out)  # intermediates_only without output_dict: the list
 
     def forward_with_attention(self, x: torch.Tensor) -> tuple[Any, list[torch.Tensor]]:
         """`forward(x)` plus every block's attention weights, a list of `depth` (B, heads, N, N)

@@ -34,3 +34,19 @@ def test_mlp_is_fc1_exact_gelu_fc2():
     with torch.no_grad():
         expected = mlp.fc2(torch.nn.functional.gelu(mlp.fc1(x), approximate="none"))
         torch.testing.assert_close(mlp(x), expected)
+
+
+def test_mlp_activation_is_chosen_by_name():
+    torch.manual_seed(0)
+    block = Block(dim=8, num_heads=2, act_layer="quick_gelu").eval()
+    mlp = block.mlp
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        h = mlp.fc1(x)
+        torch.testing.assert_close(mlp(x), mlp.fc2(h * torch.sigmoid(1.702 * h)))
+
+
+def test_without_init_values_the_layer_scales_are_identities():
+    block = Block(dim=8, num_heads=2)
+    assert isinstance(block.ls1, nn.Identity) and isinstance(block.ls2, nn.Identity)
+    assert not any("gamma" in name for name, _ in block.named_parameters())

@@ -138,3 +138,44 @@ def test_tokens_come_out_contiguous(in_chans, conv_stem, patch_size):
     reference = embed.proj(reference).flatten(2).transpose(1, 2)
     assert not reference.is_contiguous()
     torch.testing.assert_close(tokens, reference, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- options, other sizes
+def test_projection_without_bias():
+    embed = PatchEmbed(img_size=32, patch_size=16, embed_dim=4, bias=False)
+    assert embed.proj.bias is None
+    assert embed.as_linear().bias is None
+
+
+def test_dynamic_input_takes_any_multiple_of_the_patch():
+    torch.manual_seed(0)
+    embed = PatchEmbed(img_size=32, patch_size=(8, 4), embed_dim=6, strict_img_size=False)
+    x = torch.randn(2, 3, 16, 12)
+    assert embed.dynamic_feat_size(x.shape[-2:]) == (2, 3)
+    tokens = embed(x)
+    assert tokens.shape == (2, 2 * 3, 6)
+    torch.testing.assert_close(tokens, unfold_linear_patch_embed(x, embed.as_linear(), (8, 4)))
+    with pytest.raises(ValueError, match=r"\(2, 3, 16, 10\).*height a multiple of 8 and width a multiple of 4"):
+        embed(torch.zeros(2, 3, 16, 10))
+    with pytest.raises(ValueError, match=r"expected \(batch, 3, height, width\)"):
+        embed(torch.zeros(2, 1, 16, 12))
+
+
+def test_dynamic_input_with_a_conv_stem_takes_any_size():
+    embed = PatchEmbed(img_size=28, patch_size=8, in_chans=1, embed_dim=4, conv_stem=(4, 8), strict_img_size=False)
+    x = torch.randn(1, 1, 30, 9)
+    assert embed(x).shape == (1, 4 * 2, 4)
+    assert embed.dynamic_feat_size(x.shape[-2:]) == (4, 2)  # ceil(30 / 8), ceil(9 / 8)
+
+
+def test_set_input_size_changes_the_expected_size_not_the_weights():
+    embed = PatchEmbed(img_size=32, patch_size=16, embed_dim=4)
+    weight = embed.proj.weight.clone()
+    embed.set_input_size((48, 64))
+    assert (embed.img_size, embed.grid_size, embed.num_patches) == ((48, 64), (3, 4), 12)
+    assert torch.equal(embed.proj.weight, weight)
+    assert embed(torch.randn(1, 3, 48, 64)).shape == (1, 12, 4)
+    with pytest.raises(ValueError, match=r"\(1, 3, 32, 32\).*\(batch, 3, 48, 64\)"):
+        embed(torch.randn(1, 3, 32, 32))
+    with pytest.raises(ValueError, match="not divisible by patch_size"):
+        embed.set_input_size(40)

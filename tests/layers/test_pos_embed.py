@@ -43,3 +43,36 @@ def test_sincos_is_real_data_on_the_meta_device():
 def test_non_positive_sizes_are_value_errors(num_positions, dim):
     with pytest.raises(ValueError, match="positive"):
         sincos_1d(num_positions, dim)
+
+
+# ----------------------------------------------------------------------------- resampling
+def test_resample_keeps_prefix_rows_and_resizes_the_grid_as_an_image():
+    from vitzoo.layers import resample_abs_pos_embed
+
+    torch.manual_seed(0)
+    table = torch.randn(1, 2 + 3 * 4, 5)  # two prefix rows, a 3 x 4 grid of 5-dim vectors
+    out = resample_abs_pos_embed(table, new_grid=(6, 2), old_grid=(3, 4), num_prefix_tokens=2)
+    assert out.shape == (1, 2 + 6 * 2, 5)
+    assert torch.equal(out[:, :2], table[:, :2])
+    image = table[0, 2:].reshape(3, 4, 5).permute(2, 0, 1)[None]  # (1, D, rows, columns)
+    expected = torch.nn.functional.interpolate(image, size=(6, 2), mode="bicubic", antialias=True)
+    torch.testing.assert_close(out[0, 2:], expected[0].permute(1, 2, 0).reshape(12, 5))
+
+
+def test_resample_to_the_same_grid_returns_the_table_itself():
+    from vitzoo.layers import resample_abs_pos_embed
+
+    table = torch.randn(1, 9, 4)
+    assert resample_abs_pos_embed(table, new_grid=(3, 3), old_grid=(3, 3), num_prefix_tokens=0) is table
+
+
+def test_resample_equals_timms():
+    timm_pos_embed = pytest.importorskip("timm.layers.pos_embed")
+    from vitzoo.layers import resample_abs_pos_embed
+
+    torch.manual_seed(0)
+    table = torch.randn(1, 1 + 4 * 4, 8)
+    for grid in [(2, 2), (7, 5), (4, 6)]:
+        expected = timm_pos_embed.resample_abs_pos_embed(table, list(grid), old_size=[4, 4], num_prefix_tokens=1)
+        got = resample_abs_pos_embed(table, new_grid=grid, old_grid=(4, 4), num_prefix_tokens=1)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)

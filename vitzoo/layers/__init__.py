@@ -1,29 +1,40 @@
 """The building blocks of a Vision Transformer, one concept per module.
 
 patch_embed  image -> sequence of patch vectors (Conv2d, and the unfold + Linear form)
-pos_embed    learned and fixed sinusoidal position embeddings
+pos_embed    learned and fixed sinusoidal position embeddings; resampling to another grid
 attention    multi-head self-attention (fused qkv, scaled_dot_product_attention)
+activations  GELU, its tanh approximation, QuickGELU
 mlp          the position-wise feed-forward network
+layer_scale  LayerScale: a learned per-channel factor on a residual branch
 drop_path    stochastic depth
 block        the pre-norm encoder block that stacks the pieces above
+pool         attention pooling (MAP): a learned query attends over the tokens
 """
 
+from .activations import QuickGELU, make_activation
 from .attention import Attention, capture_attention
 from .block import Block
 from .drop_path import DropPath
 from .helpers import to_2tuple
+from .layer_scale import LayerScale
 from .mlp import Mlp
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
-from .pos_embed import sincos_1d
+from .pool import AttentionPool
+from .pos_embed import resample_abs_pos_embed, sincos_1d
 
 __all__ = [
     "Attention",
+    "AttentionPool",
     "Block",
     "DropPath",
+    "LayerScale",
     "Mlp",
     "PatchEmbed",
+    "QuickGELU",
     "capture_attention",
+    "make_activation",
     "patchify",
+    "resample_abs_pos_embed",
     "sincos_1d",
     "to_2tuple",
     "unfold_linear_patch_embed",

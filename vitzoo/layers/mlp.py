@@ -1,19 +1,32 @@
-"""The position-wise feed-forward network of a Transformer block: fc1 -> GELU -> fc2."""
+"""The position-wise feed-forward network of a Transformer block: fc1 -> activation -> fc2.
+
+fc1 and its activation go through `linear.linear`, which for bf16 inference on CPU applies GELU
+inside the GEMM (see linear.py); everywhere else it is `act(fc1(x))`.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from .activations import make_activation
+from .linear import linear
+
 
 class Mlp(nn.Module):
-    def __init__(self, *, dim: int, hidden_dim: int, drop: float = 0.0) -> None:
+    def __init__(self, *, dim: int, hidden_dim: int, drop: float = 0.0, act_layer: str = "gelu") -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim)
-        self.act = nn.GELU()  # exact (erf) GELU, as in the original ViT and timm
+        # GELU and its tanh form can be fused into fc1 (same names as linear.linear's activations).
+        self.fused_act = act_layer if act_layer in ("gelu", "gelu_tanh") else None
+        self.act = make_activation(act_layer)  # exact (erf) GELU by default, as in the original ViT and timm
         self.drop1 = nn.Dropout(drop)
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+        if self.fused_act is not None:
+            x = linear(x, self.fc1.weight, self.fc1.bias, self.fused_act)
+        else:
+            x = self.act(self.fc1(x))
+        return self.drop2(linear(self.drop1(x), self.fc2.weight, self.fc2.bias))

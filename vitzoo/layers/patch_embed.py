@@ -31,7 +31,11 @@ from .helpers import to_2tuple
 
 
 class PatchEmbed(nn.Module):
-    """(B, C, H, W) image -> (B, N, D) patch tokens, N = (H / ph) * (W / pw), row-major order."""
+    """(B, C, H, W) image -> (B, N, D) patch tokens, N = (H / ph) * (W / pw), row-major order.
+
+    The input must be `img_size`; with `strict_img_size=False` any height and width that are
+    multiples of the patch (any size with a stem) pass, for models that adapt their position
+    embedding per call (`ViTConfig.dynamic_img_size`)."""
 
     def __init__(
         self,
@@ -41,41 +45,72 @@ class PatchEmbed(nn.Module):
         in_chans: int = 3,
         embed_dim: int = 768,
         conv_stem: tuple[int, ...] = (),
+        bias: bool = True,
+        strict_img_size: bool = True,
     ) -> None:
         super().__init__()
-        self.img_size = to_2tuple(img_size, "img_size")
         self.patch_size = to_2tuple(patch_size, "patch_size")
         self.in_chans = in_chans
         self.conv_stem = tuple(conv_stem)
+        # False: any height and width that are multiples of the patch size (any size with a stem)
+        self.strict_img_size = strict_img_size
+        self.set_input_size(img_size)
         if self.conv_stem:
-            check_conv_stem(self.conv_stem, self.patch_size, self.img_size)
-            # ceil: a 3x3 stride-2 conv with padding 1 maps n pixels to ceil(n / 2)
-            (h, w), (ph, pw) = self.img_size, self.patch_size
-            self.grid_size = (math.ceil(h / ph), math.ceil(w / pw))
-            self.num_patches = self.grid_size[0] * self.grid_size[1]
             self.stem: nn.Sequential | None = conv_stem_layers(in_chans, self.conv_stem)
-            self.proj = nn.Conv2d(self.conv_stem[-1], embed_dim, kernel_size=3, stride=2, padding=1)
-            return
-        self.stem = None
-        for axis, size, patch in zip(("height", "width"), self.img_size, self.patch_size):
-            if size <= 0 or patch <= 0 or size % patch:
-                raise ValueError(
-                    f"img_size {self.img_size} is not divisible by patch_size {self.patch_size} "
-                    f"({axis}: {size} % {patch} = {size % patch if patch > 0 else 'n/a'}); "
-                    "expected positive sizes with img_size a multiple of patch_size"
-                )
-        self.grid_size = (self.img_size[0] // self.patch_size[0], self.img_size[1] // self.patch_size[1])
+            self.proj = nn.Conv2d(self.conv_stem[-1], embed_dim, kernel_size=3, stride=2, padding=1, bias=bias)
+        else:
+            self.stem = None
+            self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
+
+    def set_input_size(self, img_size: int | tuple[int, int]) -> None:
+        """Set the image size this embedding expects (and its grid); the weights do not depend on it."""
+        img_size = to_2tuple(img_size, "img_size")
+        if self.conv_stem:
+            check_conv_stem(self.conv_stem, self.patch_size, img_size)
+        else:
+            for axis, size, patch in zip(("height", "width"), img_size, self.patch_size):
+                if size <= 0 or patch <= 0 or size % patch:
+                    raise ValueError(
+                        f"img_size {img_size} is not divisible by patch_size {self.patch_size} "
+                        f"({axis}: {size} % {patch} = {size % patch if patch > 0 else 'n/a'}); "
+                        "expected positive sizes with img_size a multiple of patch_size"
+                    )
+        self.img_size = img_size
+        self.grid_size = self.dynamic_feat_size(img_size)
         self.num_patches = self.grid_size[0] * self.grid_size[1]
-        self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size)
+
+    def dynamic_feat_size(self, img_size: tuple[int, int] | torch.Size) -> tuple[int, int]:
+        """The (rows, columns) grid of tokens for an image of `img_size` = (height, width): exact
+        division without a stem; rounded up with one (a 3x3 stride-2 conv with padding 1 maps n
+        pixels to ceil(n / 2))."""
+        (h, w), (ph, pw) = img_size, self.patch_size
+        return (math.ceil(h / ph), math.ceil(w / pw))
 
     def check_input(self, x: torch.Tensor) -> None:
         """Raise a ValueError naming expected and given shape when `x` does not fit this model."""
+        if not self.strict_img_size:
+            self._check_dynamic_input(x)
+            return
         expected = (self.in_chans, *self.img_size)
         if x.ndim != 4 or tuple(x.shape[1:]) != expected:
             raise ValueError(
                 f"input image has shape {tuple(x.shape)}, expected (batch, {expected[0]}, "
                 f"{expected[1]}, {expected[2]}) = (B, in_chans, height, width) for this model; "
                 "resize the image or create the model with matching img_size / in_chans"
+            )
+
+    def _check_dynamic_input(self, x: torch.Tensor) -> None:
+        (ph, pw), stem = self.patch_size, self.stem is not None
+        if (
+            x.ndim != 4
+            or x.shape[1] != self.in_chans
+            or min(x.shape[2:]) <= 0
+            or (not stem and (x.shape[2] % ph or x.shape[3] % pw))
+        ):
+            sides = "positive height and width" if stem else f"height a multiple of {ph} and width a multiple of {pw}"
+            raise ValueError(
+                f"input image has shape {tuple(x.shape)}, expected (batch, {self.in_chans}, height, width) with "
+                f"{sides} for this model (dynamic_img_size=True); pad or resize the image"
             )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

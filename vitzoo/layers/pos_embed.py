@@ -3,11 +3,15 @@
 Self-attention is permutation invariant, so each token gets a vector that says where it came from.
 ViT's ImageNet models *learn* one vector per position (an nn.Parameter, see model.py); the
 MNIST tutorial uses the fixed sinusoids of "Attention Is All You Need", computed here.
+
+A learned table belongs to one grid of patches. For another input size, `resample_abs_pos_embed`
+treats the patch part as a D-channel image and resizes it (what timm does, so the two agree).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def sincos_1d(num_positions: int, dim: int) -> torch.Tensor:
@@ -28,3 +32,22 @@ def sincos_1d(num_positions: int, dim: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle[:, : dim // 2])
     return table.float()
+
+
+def resample_abs_pos_embed(
+    pos_embed: torch.Tensor, *, new_grid: tuple[int, int], old_grid: tuple[int, int], num_prefix_tokens: int
+) -> torch.Tensor:
+    """(1, prefix + gh * gw, D) -> (1, prefix + GH * GW, D).
+
+    The first `num_prefix_tokens` rows (class, register tokens) have no place on the grid and are
+    kept as they are; the rest is reshaped to a (D, gh, gw) image and resized bicubically, with
+    antialiasing when it shrinks, in float32 (timm's `resample_abs_pos_embed`, the same numbers).
+    The same grid returns the table itself."""
+    if tuple(new_grid) == tuple(old_grid):
+        return pos_embed
+    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
+    dim = grid.shape[-1]
+    image = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
+    image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", align_corners=False, antialias=True)
+    grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim).to(pos_embed.dtype)
+    return torch.cat([prefix, grid], dim=1)
