@@ -23,7 +23,7 @@ from vitzoo import cli, registry
 from vitzoo.flops import vit_flops
 from vitzoo.model import ViTConfig
 
-SUBCOMMANDS = ["list", "info", "download", "convert", "predict", "finetune", "eval", "viz"]
+SUBCOMMANDS = ["list", "info", "download", "convert", "predict", "export", "finetune", "eval", "viz"]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

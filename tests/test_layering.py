@@ -21,7 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vitzoo"
 # Lowest layer first. A module may import its own layer and the ones below, never one above.
 LAYERS: list[tuple[str, ...]] = [
     ("vitzoo.atomic", "vitzoo.checks", "vitzoo.precision", "vitzoo.pretrained_cfg", "vitzoo.layers"),
-    ("vitzoo.layout", "vitzoo.model", "vitzoo.flops"),
+    ("vitzoo.layout", "vitzoo.model", "vitzoo.flops", "vitzoo.deploy"),
     ("vitzoo.zoo", "vitzoo.plugins"),
     ("vitzoo.registry",),
     ("vitzoo.weights",),

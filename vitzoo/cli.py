@@ -5,6 +5,7 @@
     vitzoo download NAME[.TAG]...                  fill the weights cache ahead of air-gapped use
     vitzoo convert SRC DST [--to vitzoo|timm]      rewrite a checkpoint in another layout
     vitzoo predict NAME IMAGE|DIR... [--output F]  top-k labels and probabilities (F: .csv/.jsonl)
+    vitzoo export NAME --out FILE                  an ONNX file or a torch.export program (.onnx/.pt2)
     vitzoo finetune / eval / viz ...               training and pictures (vitzoo.train, vitzoo.viz)
 
 Every subcommand has --help, prints a table for people and JSON with --json.
@@ -330,6 +331,44 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------ export
+def cmd_export(args: argparse.Namespace) -> int:
+    from . import builder, deploy, registry
+    from .precision import DTYPES
+    from .pretrained_cfg import pretrained_cfg_of
+
+    try:  # a bad name, format or option fails before the model loads
+        fmt = deploy.format_of(args.out, args.format)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.opset is not None and (fmt != "onnx" or args.opset < 1):
+        raise UsageError(
+            f"--opset {args.opset} is invalid; expected a positive ONNX opset version, with --format onnx only"
+        )
+    if args.img_size is not None and args.img_size < 1:
+        raise UsageError(f"--img-size must be >= 1, got {args.img_size}")
+    if args.pretrained and args.weights is not None:
+        raise UsageError("--pretrained and --weights both choose the weights; pass one of them")
+    deploy.check_available(fmt)  # a missing package or an old torch, before the weights load
+    overrides = {} if args.img_size is None else {"img_size": args.img_size}
+    model = builder.create(
+        args.name, pretrained=args.pretrained, weights=args.weights, dtype=DTYPES[args.dtype], **overrides
+    )
+    if not (args.pretrained or args.weights or registry.split_name(args.name)[1]):  # a .TAG loads weights
+        warnings.warn(
+            f"exporting {args.name} with randomly initialised weights; pass --pretrained or --weights SRC "
+            "for trained ones",
+            stacklevel=1,
+        )
+    path = deploy.export(model, args.out, fmt, opset=args.opset)
+    cfg = pretrained_cfg_of(model)
+    input_shape = ["batch", *(cfg.input_size if cfg else ())]
+    data = {"output": str(path), "format": fmt, "dtype": args.dtype, "input": input_shape, "opset": args.opset}
+    text = f"wrote {path} ({fmt}, {args.dtype} weights, input {deploy.INPUT_NAME!r} float32 {_size(input_shape)})"
+    _emit(args, data, text)
+    return 0
+
+
 # ------------------------------------------------------------------------------------ delegated
 # name -> (module, configure function, run function, help). These subcommands are other parts of
 # vitzoo; their modules are imported only when that subcommand is used, so `vitzoo list` never
@@ -475,6 +514,31 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(handler=cmd_predict)
+
+    p = sub.add_parser(
+        "export",
+        parents=common,
+        help="write an ONNX file or a torch.export program for deployment",
+        description="Write a model as an ONNX file (onnxruntime, TensorRT, OpenVINO, ...; needs "
+        'pip install "vitzoo[onnx]") or as a torch.export program (.pt2), for any batch size. The input '
+        "is a float32 image batch at the model's input size (--img-size changes it).",
+    )
+    p.add_argument("name", metavar="NAME[.TAG]", help="a registered model (a .TAG loads those pretrained weights)")
+    p.add_argument("--out", required=True, metavar="FILE", help="where to write it (.onnx or .pt2)")
+    p.add_argument(
+        "--format", choices=["onnx", "torch-export"], help="what to write (default: from the suffix of --out)"
+    )
+    p.add_argument("--pretrained", action="store_true", help="load the model's default pretrained weights")
+    p.add_argument("--weights", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name> to load instead")
+    p.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16", "fp16"],
+        default="fp32",
+        help="precision of the weights (default: fp32); the input stays float32, the output has this precision",
+    )
+    p.add_argument("--opset", type=int, metavar="N", help="ONNX opset version (default: the exporter's)")
+    p.add_argument("--img-size", type=int, metavar="N", help="input height and width (default: the model's)")
+    p.set_defaults(handler=cmd_export)
 
     for name, (_, _, _, help_text) in DELEGATED.items():
         p = sub.add_parser(name, help=help_text, description=help_text, conflict_handler="resolve")

@@ -1,0 +1,292 @@
+"""Deploying a model outside this package: an ONNX file, or a `torch.export` program (`.pt2`).
+
+    from vitzoo.deploy import export_onnx, export_program, load_program
+    export_onnx(model, "vit.onnx")          # onnxruntime, TensorRT, OpenVINO, ...
+    export_program(model, "vit.pt2")        # torch.export.load / load_program, AOTInductor
+    load_program("vit.pt2")(images)         # the program back as a module, for any batch size
+
+Both are traced for a batch of any size: the batch axis is declared dynamic, every other size of
+the input (channels, height, width) is the model's own and fixed. The image input is float32 in
+every case; a model cast to bf16 or fp16 casts it inside (VisionTransformer.forward_features does),
+so a deployment feeds the same preprocessed images whatever the weights' precision, and gets
+logits in the weights' precision back. Files are written atomically (vitzoo/atomic.py).
+
+Which ONNX exporter: each torch version's default one, the one its maintainers test for that
+version. From torch 2.9 that is the exporter built on torch.export and onnxscript; the older
+TorchScript-tracing exporter is deprecated there and warns that it will be removed. torch up to
+2.8 (vitzoo supports 2.1 and later) defaults to the TorchScript exporter, whose torch.export-based
+successor was still a preview on those versions. The files of both give PyTorch's outputs (the
+tests run them in onnxruntime).
+
+`torch.jit.script` does not compile these modules (it cannot read postponed annotations, among
+other Python it lacks); torch.export and ONNX are the supported ways out of Python, and
+`torch.jit.trace` works too (torch 2.14 deprecates it in favour of torch.export).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .atomic import atomic_path
+from .pretrained_cfg import pretrained_cfg_of
+
+# format name -> the file suffix that implies it
+FORMATS = {"onnx": ".onnx", "torch-export": ".pt2"}
+INPUT_NAME, OUTPUT_NAME = "image", "output"
+# The size of the example batch the exporters trace. torch.export treats sizes 0 and 1 as special
+# constants, so an example batch of 1 would pin the batch axis that should stay free.
+EXAMPLE_BATCH = 2
+# A protobuf message, and so an ONNX file that holds its weights inline, is limited to 2 GiB.
+ONNX_MAX_BYTES = 2**31
+EXTRA_HINT = 'pip install "vitzoo[onnx]"'
+
+
+def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
+    """The export format: `fmt` as given, else the one `path`'s suffix names (.onnx or .pt2).
+    A given format that contradicts a known suffix is an error (a .pt2 that holds ONNX misleads)."""
+    suffix = Path(path).suffix.lower()
+    implied = next((name for name, ext in FORMATS.items() if ext == suffix), None)
+    if fmt is None:
+        if implied is None:
+            raise ValueError(
+                f"cannot tell the export format from {str(path)!r}; expected a file ending in "
+                f"{' or '.join(FORMATS.values())}, or a format ({', '.join(FORMATS)})"
+            )
+        return implied
+    if fmt not in FORMATS:
+        raise ValueError(f"export format {fmt!r} is unknown; expected one of {', '.join(FORMATS)}")
+    if implied is not None and implied != fmt:
+        raise ValueError(
+            f"{str(path)!r} ends in {suffix}, the suffix of {implied!r} files, but the format is {fmt!r}; "
+            f"expected a name ending in {FORMATS[fmt]} (or no known suffix)"
+        )
+    return fmt
+
+
+def check_available(fmt: str) -> None:
+    """Raise the error that exporting as `fmt` would raise for a missing package or an old torch,
+    before anything slow happens (the command calls it before it loads the weights)."""
+    if fmt == "onnx":
+        if _torch_at_least(2, 9):  # the torch.export-based exporter; the TorchScript one needs nothing
+            _require("onnxscript", "onnx", why=f"ONNX export with torch {torch.__version__}")
+    elif fmt == "torch-export":
+        if not hasattr(torch.export, "Dim"):
+            # torch 2.1's prototype torch.export has no dynamic_shapes, and its serializer cannot
+            # save the fused attention op these models use.
+            raise RuntimeError(
+                f"export as a torch.export program needs torch >= 2.2 (torch.export.Dim); this is torch "
+                f"{torch.__version__}. Export ONNX instead (format 'onnx', a .onnx file)"
+            )
+    else:
+        raise ValueError(f"export format {fmt!r} is unknown; expected one of {', '.join(FORMATS)}")
+
+
+def export(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    fmt: str | None = None,
+    *,
+    opset: int | None = None,
+    input_size: Sequence[int] | None = None,
+) -> Path:
+    """Write `model` as ONNX or as a torch.export program; `fmt` defaults to `path`'s suffix."""
+    fmt = format_of(path, fmt)
+    if fmt == "onnx":
+        return export_onnx(model, path, opset=opset, input_size=input_size)
+    if opset is not None:
+        raise ValueError(f"opset={opset} applies to ONNX export only; a {fmt!r} program has no opset")
+    return export_program(model, path, input_size=input_size)
+
+
+# ------------------------------------------------------------------------------------ ONNX
+def export_onnx(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    opset: int | None = None,
+    input_size: Sequence[int] | None = None,
+) -> Path:
+    """Write `model` (in eval mode) as an ONNX file with input "image" (batch, C, H, W), float32,
+    and output "output" (batch, ...), the batch axis dynamic. `opset` defaults to the exporter's
+    own choice; `input_size` (C, H, W) to the model's pretrained_cfg."""
+    if opset is not None and (isinstance(opset, bool) or not isinstance(opset, int) or opset < 1):
+        raise ValueError(f"opset={opset!r} is invalid; expected a positive int (an ONNX opset version such as 18)")
+    example = example_input(model, input_size)
+    _check_onnx_size(model)
+    check_available("onnx")
+    use_dynamo = _torch_at_least(2, 9)
+    path = Path(path)
+    _check_destination(path)
+    with _eval_mode(model), atomic_path(path) as tmp:
+        try:
+            written = (_onnx_via_torch_export if use_dynamo else _onnx_via_tracing)(model, example, tmp, opset)
+        except OSError:
+            raise
+        except ImportError as exc:  # a module the exporter imports on its own, such as onnx_ir
+            raise ImportError(f"ONNX export needs {exc.name or exc}, which is not installed: {EXTRA_HINT}") from exc
+        except Exception as exc:
+            raise RuntimeError(f"ONNX export failed with torch {torch.__version__}: {_first_line(exc)}") from exc
+        if opset is not None and written is not None and written != opset:
+            # Below the opsets it implements, the torch.export-based exporter converts the graph
+            # down, and where that fails it keeps its own opset with no more than a log message.
+            raise ValueError(
+                f"opset={opset} is not available for this model with torch {torch.__version__} (its exporter "
+                f"wrote opset {written}); expected an opset it implements, such as 18 or later"
+            )
+    return path
+
+
+def _onnx_via_torch_export(model: nn.Module, example: torch.Tensor, dst: Path, opset: int | None) -> int | None:
+    """Export with torch's torch.export-based exporter; returns the opset it wrote."""
+    # Its loggers report a failed down-conversion with a traceback; export_onnx's check of the
+    # written opset says the same in one line.
+    with _quiet_loggers("torch.onnx", "onnxscript", "onnx_ir"):
+        program = torch.onnx.export(
+            model,
+            (example,),
+            str(dst),
+            dynamo=True,
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            opset_version=opset,
+            external_data=False,  # one self-contained file (hence ONNX_MAX_BYTES)
+            verbose=False,  # otherwise it prints its progress to stdout, which `--json` output owns
+        )
+    return None if program is None else program.model.opset_imports.get("")
+
+
+def _onnx_via_tracing(model: nn.Module, example: torch.Tensor, dst: Path, opset: int | None) -> int | None:
+    """Export with torch's TorchScript-tracing exporter, which itself refuses opsets it lacks."""
+    with warnings.catch_warnings():
+        # The tracer warns whenever Python reads a tensor's size, as PatchEmbed.check_input does to
+        # name a wrong image size. Only channels, height and width are read there, and the graph
+        # fixes those anyway; the batch size, which must stay free, is declared dynamic below.
+        warnings.filterwarnings("ignore", "Converting a tensor to a Python boolean", torch.jit.TracerWarning)
+        torch.onnx.export(
+            model,
+            (example,),
+            str(dst),
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            opset_version=opset,  # None: this torch's default
+        )
+    return opset
+
+
+def _check_onnx_size(model: nn.Module) -> None:
+    size = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    if size >= ONNX_MAX_BYTES:
+        raise ValueError(
+            f"the model's weights take {size / 2**30:.2f} GiB; an ONNX file holds at most 2 GiB of them, so "
+            "export it in fp16 or bf16, or as a torch.export program (.pt2)"
+        )
+
+
+# ------------------------------------------------------------------------------------ torch.export
+def export_program(model: nn.Module, path: str | os.PathLike[str], *, input_size: Sequence[int] | None = None) -> Path:
+    """Write `model` (in eval mode) as a torch.export program (torch.export.save's .pt2 archive),
+    its batch axis dynamic. Load it with `load_program` or `torch.export.load(path).module()`."""
+    check_available("torch-export")
+    example = example_input(model, input_size)
+    path = Path(path)
+    _check_destination(path)
+    with _eval_mode(model):
+        try:
+            program = torch.export.export(model, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+        except Exception as exc:
+            raise RuntimeError(f"torch.export failed with torch {torch.__version__}: {_first_line(exc)}") from exc
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        # An open file rather than a name: torch.export.save wants names that end in .pt2.
+        torch.export.save(program, f)
+    return path
+
+
+def load_program(path: str | os.PathLike[str]) -> nn.Module:
+    """A program written by `export_program`, as a module that runs in eval mode."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no torch.export program at {str(path)!r} (expected a file written by export_program)")
+    with open(path, "rb") as f:
+        try:
+            program = torch.export.load(f)
+        except Exception as exc:
+            raise ValueError(f"{str(path)!r} is not a torch.export program readable here: {_first_line(exc)}") from exc
+    return program.module()
+
+
+# ------------------------------------------------------------------------------------ shared
+def example_input(model: nn.Module, input_size: Sequence[int] | None = None) -> torch.Tensor:
+    """A float32 batch of EXAMPLE_BATCH images of `input_size` (C, H, W), by default the size in
+    the model's pretrained_cfg, on the model's device."""
+    if input_size is None:
+        cfg = pretrained_cfg_of(model)
+        if cfg is None:
+            raise ValueError(
+                f"{type(model).__name__} carries no pretrained_cfg, so its input size is unknown; "
+                "pass input_size=(channels, height, width)"
+            )
+        input_size = cfg.input_size
+    size = tuple(input_size)
+    if len(size) != 3 or not all(isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size):
+        raise ValueError(f"input_size={input_size!r} is invalid; expected (channels, height, width), positive ints")
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    generator = torch.Generator().manual_seed(0)  # the same file for the same model, every time
+    return torch.randn(EXAMPLE_BATCH, *size, generator=generator).to(device)
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Trace the inference graph (dropout off, a DeiT's averaged heads), then restore the mode."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+@contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _check_destination(path: Path) -> None:
+    # Before the export, which takes a while: atomic_path would only find this at the end.
+    if path.is_dir():
+        raise IsADirectoryError(f"cannot write {str(path)!r}: it is a directory; expected a file name")
+
+
+def _require(*modules: str, why: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"{why} needs {' and '.join(missing)}, which are not installed: {EXTRA_HINT}")
+
+
+def _torch_at_least(major: int, minor: int) -> bool:
+    release = torch.__version__.split("+")[0].split(".")
+    return (int(release[0]), int(release[1])) >= (major, minor)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
