@@ -1,14 +1,18 @@
-"""The built-in zoo: every ImageNet config has exactly timm's parameter count, and the MNIST
-configs have the tutorial's and the recommended shapes."""
+"""The built-in zoo: every ImageNet config has exactly timm's parameters (names, shapes, count), every
+timm release it registers is described as timm describes it (hub repository, classes, input size,
+preprocessing), and the MNIST configs have the tutorial's and the recommended shapes."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
 
 import vitzoo
+from vitzoo import registry
 from vitzoo.registry import timm_counterparts
 
 TIMM_NAMES = timm_counterparts()
@@ -23,11 +27,36 @@ EXPECTED_PARAMS = {
     "vit_b32": 88_224_232,
     "vit_l16": 304_326_632,
     "deit_b16_distilled": 87_338_192,
+    "dinov2_s14": 22_056_192,
+    "dinov2_b14": 86_579_712,
+    "dinov2_b14_reg": 86_582_016,
+    "clip_b16": 86_193_152,
+    "siglip_b16": 92_884_224,
 }
+# Today's families, by the names the issue gives them.
+FAMILIES = [
+    "deit3_s16",
+    "deit3_b16",
+    "dino_s16",
+    "dino_b16",
+    "mae_b16",
+    "dinov2_s14",
+    "dinov2_b14",
+    "dinov2_s14_reg",
+    "dinov2_b14_reg",
+    "clip_b16",
+    "siglip_b16",
+]
+# Every registered source that is a timm hub release ("vit_b16.augreg2_in21k_ft_in1k", ...).
+TIMM_RELEASES = sorted(
+    name
+    for name in vitzoo.list_models(pretrained=True)
+    if (registry.get_pretrained_cfg(name)[1].source or "").startswith("hf-hub:timm/")  # type: ignore[union-attr]
+)
 
 
 def test_every_imagenet_config_has_a_timm_counterpart():
-    required = ["vit_ti16", "vit_s16", "vit_b16", "vit_b32", "vit_l16"]
+    required = ["vit_ti16", "vit_s16", "vit_b16", "vit_b32", "vit_l16", *FAMILIES]
     required += [f"deit_{s}16{d}" for s in ("ti", "s", "b") for d in ("", "_distilled")]
     assert set(required) <= set(TIMM_NAMES)
     assert set(TIMM_NAMES) <= set(vitzoo.list_models())
@@ -47,9 +76,20 @@ def _timm_on_meta(timm_name):
         return timm.create_model(timm_name, pretrained=False)
 
 
+def _timm_name(name: str) -> str:
+    """timm's name for `name`'s default weights, "arch.tag" (timm then builds the tag's class
+    count and input size: 0 classes for DINO, 518 px for DINOv2), or the bare architecture."""
+    entry, pcfg = registry.get_pretrained_cfg(name)
+    source = pcfg.source if pcfg is not None else None
+    if source is not None and source.startswith("hf-hub:timm/"):
+        return source.removeprefix("hf-hub:timm/")
+    assert entry.timm_name is not None
+    return entry.timm_name
+
+
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 def test_parameter_count_equals_timm(name):
-    reference = _timm_on_meta(TIMM_NAMES[name])
+    reference = _timm_on_meta(_timm_name(name))
     assert next(reference.parameters()).device.type == "meta"
     expected = sum(p.numel() for p in reference.parameters())
     assert vitzoo.model_info(name)["num_params"] == expected
@@ -59,6 +99,60 @@ def test_parameter_count_equals_timm(name):
     with torch.device("meta"):
         ours = vitzoo.create(name)
     assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in reference.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", TIMM_RELEASES)
+def test_registered_timm_release_is_described_as_timm_describes_it(name):
+    """The registered source is timm's hub repository for that tag, and its classes, input size and
+    preprocessing are timm's pretrained_cfg of the tag (checked against the installed timm)."""
+    _, pcfg = registry.get_pretrained_cfg(name)
+    assert pcfg is not None and pcfg.source is not None
+    timm_tagged = pcfg.source.removeprefix("hf-hub:timm/")
+    theirs = timm.models.get_pretrained_cfg(timm_tagged).to_dict()
+    ours = pcfg.to_dict()
+    for key in ("num_classes", "input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode"):
+        value, expected = ours[key], theirs[key]
+        if isinstance(expected, list | tuple):
+            value, expected = tuple(value), tuple(expected)
+        assert value == expected, key
+    if theirs.get("license"):  # timm 1.0.3 states fewer licenses
+        assert ours["license"] == theirs["license"]
+    # timm 1.0.3 still read two of these releases from open_clip-layout repositories; newer timm
+    # reads the timm-layout copies, which are the ones registered.
+    open_clip = {"timm/ViT-B-16-SigLIP", "laion/CLIP-ViT-B-16-laion2B-s34B-b88K"}
+    assert theirs["hf_hub_id"] in (f"timm/{timm_tagged}", "timm/", *open_clip)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_families_default_preprocessing_is_their_default_weights(name):
+    """Without weights, a family's preprocessing (and classes) is its default release's."""
+    info = vitzoo.model_info(name)
+    _, pcfg = registry.get_pretrained_cfg(name)
+    assert pcfg is not None
+    model = vitzoo.create(name, depth=1)
+    cfg = model.pretrained_cfg
+    assert (cfg.input_size, cfg.mean, cfg.std, cfg.crop_pct) == (pcfg.input_size, pcfg.mean, pcfg.std, pcfg.crop_pct)
+    assert info["config"]["num_classes"] == pcfg.num_classes == cfg.num_classes
+
+
+def test_families_are_listed_with_their_weights(capsys):
+    listed = vitzoo.list_models(pretrained=True)
+    for name in FAMILIES:
+        assert f"{name}.{registry.get_entry(name).default_tag}" in listed
+    assert "clip_b16.laion2b" in listed and registry.get_entry("clip_b16").default_tag == "openai"
+    from vitzoo import cli
+
+    assert cli.main(["list", "--pretrained", "--json", "dinov2*", "clip*", "siglip*"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    assert rows["dinov2_s14_reg.lvd142m"]["input_size"] == [3, 518, 518]
+    assert rows["clip_b16.openai"]["num_classes"] == 512 and rows["clip_b16.openai"]["default"] is True
+    assert rows["siglip_b16.webli"]["source"] == "hf-hub:timm/vit_base_patch16_siglip_224.webli"
+
+
+def test_docs_table_states_each_familys_parameter_count():
+    table = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text(encoding="utf-8")
+    for name in FAMILIES:
+        assert f"{vitzoo.model_info(name)['num_params']:,}" in table, name
 
 
 def test_mnist_configs():

@@ -51,6 +51,11 @@ class PretrainedCfg:
     tag: str | None = None
     license: str | None = None
     description: str = ""
+    # ViTConfig fields these particular weights need beyond their architecture's (timm's hub
+    # configs call them model_args): CLIP's LAION weights use exact GELU where the OpenAI weights of
+    # the same architecture use QuickGELU. A registered source's model_args are applied when the
+    # model is built for it; the user's own overrides still win.
+    model_args: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def replace(self, **changes: Any) -> PretrainedCfg:

@@ -8,6 +8,7 @@ job. This module imports only the model config and `PretrainedCfg`, so it sits b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .model import ViTConfig
 from .pretrained_cfg import (
@@ -203,4 +204,177 @@ def _deit_models() -> list[ZooModel]:
     return models
 
 
-MODELS: tuple[ZooModel, ...] = (*_mnist_models(), *_vit_models(), *_deit_models())
+# ----------------------------------------------------------------------------- today's families
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI's CLIP statistics (timm: OPENAI_CLIP_MEAN)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def _timm_release(
+    timm_name: str,
+    description: str,
+    *,
+    mean: tuple[float, ...] = IMAGENET_MEAN,
+    std: tuple[float, ...] = IMAGENET_STD,
+    crop_pct: float = 0.9,
+    num_classes: int = 0,
+    img_size: int = 224,
+    license: str = "apache-2.0",
+    **kw: Any,
+) -> PretrainedCfg:
+    """A release on timm's hub (`timm/<arch>.<tag>`), preprocessed as timm's pretrained_cfg of that
+    tag says (bicubic, centre crop); tests/test_zoo.py checks every field against timm's own."""
+    return PretrainedCfg(
+        source=f"hf-hub:timm/{timm_name}",
+        input_size=(3, img_size, img_size),
+        mean=mean,
+        std=std,
+        crop_pct=crop_pct,
+        interpolation="bicubic",
+        num_classes=num_classes,
+        license=license,
+        description=description,
+        **kw,
+    )
+
+
+def _without_weights(cfg: PretrainedCfg) -> PretrainedCfg:
+    """A release's preprocessing, for the same architecture built without its weights."""
+    return PretrainedCfg(
+        input_size=cfg.input_size,
+        mean=cfg.mean,
+        std=cfg.std,
+        interpolation=cfg.interpolation,
+        crop_pct=cfg.crop_pct,
+        crop_mode=cfg.crop_mode,
+        num_classes=cfg.num_classes,
+    )
+
+
+def _family(
+    name: str,
+    config: ViTConfig,
+    timm_name: str,
+    sources: dict[str, PretrainedCfg],
+    description: str,
+) -> ZooModel:
+    default = next(iter(sources.values()))
+    return ZooModel(name, config, _without_weights(default), sources, description, timm_name=timm_name)
+
+
+def _family_models() -> list[ZooModel]:
+    """DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and SigLIP: the ViTs people use today as
+    classifiers and as backbones. Self-supervised and image-text weights have no classifier:
+    num_classes=0 gives the pooled feature (CLIP: its projection into the 512-d joint space)."""
+    models = []
+    for size, timm_size, dim, heads in (("s", "small", 384, 6), ("b", "base", 768, 12)):
+        vit = ViTConfig(img_size=224, patch_size=16, embed_dim=dim, depth=12, num_heads=heads)
+        deit3 = f"deit3_{timm_size}_patch16_224"
+        models.append(
+            _family(
+                f"deit3_{size}16",
+                vit.replace(init_values=1e-6, no_embed_class=True),
+                deit3,
+                {
+                    "fb_in1k": _timm_release(
+                        f"{deit3}.fb_in1k",
+                        "DeiT III (Touvron et al. 2022), ImageNet-1k, Facebook release",
+                        num_classes=1000,
+                        label_set="imagenet-1k",
+                    )
+                },
+                f"DeiT III-{size.upper()}/16: LayerScale, positions on the patches only; same shapes as timm's {deit3}",
+            )
+        )
+        plain = f"vit_{timm_size}_patch16_224"
+        models.append(
+            _family(
+                f"dino_{size}16",
+                vit.replace(num_classes=0),
+                plain,
+                {"dino": _timm_release(f"{plain}.dino", "DINO self-supervised (Caron et al. 2021), ImageNet-1k")},
+                f"DINO ViT-{size.upper()}/16 feature extractor (a plain ViT, no classifier)",
+            )
+        )
+        for reg in ("", "_reg4"):
+            dinov2 = f"vit_{timm_size}_patch14{reg}_dinov2"
+            config = ViTConfig(
+                img_size=518, patch_size=14, embed_dim=dim, depth=12, num_heads=heads, init_values=1e-5, num_classes=0
+            )
+            if reg:
+                config = config.replace(reg_tokens=4, no_embed_class=True)
+            paper = "Darcet et al. 2024, 4 registers" if reg else "Oquab et al. 2023"
+            models.append(
+                _family(
+                    f"dinov2_{size}14{'_reg' if reg else ''}",
+                    config,
+                    dinov2,
+                    {
+                        "lvd142m": _timm_release(
+                            f"{dinov2}.lvd142m", f"DINOv2 ({paper}), LVD-142M", img_size=518, crop_pct=1.0
+                        )
+                    },
+                    f"DINOv2 ViT-{size.upper()}/14{' with 4 register tokens' if reg else ''} feature extractor at 518 px",
+                )
+            )
+    models.append(
+        _family(
+            "mae_b16",
+            ViTConfig(num_classes=0),
+            "vit_base_patch16_224",
+            {
+                "mae": _timm_release(
+                    "vit_base_patch16_224.mae",
+                    "MAE self-supervised pretraining (He et al. 2022), ImageNet-1k",
+                    license="cc-by-nc-4.0",
+                )
+            },
+            "MAE ViT-B/16 encoder, pretrained without labels (no classifier)",
+        )
+    )
+    models.append(
+        _family(
+            "clip_b16",
+            # OpenAI trained CLIP with QuickGELU; the LAION weights of the same shapes with exact GELU.
+            ViTConfig(pre_norm=True, patch_bias=False, norm_eps=1e-5, act_layer="quick_gelu", num_classes=512),
+            "vit_base_patch16_clip_224",
+            {
+                "openai": _timm_release(
+                    "vit_base_patch16_clip_224.openai",
+                    "OpenAI CLIP (Radford et al. 2021) image tower",
+                    mean=CLIP_MEAN,
+                    std=CLIP_STD,
+                    num_classes=512,
+                ),
+                "laion2b": _timm_release(
+                    "vit_base_patch16_clip_224.laion2b",
+                    "OpenCLIP (Cherti et al. 2023) image tower, LAION-2B",
+                    mean=CLIP_MEAN,
+                    std=CLIP_STD,
+                    num_classes=512,
+                    crop_pct=1.0,
+                    model_args={"act_layer": "gelu"},
+                ),
+            },
+            "CLIP ViT-B/16 image tower: LayerNorm before the blocks, a projection to the 512-d image-text space",
+        )
+    )
+    models.append(
+        _family(
+            "siglip_b16",
+            ViTConfig(class_token=False, global_pool="map", num_classes=0),
+            "vit_base_patch16_siglip_224",
+            {
+                "webli": _timm_release(
+                    "vit_base_patch16_siglip_224.webli",
+                    "SigLIP (Zhai et al. 2023) image tower, WebLI",
+                    mean=INCEPTION_MEAN,
+                    std=INCEPTION_STD,
+                )
+            },
+            "SigLIP ViT-B/16 image tower: no class token, attention pooling (768-d embedding)",
+        )
+    )
+    return models
+
+
+MODELS: tuple[ZooModel, ...] = (*_mnist_models(), *_vit_models(), *_deit_models(), *_family_models())

@@ -37,10 +37,12 @@ def timm_from_file(timm_name: str, path, **kwargs) -> torch.nn.Module:
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 def test_every_timm_config_has_identical_logits(name, timm_checkpoint):
     timm_name = TIMM_NAMES[name]
+    if vitzoo.model_info(name)["config"]["act_layer"] == "quick_gelu":  # OpenAI CLIP: timm's QuickGELU variant
+        timm_name = timm_name.replace("_clip_", "_clip_quickgelu_")
     ckpt = timm_checkpoint(timm_name, depth=2)
     reference = timm_from_file(timm_name, ckpt / "model.safetensors", depth=2)
     model = vitzoo.create(name, weights=str(ckpt), depth=2).eval()
-    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2, 3, *reference.patch_embed.img_size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert max_diff(model(x), reference(x)) <= ATOL
     if "distilled" in name:  # training mode: the (class head, distillation head) pair

@@ -9,8 +9,9 @@ model, writing it for timm. Nothing here knows the registry: a caller that has n
     vitzoo.export(model, "timm", "vit_b16.safetensors")
 
 Modules: files (reading checkpoints safely), keymaps (one key map per layout: where pretrained
-weights are converted), adapt (num_classes, img_size, in_chans), hub (huggingface_hub downloads),
-sources (what a source string means), load (into models), exporter (for timm), errors.
+weights are converted), transformers_files (what a transformers config.json and
+preprocessor_config.json state), adapt (num_classes, img_size, in_chans), hub (huggingface_hub
+downloads), sources (what a source string means), load (into models), exporter (for timm), errors.
 """
 
 from .errors import (

@@ -35,16 +35,22 @@ class FitReport:
 
 
 def resample_pos_embed(
-    pos_embed: torch.Tensor, *, old_grid: tuple[int, int], new_grid: tuple[int, int], num_prefix_tokens: int
+    pos_embed: torch.Tensor,
+    *,
+    old_grid: tuple[int, int],
+    new_grid: tuple[int, int],
+    num_prefix_tokens: int,
+    antialias: bool = True,
 ) -> torch.Tensor:
     """(1, prefix + gh*gw, D) -> (1, prefix + GH*GW, D). The grid part is resized as a D-channel
-    image with bicubic interpolation (antialiased when shrinking, as timm does); the prefix tokens
-    (class, distillation) have no position on the grid and are kept as they are."""
+    image with bicubic interpolation (antialiased when shrinking, as timm does; `antialias=False`
+    as transformers' DINOv2 does); the prefix tokens (class, distillation, registers) have no
+    position on the grid and are kept as they are."""
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     dim = grid.shape[-1]
     dtype = grid.dtype
     image = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
-    image = F.interpolate(image, size=new_grid, mode="bicubic", align_corners=False, antialias=True)
+    image = F.interpolate(image, size=new_grid, mode="bicubic", align_corners=False, antialias=antialias)
     grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim).to(dtype)
     return torch.cat([prefix, grid], dim=1)
 
@@ -73,18 +79,20 @@ def fit_state_dict(
     file: str,
     strict: bool = True,
     src_grid: tuple[int, int] | None = None,
+    antialias: bool = True,
 ) -> tuple[StateDict, FitReport]:
     """Return a state dict with exactly the model's keys and shapes (strict) built from `state`.
 
     `model` may live on the meta device: only its parameter names, shapes and dtypes are used.
-    `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids)."""
+    `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids);
+    `antialias` is how its position embedding is resampled (see resample_pos_embed)."""
     target = model.state_dict()
     _check_dtypes(state, target, file)
     state = dict(state)
     report = FitReport()
     for note, level in [
         *_fit_head(state, target, file),
-        *_fit_pos_embed(state, target, model, file, src_grid),
+        *_fit_pos_embed(state, target, model, file, src_grid, antialias),
         *_fit_in_chans(state, target),
     ]:
         report.adapted.append(note)
@@ -142,13 +150,19 @@ def _fit_head(state: StateDict, target: StateDict, file: str) -> Notes:
 
 
 def _fit_pos_embed(
-    state: StateDict, target: StateDict, model: nn.Module, file: str, src_grid: tuple[int, int] | None
+    state: StateDict,
+    target: StateDict,
+    model: nn.Module,
+    file: str,
+    src_grid: tuple[int, int] | None,
+    antialias: bool,
 ) -> Notes:
     """A position embedding on another patch grid is resampled; its prefix tokens must agree."""
     if "pos_embed" not in state or "pos_embed" not in target or state["pos_embed"].shape == target["pos_embed"].shape:
         return []
     old, new = state["pos_embed"], target["pos_embed"]
-    prefix = int("cls_token" in state) + int("dist_token" in state)
+    reg = state.get("reg_token")
+    prefix = int("cls_token" in state) + int("dist_token" in state) + (int(reg.shape[1]) if reg is not None else 0)
     model_prefix = getattr(model, "num_prefix_tokens", prefix)
     if prefix != model_prefix or old.shape[-1] != new.shape[-1]:
         raise WeightsMismatchError(
@@ -156,14 +170,22 @@ def _fit_pos_embed(
             f"expects {tuple(new.shape)} with {model_prefix}; only the patch grid can be resampled"
         )
     config = getattr(model, "config", None)
-    new_grid = tuple(config.grid_size) if config is not None else _square(new.shape[1] - prefix, "model", file)
-    old_grid = src_grid if src_grid is not None else _square(old.shape[1] - prefix, "checkpoint", file)
-    if old_grid[0] * old_grid[1] != old.shape[1] - prefix:
+    # With timm's no_embed_class the table has rows for the patches only (the checkpoint's
+    # layout is the model's: a model that differs has other parameters and is refused elsewhere).
+    covered = 0 if getattr(config, "no_embed_class", False) else prefix
+    new_grid = tuple(config.grid_size) if config is not None else _square(new.shape[1] - covered, "model", file)
+    old_grid = src_grid if src_grid is not None else _square(old.shape[1] - covered, "checkpoint", file)
+    if old_grid[0] * old_grid[1] != old.shape[1] - covered:
         raise WeightsMismatchError(
-            f"{file}: 'pos_embed' has {old.shape[1] - prefix} grid positions, not the {old_grid} grid its config names"
+            f"{file}: 'pos_embed' has {old.shape[1] - covered} grid positions, not the {old_grid} grid its config names"
         )
-    state["pos_embed"] = resample_pos_embed(old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=prefix)
-    note = f"position embedding resampled (bicubic) from a {old_grid[0]}x{old_grid[1]} to a {new_grid[0]}x{new_grid[1]} grid"
+    state["pos_embed"] = resample_pos_embed(
+        old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=covered, antialias=antialias
+    )
+    how = "bicubic" if antialias else "bicubic, not antialiased, as the source's library does"
+    note = (
+        f"position embedding resampled ({how}) from a {old_grid[0]}x{old_grid[1]} to a {new_grid[0]}x{new_grid[1]} grid"
+    )
     return [(note, logging.INFO)]
 
 

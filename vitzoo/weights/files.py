@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..pretrained_cfg import check_pretrained_fields
 from .errors import WeightsFileError
 
 StateDict = dict[str, torch.Tensor]
@@ -140,3 +141,14 @@ def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise WeightsFileError(f"{str(path)!r} should hold a JSON object, found {type(data).__name__}")
     return data
+
+
+def checked_pretrained(values: Any, where: str) -> dict[str, Any]:
+    """The preprocessing and labels a file states (a JSON object of PretrainedCfg fields), type-
+    and value-checked (see pretrained_cfg.check_pretrained_fields); WeightsFileError names the file."""
+    if not isinstance(values, dict):
+        raise WeightsFileError(f"{where!r}: pretrained_cfg={values!r} is invalid; expected a JSON object")
+    try:
+        return check_pretrained_fields(values)
+    except (TypeError, ValueError) as e:
+        raise WeightsFileError(f"{where!r}: invalid pretrained_cfg ({e})") from e

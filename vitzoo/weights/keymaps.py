@@ -7,7 +7,12 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
     timm/vitzoo   patch_embed.proj.weight                               timm, vitzoo save_pretrained
     transformers  [vit.|deit.]embeddings.patch_embeddings.projection.weight
                                                                         ViTModel, ViTForImageClassification,
-                                                                        DeiTForImageClassificationWithTeacher
+                                                                        DeiTForImageClassificationWithTeacher,
+                                                                        ViTMAEModel, Dinov2Model,
+                                                                        Dinov2WithRegistersModel
+                  [vision_model.]embeddings.patch_embedding.weight      CLIPVisionModel[WithProjection],
+                                                                        SiglipVisionModel, CLIPModel,
+                                                                        SiglipModel (their vision tower)
     torchvision   conv_proj.weight                                      torchvision vit_b_16 & co.
     npz           [opt/target/|params/]embedding/kernel                 Google's original JAX/Flax ViT
 
@@ -17,6 +22,7 @@ detected layout maps is reported as unexpected (strict) rather than silently dro
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +35,11 @@ from .files import StateDict
 
 FORMATS = ("vitzoo", "transformers", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
+# The LayerNorm eps of transformers' other families, for weights files without their config.json.
+DINOV2_EPS, CLIP_EPS, SIGLIP_EPS = 1e-6, 1e-5, 1e-6
+# A checkpoint with LayerScale but no config stating its init value: any value creates the
+# parameters, which the checkpoint's own values then replace (DINOv2's init, as timm builds it).
+LAYER_SCALE_INIT = 1e-5
 
 
 @dataclass
@@ -48,6 +59,8 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
         return "vitzoo"
     if any(re.fullmatch(r"((vit|deit)\.)?embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
         return "transformers"
+    if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset):
+        return "transformers"
     if "conv_proj.weight" in keyset or "encoder.pos_embedding" in keyset:
         return "torchvision"
     if any(k.endswith("embedding/kernel") or k.startswith("Transformer/") for k in keyset):
@@ -55,7 +68,8 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
     sample = ", ".join(sorted(keys)[:6]) or "(no keys)"
     raise UnknownFormatError(
         f"{file}: unknown checkpoint layout (first keys: {sample}); vitzoo reads timm/vitzoo "
-        "(patch_embed.proj.weight), transformers (embeddings.patch_embeddings.projection.weight), "
+        "(patch_embed.proj.weight), transformers (embeddings.patch_embeddings.projection.weight; CLIP and "
+        "SigLIP: [vision_model.]embeddings.patch_embedding.weight), "
         "torchvision (conv_proj.weight) and Google .npz (embedding/kernel) checkpoints"
     )
 
@@ -125,40 +139,106 @@ def _from_vitzoo(state: StateDict, file: str) -> Converted:
 
 
 # ----------------------------------------------------------------------------- transformers
+# ViT, DeiT, ViTMAE and DINOv2 share one naming scheme (DINOv2 names its LayerNorms norm1/norm2 and
+# adds LayerScale); CLIP and SigLIP share another (CLIP_RULES below).
 _HF_LAYER = r"(?:encoder\.layer|layers)\.(\d+)\."  # transformers <5 saved names | 5.x module names
+_HF = r"(?:vit\.|deit\.)?"  # the base model inside ViTFor..., DeiTFor..., ViTMAEForPreTraining
 TRANSFORMERS_RULES: list[Rule] = [
-    (r"(?:vit\.|deit\.)?embeddings\.cls_token", "cls_token"),
-    (r"(?:vit\.|deit\.)?embeddings\.distillation_token", "dist_token"),
-    (r"(?:vit\.|deit\.)?embeddings\.position_embeddings", "pos_embed"),
-    (r"(?:vit\.|deit\.)?embeddings\.patch_embeddings\.projection\.(weight|bias)", r"patch_embed.proj.\1"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.attention\.query\.(weight|bias)", r"blocks.\1.attn.q.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.attention\.key\.(weight|bias)", r"blocks.\1.attn.k.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.attention\.value\.(weight|bias)", r"blocks.\1.attn.v.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.q_proj\.(weight|bias)", r"blocks.\1.attn.q.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.k_proj\.(weight|bias)", r"blocks.\1.attn.k.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.v_proj\.(weight|bias)", r"blocks.\1.attn.v.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.output\.dense\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}attention\.o_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}intermediate\.dense\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}output\.dense\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}mlp\.fc([12])\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}layernorm_before\.(weight|bias)", r"blocks.\1.norm1.\2"),
-    (rf"(?:vit\.|deit\.)?{_HF_LAYER}layernorm_after\.(weight|bias)", r"blocks.\1.norm2.\2"),
-    (r"(?:vit\.|deit\.)?layernorm\.(weight|bias)", r"norm.\1"),
-    (r"(?:vit\.|deit\.)?pooler\.dense\.(weight|bias)", r"pre_logits.fc.\1"),  # ViTModel's pooler (Linear + Tanh)
+    (rf"{_HF}embeddings\.cls_token", "cls_token"),
+    (rf"{_HF}embeddings\.distillation_token", "dist_token"),
+    (rf"{_HF}embeddings\.register_tokens", "reg_token"),  # Dinov2WithRegisters
+    (rf"{_HF}embeddings\.position_embeddings", "pos_embed"),
+    (rf"{_HF}embeddings\.patch_embeddings\.projection\.(weight|bias)", r"patch_embed.proj.\1"),
+    (rf"{_HF}{_HF_LAYER}attention\.attention\.query\.(weight|bias)", r"blocks.\1.attn.q.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.attention\.key\.(weight|bias)", r"blocks.\1.attn.k.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.attention\.value\.(weight|bias)", r"blocks.\1.attn.v.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.q_proj\.(weight|bias)", r"blocks.\1.attn.q.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.k_proj\.(weight|bias)", r"blocks.\1.attn.k.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.v_proj\.(weight|bias)", r"blocks.\1.attn.v.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.output\.dense\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.o_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_HF}{_HF_LAYER}intermediate\.dense\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
+    (rf"{_HF}{_HF_LAYER}output\.dense\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
+    (rf"{_HF}{_HF_LAYER}mlp\.fc([12])\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
+    (rf"{_HF}{_HF_LAYER}layernorm_before\.(weight|bias)", r"blocks.\1.norm1.\2"),
+    (rf"{_HF}{_HF_LAYER}layernorm_after\.(weight|bias)", r"blocks.\1.norm2.\2"),
+    (rf"{_HF}{_HF_LAYER}norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),  # DINOv2
+    (rf"{_HF}{_HF_LAYER}layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),  # DINOv2
+    (rf"{_HF}layernorm\.(weight|bias)", r"norm.\1"),
+    (rf"{_HF}pooler\.dense\.(weight|bias)", r"pre_logits.fc.\1"),  # ViTModel's pooler (Linear + Tanh)
     (r"classifier\.(weight|bias)", r"head.\1"),  # ViTForImageClassification
     (r"cls_classifier\.(weight|bias)", r"head.\1"),  # DeiTForImageClassificationWithTeacher
     (r"distillation_classifier\.(weight|bias)", r"head_dist.\1"),
 ]
-# The masked-image-modelling token is unused by a classifier.
-TRANSFORMERS_IGNORE = [r"(?:vit\.|deit\.)?embeddings\.mask_token"]
+# The masked-image-modelling token is unused by an encoder; ViTMAEForPreTraining's decoder too.
+TRANSFORMERS_IGNORE = [rf"{_HF}embeddings\.mask_token", r"decoder\..*"]
+
+_V = r"(?:vision_model\.)?"  # the vision tower inside CLIP/SigLIP models (5.x SiglipVisionModel saves none)
+_CLIP_PATCH_KEY = rf"{_V}embeddings\.patch_embedding\.weight"
+_CLIP_LAYER = rf"{_V}encoder\.layers\.(\d+)\."
+CLIP_RULES: list[Rule] = [
+    (rf"{_V}embeddings\.class_embedding", "cls_token"),  # (D,): reshaped below
+    (rf"{_V}embeddings\.patch_embedding\.(weight|bias)", r"patch_embed.proj.\1"),
+    (rf"{_V}embeddings\.position_embedding\.weight", "pos_embed"),  # an nn.Embedding (N, D): reshaped below
+    (rf"{_V}pre_layrnorm\.(weight|bias)", r"norm_pre.\1"),  # sic: transformers' CLIP spells it so
+    (rf"{_CLIP_LAYER}self_attn\.([qkv])_proj\.(weight|bias)", r"blocks.\1.attn.\2.\3"),
+    (rf"{_CLIP_LAYER}self_attn\.out_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_CLIP_LAYER}layer_norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),
+    (rf"{_CLIP_LAYER}mlp\.fc([12])\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
+    (rf"{_V}post_layernorm\.(weight|bias)", r"norm.\1"),
+    # SigLIP's attention-pooling head: an nn.MultiheadAttention whose packed in_proj is split below
+    # into our query projection and key-value projection.
+    (rf"{_V}head\.probe", "attn_pool.latent"),
+    (rf"{_V}head\.attention\.in_proj_(weight|bias)", r"attn_pool.in_proj.\1"),
+    (rf"{_V}head\.attention\.out_proj\.(weight|bias)", r"attn_pool.proj.\1"),
+    (rf"{_V}head\.layernorm\.(weight|bias)", r"attn_pool.norm.\1"),
+    (rf"{_V}head\.mlp\.fc([12])\.(weight|bias)", r"attn_pool.mlp.fc\1.\2"),
+    (r"visual_projection\.weight", "head.weight"),  # CLIP's projection to the joint space, no bias
+]
+# A whole CLIP / SigLIP model also holds its text tower and the similarity's scale (and bias);
+# old CLIP files hold the position ids buffer.
+CLIP_IGNORE = [
+    r"text_model\..*",
+    r"text_projection\.weight",
+    r"logit_scale",
+    r"logit_bias",
+    rf"{_V}embeddings\.position_ids",
+]
 
 
 def _from_transformers(state: StateDict, file: str) -> Converted:
+    if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in state):
+        return _from_transformers_clip(state, file)
     out = _merge_qkv(
         _apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers"), file=file
     )
-    return Converted(out, "transformers", {"norm_eps": TRANSFORMERS_EPS})
+    hints: dict[str, Any] = {"norm_eps": TRANSFORMERS_EPS}
+    if "reg_token" in out or "blocks.0.ls1.gamma" in out:  # DINOv2
+        hints["norm_eps"] = DINOV2_EPS
+    if "reg_token" in out and "pos_embed" in out and "cls_token" in out:
+        # Dinov2WithRegisters adds positions to [cls, patches] and then inserts the registers
+        # (which get none). timm's equivalent (no_embed_class) adds positions to the patches only:
+        # the class token's position is constant, so it is folded into the class token itself.
+        pos = out["pos_embed"]
+        out["cls_token"] = out["cls_token"] + pos[:, :1]
+        out["pos_embed"] = pos[:, 1:]
+        hints["no_embed_class"] = True
+    return Converted(out, "transformers", hints)
+
+
+def _from_transformers_clip(state: StateDict, file: str) -> Converted:
+    out = _apply_rules(state, CLIP_RULES, CLIP_IGNORE, file=file, fmt="transformers (CLIP / SigLIP)")
+    if "cls_token" in out:
+        out["cls_token"] = out["cls_token"].reshape(1, 1, -1)
+    if "pos_embed" in out:
+        out["pos_embed"] = out["pos_embed"].unsqueeze(0)
+    for kind in ("weight", "bias"):
+        packed = out.pop(f"attn_pool.in_proj.{kind}", None)
+        if packed is not None:  # q, k, v stacked: our kv Linear is k and v stacked the same way
+            dim = packed.shape[0] // 3
+            out[f"attn_pool.q.{kind}"], out[f"attn_pool.kv.{kind}"] = packed[:dim], packed[dim:]
+    eps = CLIP_EPS if "cls_token" in out else SIGLIP_EPS  # SigLIP has no class token
+    return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": eps})
 
 
 # ----------------------------------------------------------------------------- torchvision
@@ -284,7 +364,9 @@ _CONVERTERS: dict[str, Callable[[StateDict, str], Converted]] = {
 # ----------------------------------------------------------------------------- vitzoo -> timm
 def to_timm(state: StateDict, *, what: str = "model") -> StateDict:
     """Our state dict in timm's names. timm 1.x's VisionTransformer has no representation layer
-    (timm drops `pre_logits.*` when loading), so a model that has one cannot be exported."""
+    (timm drops `pre_logits.*` when loading), so a model that has one cannot be exported. A head
+    without bias (CLIP's projection, head_bias=False) gets a zero bias, as timm's own CLIP
+    converter gives its heads: timm's VisionTransformer always has one."""
     if any(k.startswith("pre_logits.") for k in state):
         raise WeightsMismatchError(
             f"{what} has a representation layer (pre_logits.fc), which timm's VisionTransformer does "
@@ -295,19 +377,43 @@ def to_timm(state: StateDict, *, what: str = "model") -> StateDict:
             f"{what} has a convolutional stem (patch_embed.stem.*), which timm's VisionTransformer builds only "
             "through a custom embed_layer: timm cannot load it by name; export to 'vitzoo' instead"
         )
-    return dict(state)
+    out = dict(state)
+    head = out.get("head.weight")
+    if head is not None and "head.bias" not in out:
+        out["head.bias"] = head.new_zeros(head.shape[0])
+    return out
 
 
 # ----------------------------------------------------------------------------- config from weights
+def position_prefix(pos_len: int, prefix: int, grid: tuple[int, int] | None = None) -> int | None:
+    """How many of the `prefix` tokens (class, distillation, registers) a position embedding of
+    `pos_len` positions covers: all of them, or none (timm's no_embed_class: positions for the
+    patches only). With the patch `grid` known the answer is exact; without it, the count that
+    leaves a square grid (the only grid a token count alone determines), all of them first.
+    None when neither fits."""
+    for covered in dict.fromkeys((prefix, 0)):
+        n = pos_len - covered
+        fits = n == grid[0] * grid[1] if grid is not None else n > 0 and math.isqrt(n) ** 2 == n
+        if fits:
+            return covered
+    return None
+
+
 def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict[str, Any]:
     """The ViTConfig fields a vitzoo-named state dict determines by its shapes. The head count is
-    not among them (no tensor depends on it); callers get it from a config or the layout hints."""
+    not among them (no tensor depends on it), nor the activation; callers get them from a config
+    or the layout hints. The options of the newer families (LayerScale, registers, norm_pre, ...)
+    appear only where the tensors show them, so an ordinary ViT's fields are the classic ones."""
     try:
         proj = state["patch_embed.proj.weight"]
         pos = state.get("pos_embed")
     except KeyError as e:
         raise WeightsMismatchError(f"{file}: cannot infer the architecture, key {e} is missing") from None
-    for key, tensor, ndim in (("patch_embed.proj.weight", proj, 4), ("pos_embed", pos, 3)):
+    for key, tensor, ndim in (
+        ("patch_embed.proj.weight", proj, 4),
+        ("pos_embed", pos, 3),
+        ("reg_token", state.get("reg_token"), 3),
+    ):
         if tensor is not None and tensor.ndim != ndim:
             raise WeightsMismatchError(f"{file}: {key} has shape {tuple(tensor.shape)}; expected {ndim} dimensions")
     embed_dim, in_chans, ph, pw = proj.shape
@@ -320,6 +426,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         ph = pw = 2 ** (len(stem) + 1)
     depth = len({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     class_token, distilled = "cls_token" in state, "dist_token" in state
+    fc_norm = "fc_norm.weight" in state
     fields: dict[str, Any] = dict(
         embed_dim=int(embed_dim),
         in_chans=int(in_chans),
@@ -327,11 +434,24 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         depth=depth,
         class_token=class_token,
         distilled=distilled,
-        final_norm="norm.weight" in state,
+        final_norm="norm.weight" in state or fc_norm,  # fc_norm: the final norm moved after the pooling
         qkv_bias="blocks.0.attn.qkv.bias" in state if depth else True,
-        global_pool="token" if class_token else "avg",
+        # timm pools MAE-style fine-tuned models (fc_norm) by averaging, even with a class token
+        global_pool="token" if class_token and not fc_norm else "avg",
         conv_stem=conv_stem,
     )
+    reg_tokens = int(state["reg_token"].shape[1]) if "reg_token" in state else 0
+    options: dict[str, Any] = dict(
+        init_values=LAYER_SCALE_INIT if "blocks.0.ls1.gamma" in state else None,
+        reg_tokens=reg_tokens,
+        pre_norm="norm_pre.weight" in state,
+        patch_bias="patch_embed.proj.bias" in state,
+        fc_norm=fc_norm,
+        head_bias="head.bias" in state or "head.weight" not in state,
+    )
+    fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
+    if "attn_pool.latent" in state:
+        fields["global_pool"] = "map"
     if depth:
         fields["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / embed_dim
     if "pre_logits.fc.weight" in state:
@@ -340,8 +460,25 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     if pos is None:
         fields["pos_embed"] = "sincos"
     else:
-        n = pos.shape[1] - int(class_token) - int(distilled)
-        side = round(n**0.5)
-        if side * side == n:  # a square grid is the only one the token count alone determines
+        prefix = int(class_token) + int(distilled) + reg_tokens
+        covered = position_prefix(pos.shape[1], prefix)
+        if covered is not None:
+            if covered != prefix:
+                fields["no_embed_class"] = True
+            side = math.isqrt(pos.shape[1] - covered)
             fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
     return fields
+
+
+# The value of each newer option in a classic ViT (model.py's ViTConfig defaults): inferred fields
+# leave an option out when it has this value.
+CLASSIC_FIELDS: dict[str, Any] = dict(
+    init_values=None,
+    reg_tokens=0,
+    no_embed_class=False,
+    pre_norm=False,
+    patch_bias=True,
+    fc_norm=False,
+    head_bias=True,
+    act_layer="gelu",
+)

@@ -57,17 +57,22 @@ def build_pretrained(
     **overrides: Any,
 ) -> nn.Module:
     """`build(**overrides)` on the meta device, filled from `source`. The checkpoint decides what
-    `overrides` leave open (its class count, the image size its config states, its LayerNorm eps),
-    so a model saved at 384 is rebuilt at 384 rather than resampled; `base_cfg` is the preprocessing
-    the source's own config refines; `architecture` is recorded for save_pretrained."""
+    `overrides` leave open (its class count and whether its head has a bias, the image size, the
+    LayerNorm eps and the activation its config states), so a model saved at 384 is rebuilt at 384
+    rather than resampled; `base_cfg` is the preprocessing the source's own config refines, and
+    when it describes a registered source, its `model_args` say what these weights need beyond the
+    architecture; `architecture` is recorded for save_pretrained."""
     data = load_source(source, resolve)
     carried: dict[str, Any] = {}
     if "num_classes" not in overrides:
         carried["num_classes"] = data.config.get("num_classes", 0)
-    if "norm_eps" not in overrides and "norm_eps" in data.declared:
-        carried["norm_eps"] = data.config["norm_eps"]
-    if "img_size" not in overrides and "img_size" in data.declared:
-        carried["img_size"] = data.config["img_size"]
+        if "head_bias" not in overrides and data.config.get("head_bias") is False:
+            carried["head_bias"] = False  # CLIP's projection, as transformers stores it
+    for name in ("norm_eps", "img_size", "act_layer"):
+        if name not in overrides and name in data.declared:
+            carried[name] = data.config[name]
+    if base_cfg is not None:
+        carried.update({k: v for k, v in base_cfg.model_args.items() if k not in overrides})
     with torch.device("meta"):
         model = build(**overrides, **carried)
     _load_into(model, data, strict=True, assign=True)
@@ -118,10 +123,20 @@ def _load_into(model: nn.Module, data: SourceData, *, strict: bool, assign: bool
                 f"{data.file}: the checkpoint was trained with num_heads={data.config['num_heads']}, the model "
                 f"has num_heads={config.num_heads}; expected equal head counts"
             )
+    act = data.config.get("act_layer")
+    if config is not None and hasattr(config, "act_layer") and "act_layer" in data.declared and act != config.act_layer:
+        # Like the head count, the activation shapes no tensor: the weights would load and compute
+        # something else than they were trained to.
+        raise WeightsMismatchError(
+            f"{data.file}: the checkpoint was trained with act_layer={act!r}, the model has "
+            f"act_layer={config.act_layer!r}; expected the same activation (build the model with act_layer={act!r})"
+        )
     if config is not None and "norm_eps" in data.declared and data.config["norm_eps"] != config.norm_eps:
         _set_norm_eps(model, float(data.config["norm_eps"]))
         logger.info("%s: LayerNorm eps set to the checkpoint's %g", data.file, data.config["norm_eps"])
-    state, report = fit_state_dict(data.state, model, file=data.file, strict=strict, src_grid=data.src_grid)
+    state, report = fit_state_dict(
+        data.state, model, file=data.file, strict=strict, src_grid=data.src_grid, antialias=data.pos_antialias
+    )
     data.state = {}  # drop our reference: the model now owns the tensors
     model.load_state_dict(state, strict=strict, assign=assign)
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]

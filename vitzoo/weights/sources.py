@@ -8,8 +8,10 @@ A source is one of
     "timm:<timm model name>"        the weights timm's own loader gives that model
 
 The config.json next to the weights tells the architecture fields no tensor shape reveals (head
-count, LayerNorm eps, the source grid for non-square images) and the preprocessing/labels; for a
-transformers checkpoint, its preprocessor_config.json (the image processor) tells the preprocessing.
+count, LayerNorm eps, activation, LayerScale's init value, the source grid for non-square images
+and whether the position embedding covers the prefix tokens) and the preprocessing/labels; for a
+transformers checkpoint (transformers_files.py), its preprocessor_config.json (the image
+processor) tells the preprocessing.
 Layouts whose files state no preprocessing (torchvision .pth, Google .npz, bare timm files) imply
 their library's evaluation transform and, by class count, the ImageNet label set (`SourceData.implied`).
 
@@ -21,12 +23,13 @@ vitzoo/builder.py passes one that asks the registry. This layer never imports th
 from __future__ import annotations
 
 import logging
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
+
+from torch import nn
 
 from .. import layout
 from ..checks import check_image_bounds, check_types
@@ -39,13 +42,20 @@ from ..pretrained_cfg import (
     INCEPTION_MEAN,
     INCEPTION_STD,
     PretrainedCfg,
-    check_pretrained_fields,
     imagenet_label_set,
 )
 from .errors import WeightsFileError, WeightsMismatchError, WeightsNotFoundError
-from .files import StateDict, read_checkpoint, read_json
+from .files import StateDict, checked_pretrained, read_checkpoint, read_json
 from .hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref, require_timm
-from .keymaps import TRANSFORMERS_EPS, infer_config_fields, to_vitzoo
+from .keymaps import CLASSIC_FIELDS, infer_config_fields, position_prefix, to_vitzoo
+from .transformers_files import (
+    FAMILIES,
+    MODEL_TYPES,
+    family_of,
+    transformers_config,
+    transformers_labels,
+    transformers_preprocessing,
+)
 
 logger = logging.getLogger("vitzoo.weights")
 
@@ -83,6 +93,9 @@ class SourceData:
     implied: dict[str, Any] = field(default_factory=dict)
     src_grid: tuple[int, int] | None = None  # the checkpoint's patch grid, when its config says
     architecture: str | None = None  # a registered vitzoo name, when the source names one
+    # How a position embedding is resampled to another grid: antialiased bicubic (timm), or plain
+    # bicubic where the source's own library resamples so (transformers' Dinov2Model).
+    pos_antialias: bool = True
 
     @property
     def declared(self) -> set[str]:
@@ -136,6 +149,7 @@ def _from_files(
     fields = dict(inferred)
     declared: dict[str, Any] = dict(converted.hints)
     states_all = False  # a vitzoo or transformers config: its preprocessing and labels are all there is
+    model_img: Any = None  # an input size the model is built for, other than its position grid's
     if config_path is not None:
         where = str(config_path)
         cfg = read_json(config_path)
@@ -143,23 +157,32 @@ def _from_files(
         # (widths, depth, classes, grid) must agree with them, before anything is built from them.
         stated: dict[str, Any] = {}
         unconfirmed_img: Any = None  # an image size from preprocessing data, not the architecture
+        family = family_of(cfg)
         if cfg.get("format") == layout.FORMAT:
             stated = _vitzoo_config(cfg, config_path)
             states_all = True
             pretrained = cfg.get("pretrained_cfg") or {}
             data.architecture = _optional_str(cfg, "architecture", where)
-        elif cfg.get("model_type") in ("vit", "deit"):
-            stated = _transformers_config(cfg, config_path)
+        elif family is not None:
+            stated = transformers_config(cfg, config_path)
             states_all = True
-            pretrained = _transformers_labels(cfg, inferred["num_classes"], where)
+            pretrained = transformers_labels(cfg, inferred["num_classes"], where)
             if preprocessor is not None:
-                pretrained.update(_transformers_preprocessing(read_json(preprocessor), str(preprocessor)))
+                pretrained.update(transformers_preprocessing(read_json(preprocessor), str(preprocessor)))
+            antialias = FAMILIES[family].position_antialias
+            if antialias is not None:
+                # transformers' DINOv2 resamples its position grid (trained at 518) to whatever its
+                # processor feeds it (224): built for that input, the model computes the same.
+                data.pos_antialias = antialias
+                if "input_size" in pretrained:
+                    model_img = tuple(pretrained["input_size"][1:])
         elif "architecture" in cfg:
             stated, pretrained, data.architecture, unconfirmed_img = _timm_config(cfg, resolve, where)
         else:
             raise WeightsFileError(
-                f'{where!r} is not a config vitzoo knows: expected a vitzoo config ("format": '
-                '"vitzoo"), a transformers ViT/DeiT config ("model_type") or a timm config ("architecture")'
+                f'{where!r} is not a config vitzoo knows: expected a vitzoo config ("format": "vitzoo"), '
+                'a transformers config ("model_type": ' + ", ".join(map(repr, MODEL_TYPES)) + ") "
+                'or a timm config ("architecture")'
             )
         _check_stated(stated, inferred, converted.state, config=where, weights=label)
         declared.update(stated)
@@ -168,19 +191,26 @@ def _from_files(
             grid = (-(-unconfirmed_img[0] // patch[0]), -(-unconfirmed_img[1] // patch[1]))
             _check_bounds(unconfirmed_img, grid, where)
             declared["img_size"] = unconfirmed_img
-        data.pretrained = _checked_pretrained(pretrained, where)
-    if "num_heads" not in declared and data.architecture:
+        data.pretrained = checked_pretrained(pretrained, where)
+    if data.architecture:
         arch = resolve(data.architecture)
         arch_cfg = arch.config if arch is not None else None
         if arch_cfg is not None:
-            for name in ("num_heads", "norm_eps", "global_pool", "pos_embed"):
-                declared.setdefault(name, arch_cfg[name])
+            # What no tensor shows: the head count, the LayerNorm eps, the pooling, sinusoidal
+            # positions, LayerScale's init value. (Not the activation: a timm config names the
+            # architecture its weights were run with, and the registry may know another tag's.)
+            for name in ("num_heads", "norm_eps", "global_pool", "pos_embed", "init_values"):
+                if name in arch_cfg and (name != "init_values" or "init_values" in inferred):
+                    declared.setdefault(name, arch_cfg[name])
     img = declared.get("img_size")
     # Fields stated by a config win over those read off the shapes; shapes decide the rest.
     fields.update({k: v for k, v in declared.items() if k != "_declared"})
     if img is not None and "patch_size" in fields:
         (h, w), (ph, pw) = to_2tuple(img), to_2tuple(fields["patch_size"])
         data.src_grid = (h // ph, w // pw)
+        _settle_no_embed_class(fields, declared, converted.state, data.src_grid)
+    if model_img is not None and img is not None and model_img != to_2tuple(img):
+        declared["img_size"] = fields["img_size"] = model_img[0] if model_img[0] == model_img[1] else model_img
     fields["_declared"] = sorted(declared)
     data.config = fields
     if not states_all:
@@ -190,6 +220,20 @@ def _from_files(
         if label_set is not None and "label_names" not in data.pretrained:
             data.implied["label_set"] = label_set
     return data
+
+
+def _settle_no_embed_class(
+    fields: dict[str, Any], declared: dict[str, Any], state: StateDict, grid: tuple[int, int]
+) -> None:
+    """With the patch grid known, whether the position embedding covers the prefix tokens is
+    exact (infer_config_fields could only guess it from a square grid)."""
+    pos = state.get("pos_embed")
+    if pos is None or "no_embed_class" in declared:
+        return
+    prefix = int(fields.get("class_token", True)) + int(fields.get("distilled", False)) + fields.get("reg_tokens", 0)
+    covered = position_prefix(pos.shape[1], prefix, grid)
+    if covered is not None:
+        fields["no_embed_class"] = covered != prefix
 
 
 def _layout_preprocessing(fmt: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -223,99 +267,6 @@ def _layout_preprocessing(fmt: str, fields: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-# transformers' image processors store PIL's resampling filter codes (PILImageResampling).
-_PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-# What ViTImageProcessor / DeiTImageProcessor do for keys their preprocessor_config.json omits.
-_VIT_PROCESSOR = dict(
-    do_resize=True,
-    size={"height": 224, "width": 224},
-    resample=2,
-    do_center_crop=False,
-    do_rescale=True,
-    rescale_factor=1 / 255,
-    do_normalize=True,
-    image_mean=list(INCEPTION_MEAN),
-    image_std=list(INCEPTION_STD),
-)
-_DEIT_PROCESSOR = dict(
-    _VIT_PROCESSOR,
-    size={"height": 256, "width": 256},
-    resample=3,
-    do_center_crop=True,
-    crop_size={"height": 224, "width": 224},
-)
-
-
-def _transformers_preprocessing(proc: dict[str, Any], where: str) -> dict[str, Any]:
-    """The PretrainedCfg fields a transformers preprocessor_config.json states, in timm's terms:
-    ViTImageProcessor (resize to exactly (H, W), no crop) is crop_mode "squash" with crop_pct 1.0;
-    DeiTImageProcessor (resize to exactly 256x256, centre crop 224) is "squash" with crop_pct
-    224/256; a {"shortest_edge": S} size with a centre crop is "center" with crop_pct crop/S."""
-    kind = str(proc.get("image_processor_type") or proc.get("feature_extractor_type") or "")
-    values = dict(_DEIT_PROCESSOR if kind.startswith("DeiT") else _VIT_PROCESSOR)
-    values.update({k: v for k, v in proc.items() if v is not None})
-
-    def refuse(key: str, expected: str) -> WeightsFileError:
-        return WeightsFileError(f"{where!r}: {key}={values.get(key)!r} is not supported; expected {expected}")
-
-    factor = values["rescale_factor"]
-    if values["do_rescale"] is not True:
-        raise refuse("do_rescale", "true (vitzoo's evaluation transform scales pixel values to [0, 1])")
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isclose(factor * 255, 1.0):
-        raise refuse("rescale_factor", "1/255 (vitzoo's evaluation transform scales pixel values to [0, 1])")
-    if values["do_resize"] is not True:
-        raise refuse("do_resize", "true (a ViT takes images of a fixed size)")
-    resample = values["resample"]
-    if isinstance(resample, bool) or resample not in _PIL_FILTERS:
-        raise refuse("resample", "a PIL filter code: " + ", ".join(f"{k} ({v})" for k, v in _PIL_FILTERS.items()))
-    out: dict[str, Any] = {"interpolation": _PIL_FILTERS[resample]}
-    if values["do_normalize"] is True:
-        out["mean"], out["std"] = values["image_mean"], values["image_std"]
-        for key in ("mean", "std"):
-            if isinstance(out[key], int | float) and not isinstance(out[key], bool):
-                out[key] = [out[key]] * 3  # transformers accepts one number for every channel
-    else:
-        out["mean"], out["std"] = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
-    size = _processor_size(values["size"], "size", where)
-    if values["do_center_crop"] is True:
-        crop = _processor_size(values["crop_size"], "crop_size", where)
-        if isinstance(crop, int):
-            raise refuse("crop_size", 'a size: an int or {"height": H, "width": W}')
-        if isinstance(size, int):  # {"shortest_edge": S}: keep the aspect ratio, then crop the centre
-            out.update(crop_mode="center", crop_pct=min(crop) / size)
-        else:
-            pct = crop[0] / size[0]
-            if not math.isclose(pct, crop[1] / size[1]):
-                raise refuse("crop_size", f"the same fraction of both sides of size={values['size']!r}")
-            out.update(crop_mode="squash", crop_pct=pct)
-        out["input_size"] = [3, *crop]
-    else:
-        if isinstance(size, int):
-            raise refuse("size", '{"height": H, "width": W} when there is no centre crop (a fixed input size)')
-        out.update(crop_mode="squash", crop_pct=1.0, input_size=[3, *size])
-    return _checked_pretrained(out, where)
-
-
-def _processor_size(value: Any, key: str, where: str) -> tuple[int, int] | int:
-    """(height, width) of a processor size, or the side of {"shortest_edge": S}."""
-
-    def positive(v: Any) -> TypeGuard[int]:
-        return isinstance(v, int) and not isinstance(v, bool) and v > 0
-
-    if positive(value):
-        return value, value
-    if isinstance(value, dict):
-        h, w, short = value.get("height"), value.get("width"), value.get("shortest_edge")
-        if positive(h) and positive(w) and short is None:
-            return h, w
-        if positive(short) and h is None and w is None:
-            return short
-    raise WeightsFileError(
-        f'{where!r}: {key}={value!r} is not supported; expected an int, {{"height": H, "width": W}} '
-        'or {"shortest_edge": S}'
-    )
-
-
 # The fields a checkpoint's tensors state, each with the tensor (shape) that states it. A config
 # that disagrees describes some other model: building it would allocate for the config's sizes
 # (new heads, adapted convolutions, sinusoid tables) before the shapes could object.
@@ -324,12 +275,17 @@ _STATED_BY: dict[str, str] = {
     "in_chans": "patch_embed.proj.weight",
     "patch_size": "patch_embed.proj.weight",
     "conv_stem": "patch_embed.stem.*.weight",
+    "patch_bias": "patch_embed.proj.bias",
     "depth": "blocks.<i>.*",
     "num_classes": "head.weight",
+    "head_bias": "head.bias",
     "representation_size": "pre_logits.fc.weight",
     "class_token": "cls_token",
     "distilled": "dist_token",
+    "reg_tokens": "reg_token",
+    "pre_norm": "norm_pre.weight",
     "final_norm": "norm.weight",
+    "fc_norm": "fc_norm.weight",
     "qkv_bias": "blocks.0.attn.qkv.bias",
 }
 
@@ -351,19 +307,30 @@ def _check_stated(
         )
 
     stem = "patch_embed.stem.0.weight" in state
+    depth, dim = inferred["depth"], inferred["embed_dim"]
     for name, tensors in _STATED_BY.items():
-        if name not in stated or (name == "qkv_bias" and not inferred["depth"]):
+        if (
+            name not in stated
+            or (name == "qkv_bias" and not depth)
+            or (name == "head_bias" and "head.weight" not in state)
+        ):
             continue
-        value, found = stated[name], inferred.get(name)
+        # infer_config_fields leaves out the newer options where they have a classic ViT's value
+        shown = inferred.get(name, CLASSIC_FIELDS.get(name))
+        value, found = stated[name], shown
         if name == "patch_size":
             value, found = to_2tuple(value, name), to_2tuple(inferred[name], name)
         if name == "in_chans" and stem:
             tensors = "patch_embed.stem.0.weight"
         if value != found:
-            raise mismatch(name, stated[name], tensors, inferred.get(name))
+            raise mismatch(name, stated[name], tensors, shown)
+    if "init_values" in stated and depth and (stated["init_values"] is None) != ("init_values" not in inferred):
+        found = "a number (LayerScale)" if "init_values" in inferred else None
+        raise mismatch("init_values", stated["init_values"], "blocks.0.ls1.gamma", found)
+    if "global_pool" in stated and (stated["global_pool"] == "map") != (inferred["global_pool"] == "map"):
+        raise mismatch("global_pool", stated["global_pool"], "attn_pool.latent", inferred["global_pool"])
     if "norm_eps" in stated and not stated["norm_eps"] > 0:
         raise WeightsFileError(f"{config!r}: norm_eps={stated['norm_eps']!r} is invalid; expected a positive number")
-    depth, dim = inferred["depth"], inferred["embed_dim"]
     if "mlp_ratio" in stated and depth:
         hidden = int(state["blocks.0.mlp.fc1.weight"].shape[0])
         if int(dim * stated["mlp_ratio"]) != hidden:
@@ -378,8 +345,11 @@ def _check_stated(
     img, patch = to_2tuple(stated["img_size"], "img_size"), to_2tuple(inferred["patch_size"], "patch_size")
     grid = (-(-img[0] // patch[0]), -(-img[1] // patch[1]))
     if pos is not None:
-        prefix = int(inferred["class_token"]) + int(inferred["distilled"])
-        if grid[0] * grid[1] + prefix != pos.shape[1]:
+        prefix = int(inferred["class_token"]) + int(inferred["distilled"]) + inferred.get("reg_tokens", 0)
+        if stated.get("no_embed_class") is not None:  # the config says which: only that layout fits
+            prefix = 0 if stated["no_embed_class"] else prefix
+        covered = position_prefix(pos.shape[1], prefix, grid)
+        if covered is None:
             raise WeightsMismatchError(
                 f"{config!r} states img_size={stated['img_size']!r}, a {grid[0]}x{grid[1]} grid of "
                 f"patch_size {inferred['patch_size']!r}, but pos_embed in {weights} has shape {tuple(pos.shape)}: "
@@ -394,17 +364,6 @@ def _check_bounds(img: tuple[int, int], grid: tuple[int, int], config: str) -> N
         check_image_bounds(img, grid)
     except ValueError as e:
         raise WeightsFileError(f"{config!r}: {e} (an image size that no tensor confirms is bounded)") from e
-
-
-def _checked_pretrained(values: Any, where: str) -> dict[str, Any]:
-    """The preprocessing and labels a config states, type- and value-checked (see
-    pretrained_cfg.check_pretrained_fields)."""
-    if not isinstance(values, dict):
-        raise WeightsFileError(f"{where!r}: pretrained_cfg={values!r} is invalid; expected a JSON object")
-    try:
-        return check_pretrained_fields(values)
-    except (TypeError, ValueError) as e:
-        raise WeightsFileError(f"{where!r}: invalid pretrained_cfg ({e})") from e
 
 
 def _optional_str(cfg: dict[str, Any], key: str, where: str) -> str | None:
@@ -426,66 +385,6 @@ def _vitzoo_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         raise WeightsFileError(f"{str(path)!r}: invalid vitzoo config ({e})") from e
 
 
-def _transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
-    act = cfg.get("hidden_act", "gelu")
-    if act != "gelu":
-        raise WeightsMismatchError(
-            f"{str(path)!r}: hidden_act {act!r} is not supported; vitzoo's MLP uses exact GELU ('gelu')"
-        )
-    # transformers' names for the fields, with their types: a value of another type is an error
-    # naming the key, never silently converted (int(3.5) would build a narrower model).
-    hints: dict[str, Any] = {
-        "hidden_size": int,
-        "num_hidden_layers": int,
-        "num_attention_heads": int,
-        "intermediate_size": int,
-        "image_size": int | tuple[int, int],
-        "patch_size": int | tuple[int, int],
-        "num_channels": int,
-        "qkv_bias": bool,
-        "layer_norm_eps": float,
-    }
-    required = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    missing = [key for key in required if key not in cfg]
-    if missing:
-        raise WeightsFileError(f"{str(path)!r}: transformers config lacks {', '.join(missing)}")
-    try:
-        check_types({k: cfg[k] for k in hints if k in cfg}, hints)
-    except TypeError as e:
-        raise WeightsFileError(f"{str(path)!r}: invalid transformers config ({e})") from e
-    hidden = cfg["hidden_size"]
-    if hidden <= 0:
-        raise WeightsFileError(f"{str(path)!r}: hidden_size={hidden!r} is invalid; expected an int >= 1")
-    fields: dict[str, Any] = dict(
-        embed_dim=hidden,
-        depth=cfg["num_hidden_layers"],
-        num_heads=cfg["num_attention_heads"],
-        mlp_ratio=cfg["intermediate_size"] / hidden,
-        img_size=cfg.get("image_size", 224),
-        patch_size=cfg.get("patch_size", 16),
-        in_chans=cfg.get("num_channels", 3),
-        qkv_bias=cfg.get("qkv_bias", True),
-        # transformers' ViT and DeiT LayerNorms default to 1e-12, not timm's 1e-6.
-        norm_eps=float(cfg.get("layer_norm_eps", TRANSFORMERS_EPS)),
-    )
-    for key in ("img_size", "patch_size"):
-        if isinstance(fields[key], list):
-            fields[key] = tuple(fields[key])
-    return fields
-
-
-def _transformers_labels(cfg: dict[str, Any], num_classes: int, where: str) -> dict[str, Any]:
-    id2label = cfg.get("id2label") or {}
-    if not isinstance(id2label, dict):
-        raise WeightsFileError(f"{where!r}: id2label={id2label!r} is invalid; expected a JSON object")
-    out: dict[str, Any] = {}
-    if num_classes and len(id2label) == num_classes:
-        names = tuple(str(id2label.get(str(i), id2label.get(i, i))) for i in range(num_classes))
-        if not all(n == f"LABEL_{i}" for i, n in enumerate(names)):  # transformers' placeholder names
-            out["label_names"] = names
-    return out
-
-
 _TIMM_ARGS = (
     "img_size",
     "patch_size",
@@ -497,7 +396,15 @@ _TIMM_ARGS = (
     "qkv_bias",
     "class_token",
     "global_pool",
+    "init_values",
+    "reg_tokens",
+    "no_embed_class",
+    "pre_norm",
+    "fc_norm",
+    "act_layer",
 )
+# timm's activation names (timm.layers.get_act_layer) that vitzoo computes, -> ViTConfig.act_layer.
+_TIMM_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
 
 
 def _timm_config(
@@ -517,15 +424,23 @@ def _timm_config(
             raise WeightsFileError(f"{where!r}: {key}={value!r} is invalid; expected a JSON object")
     fields: dict[str, Any] = {}
     for key in _TIMM_ARGS:
-        if key in args:
+        if args.get(key) is not None:  # timm's None means "the architecture's default"
             value = args[key]
             fields[key] = tuple(value) if isinstance(value, list) else value
-    if cfg.get("global_pool") in ("token", "avg"):
+    if "act_layer" in fields:
+        act = fields["act_layer"]
+        if act not in _TIMM_ACTIVATIONS:
+            raise WeightsFileError(
+                f"{where!r}: model_args act_layer={act!r} is not supported; expected one of "
+                + ", ".join(map(repr, _TIMM_ACTIVATIONS))
+            )
+        fields["act_layer"] = _TIMM_ACTIVATIONS[act]
+    if cfg.get("global_pool") in ("token", "avg", "map"):
         fields["global_pool"] = cfg["global_pool"]
     pretrained = _timm_pretrained(pcfg, where)
     if "label_names" not in pretrained and cfg.get("label_names"):
         pretrained["label_names"] = cfg["label_names"]
-    pretrained = _checked_pretrained(pretrained, where)
+    pretrained = checked_pretrained(pretrained, where)
     size = pretrained.get("input_size")
     return fields, pretrained, ours, (size[1], size[2]) if size is not None else None
 
@@ -570,15 +485,33 @@ def _from_timm(name: str) -> SourceData:
     if blocks is not None and len(blocks):
         fields["num_heads"] = int(blocks[0].attn.num_heads)
         fields["norm_eps"] = float(blocks[0].norm1.eps)
+        fields["act_layer"] = _timm_activation(blocks[0].mlp.act, label)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
+    fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     img = tuple(model.patch_embed.img_size)
     fields["img_size"] = img
     pretrained = _timm_pretrained(dict(model.pretrained_cfg), label)
     pretrained["source"] = label
-    fields["_declared"] = ["num_heads", "norm_eps", "global_pool", "img_size"]
-    data = SourceData(converted.state, label, "timm", fields, _checked_pretrained(pretrained, label))
+    fields["_declared"] = [k for k in ("num_heads", "norm_eps", "act_layer") if k in fields]
+    fields["_declared"] += ["global_pool", "no_embed_class", "img_size"]
+    data = SourceData(converted.state, label, "timm", fields, checked_pretrained(pretrained, label))
     label_set = imagenet_label_set(fields.get("num_classes", 0))
     if label_set is not None and "label_names" not in pretrained:
         data.implied["label_set"] = label_set
     data.src_grid = tuple(model.patch_embed.grid_size)
     return data
+
+
+def _timm_activation(act: nn.Module, label: str) -> str:
+    """The ViTConfig.act_layer of a timm MLP's activation module."""
+    name = type(act).__name__
+    if isinstance(act, nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    if name in ("GELUTanh", "QuickGELU"):  # timm.layers.activations
+        return {"GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu"}[name]
+    if name == "GELU":  # timm's own GELU module (exact)
+        return "gelu"
+    raise WeightsMismatchError(
+        f"{label}: the MLP activation {name} is not one vitzoo computes; expected GELU, its tanh "
+        "approximation or QuickGELU"
+    )

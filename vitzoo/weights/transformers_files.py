@@ -1,0 +1,319 @@
+"""What a Hugging Face transformers checkpoint's files state, in vitzoo's terms: the architecture
+(config.json), the labels (its id2label) and the evaluation preprocessing (preprocessor_config.json).
+
+transformers writes a config.json with its model type and only some of its keys (older versions
+drop the values equal to the config class's defaults), so each model type below carries its config
+class's defaults; `tests/weights/test_families.py` checks them against transformers itself.
+
+    model_type                          what vitzoo builds
+    vit, deit, vit_mae                  the plain ViT (transformers' LayerNorm eps: 1e-12)
+    dinov2                              LayerScale (init layerscale_value), MLP width hidden * mlp_ratio
+    dinov2_with_registers               + register tokens; the position embedding covers only the
+                                        patches (the class token's position is folded into it, keymaps.py)
+    clip_vision_model, clip             CLIP's vision tower: LayerNorm before the blocks, no patch bias,
+                                        the projection (visual_projection, no bias) as the head
+    siglip_vision_model, siglip         SigLIP's vision tower: no class token, attention pooling ("map")
+
+A whole CLIP or SigLIP model (text and vision, "clip" / "siglip") is read for its vision_config.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeGuard
+
+from ..checks import check_types
+from ..pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD
+from .errors import WeightsFileError
+from .files import checked_pretrained
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI's CLIP statistics (transformers' OPENAI_CLIP_MEAN)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+# transformers' activation names -> ViTConfig.act_layer. "gelu_pytorch_tanh" is GELU's tanh
+# approximation (SigLIP); "quick_gelu" is x * sigmoid(1.702 x) (OpenAI CLIP).
+ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """One transformers model type: its config class's defaults and what every model of it is."""
+
+    defaults: dict[str, Any]  # config keys (transformers' names) -> the config class's default
+    fixed: dict[str, Any] = field(default_factory=dict)  # ViTConfig fields every model of the type has
+    mlp_from_ratio: bool = False  # the MLP width is hidden_size * mlp_ratio (DINOv2), not intermediate_size
+    # transformers resamples these models' position embedding to every input size (DINOv2: trained
+    # at 518, its processor crops 224), bicubic, with this antialiasing; None: it does not.
+    position_antialias: bool | None = None
+
+
+_VIT_DEFAULTS = dict(
+    hidden_size=768,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    image_size=224,
+    patch_size=16,
+    num_channels=3,
+    qkv_bias=True,
+    hidden_act="gelu",
+    layer_norm_eps=1e-12,  # transformers' ViT / DeiT / ViTMAE; timm and Google use 1e-6
+)
+_DINOV2_DEFAULTS = dict(
+    _VIT_DEFAULTS, patch_size=14, layer_norm_eps=1e-6, mlp_ratio=4, layerscale_value=1.0, use_swiglu_ffn=False
+)
+_CLIP_DEFAULTS = dict(_VIT_DEFAULTS, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=512)
+_SIGLIP_DEFAULTS = dict(_VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=True)
+
+FAMILIES: dict[str, Family] = {
+    "vit": Family(_VIT_DEFAULTS),
+    "deit": Family(_VIT_DEFAULTS),
+    "vit_mae": Family(_VIT_DEFAULTS),
+    "dinov2": Family(_DINOV2_DEFAULTS, mlp_from_ratio=True, position_antialias=False),
+    "dinov2_with_registers": Family(
+        dict(_DINOV2_DEFAULTS, patch_size=16, num_register_tokens=4),  # sic: 16, unlike Dinov2Config
+        fixed=dict(no_embed_class=True),
+        mlp_from_ratio=True,
+        position_antialias=True,
+    ),
+    "clip_vision_model": Family(_CLIP_DEFAULTS, fixed=dict(pre_norm=True, patch_bias=False)),
+    "siglip_vision_model": Family(_SIGLIP_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
+}
+# Whole text + image models: their vision tower is the vision_config of the family named here.
+VISION_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
+MODEL_TYPES = (*FAMILIES, *VISION_TOWERS)
+
+# transformers' names for the config keys vitzoo reads, with their types: a value of another type
+# is an error naming the key, never silently converted (int(3.5) would build a narrower model).
+_KEY_TYPES: dict[str, Any] = {
+    "hidden_size": int,
+    "num_hidden_layers": int,
+    "num_attention_heads": int,
+    "intermediate_size": int,
+    "mlp_ratio": float,
+    "image_size": int | tuple[int, int],
+    "patch_size": int | tuple[int, int],
+    "num_channels": int,
+    "qkv_bias": bool,
+    "layer_norm_eps": float,
+    "hidden_act": str,
+    "layerscale_value": float,
+    "use_swiglu_ffn": bool,
+    "num_register_tokens": int,
+    "vision_use_head": bool,
+}
+
+
+def family_of(cfg: dict[str, Any]) -> str | None:
+    """The family (a FAMILIES key) of a transformers config.json, or None if it is none of them."""
+    model_type = cfg.get("model_type")
+    if not isinstance(model_type, str):
+        return None
+    return VISION_TOWERS.get(model_type, model_type if model_type in FAMILIES else None)
+
+
+def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The ViTConfig fields a transformers config.json states (see the module docstring)."""
+    where = repr(str(path))
+    name = family_of(cfg)
+    if name is None:
+        raise WeightsFileError(f"{where}: model_type={cfg.get('model_type')!r} is not one vitzoo reads")
+    if name != cfg["model_type"]:  # a text + image model: its vision tower
+        vision = cfg.get("vision_config") or {}
+        if not isinstance(vision, dict):
+            raise WeightsFileError(f"{where}: vision_config={vision!r} is invalid; expected a JSON object")
+        where, cfg = f"{where} (vision_config)", vision
+    family = FAMILIES[name]
+    values = {**family.defaults, **{k: v for k, v in cfg.items() if k in family.defaults and v is not None}}
+    try:
+        check_types(values, _KEY_TYPES)
+    except TypeError as e:
+        raise WeightsFileError(f"{where}: invalid transformers config ({e})") from e
+    hidden = values["hidden_size"]
+    if hidden <= 0:
+        raise WeightsFileError(f"{where}: hidden_size={hidden!r} is invalid; expected an int >= 1")
+    act = values["hidden_act"]
+    if act not in ACTIVATIONS:
+        raise WeightsFileError(
+            f"{where}: hidden_act={act!r} is not supported; expected one of {', '.join(map(repr, ACTIVATIONS))}"
+        )
+    for key, supported in (("use_swiglu_ffn", False), ("vision_use_head", True)):
+        if key in values and values[key] is not supported:
+            raise WeightsFileError(
+                f"{where}: {key}={values[key]!r} is not supported; expected {str(supported).lower()} "
+                + (
+                    "(vitzoo's MLP is fc1, activation, fc2)"
+                    if key == "use_swiglu_ffn"
+                    else "(vitzoo pools SigLIP with its attention-pooling head)"
+                )
+            )
+    mlp_ratio = values["mlp_ratio"] if family.mlp_from_ratio else values["intermediate_size"] / hidden
+    fields: dict[str, Any] = dict(
+        embed_dim=hidden,
+        depth=values["num_hidden_layers"],
+        num_heads=values["num_attention_heads"],
+        mlp_ratio=mlp_ratio,
+        img_size=_size(values["image_size"]),
+        patch_size=_size(values["patch_size"]),
+        in_chans=values["num_channels"],
+        qkv_bias=values["qkv_bias"],
+        norm_eps=float(values["layer_norm_eps"]),
+        act_layer=ACTIVATIONS[act],
+        **family.fixed,
+    )
+    if "layerscale_value" in values:
+        fields["init_values"] = float(values["layerscale_value"])
+    if "num_register_tokens" in values:
+        fields["reg_tokens"] = values["num_register_tokens"]
+    return fields
+
+
+def _size(value: int | list[int] | tuple[int, int]) -> int | tuple[int, int]:
+    return tuple(value) if isinstance(value, list) else value  # type: ignore[return-value]
+
+
+def transformers_labels(cfg: dict[str, Any], num_classes: int, where: str) -> dict[str, Any]:
+    """label_names from a config's id2label, when it names every class (not LABEL_0, LABEL_1, ...)."""
+    id2label = cfg.get("id2label") or {}
+    if not isinstance(id2label, dict):
+        raise WeightsFileError(f"{where!r}: id2label={id2label!r} is invalid; expected a JSON object")
+    out: dict[str, Any] = {}
+    if num_classes and len(id2label) == num_classes:
+        names = tuple(str(id2label.get(str(i), id2label.get(i, i))) for i in range(num_classes))
+        if not all(n == f"LABEL_{i}" for i, n in enumerate(names)):  # transformers' placeholder names
+            out["label_names"] = names
+    return out
+
+
+# ----------------------------------------------------------------------------- preprocessing
+# transformers' image processors store PIL's resampling filter codes (PILImageResampling).
+PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
+@dataclass(frozen=True)
+class Processor:
+    """An image processor class: its defaults for keys a preprocessor_config.json omits, and
+    whether an int `size` is the short side (CLIP, BiT: aspect ratio kept) or a square (ViT, DeiT)."""
+
+    defaults: dict[str, Any]
+    int_size_is_short_side: bool = False
+
+
+_VIT_PROCESSOR = dict(
+    do_resize=True,
+    size={"height": 224, "width": 224},
+    resample=2,
+    do_center_crop=False,
+    do_rescale=True,
+    rescale_factor=1 / 255,
+    do_normalize=True,
+    image_mean=list(INCEPTION_MEAN),
+    image_std=list(INCEPTION_STD),
+)
+_CLIP_PROCESSOR = dict(
+    _VIT_PROCESSOR,
+    size={"shortest_edge": 224},
+    resample=3,
+    do_center_crop=True,
+    crop_size={"height": 224, "width": 224},
+    image_mean=list(CLIP_MEAN),
+    image_std=list(CLIP_STD),
+)
+# By the class name a preprocessor_config.json states (image_processor_type, or the older
+# feature_extractor_type), its prefix before "ImageProcessor" / "FeatureExtractor".
+PROCESSORS: dict[str, Processor] = {
+    "ViT": Processor(_VIT_PROCESSOR),
+    "DeiT": Processor(
+        dict(
+            _VIT_PROCESSOR,
+            size={"height": 256, "width": 256},
+            resample=3,
+            do_center_crop=True,
+            crop_size={"height": 224, "width": 224},
+        )
+    ),
+    "CLIP": Processor(_CLIP_PROCESSOR, int_size_is_short_side=True),
+    "Bit": Processor(_CLIP_PROCESSOR, int_size_is_short_side=True),  # DINOv2's processor
+    "Siglip": Processor(dict(_VIT_PROCESSOR, resample=3)),
+}
+
+
+def _processor(proc: dict[str, Any]) -> Processor:
+    kind = str(proc.get("image_processor_type") or proc.get("feature_extractor_type") or "")
+    for suffix in ("ImageProcessorFast", "ImageProcessor", "FeatureExtractor"):
+        kind = kind.removesuffix(suffix)
+    return PROCESSORS.get(kind, PROCESSORS["ViT"])  # unnamed: ViTImageProcessor, as before
+
+
+def transformers_preprocessing(proc: dict[str, Any], where: str) -> dict[str, Any]:
+    """The PretrainedCfg fields a transformers preprocessor_config.json states, in timm's terms:
+    an exact resize to (H, W) without a crop (ViT, SigLIP) is crop_mode "squash" with crop_pct 1.0;
+    DeiTImageProcessor's 256x256 resize + centre crop 224 is "squash" with crop_pct 224/256; a
+    short-side resize to S with a centre crop C (CLIP, DINOv2's BiT processor) is "center" with
+    crop_pct C/S."""
+    processor = _processor(proc)
+    values = dict(processor.defaults)
+    values.update({k: v for k, v in proc.items() if v is not None})
+
+    def refuse(key: str, expected: str) -> WeightsFileError:
+        return WeightsFileError(f"{where!r}: {key}={values.get(key)!r} is not supported; expected {expected}")
+
+    factor = values["rescale_factor"]
+    if values["do_rescale"] is not True:
+        raise refuse("do_rescale", "true (vitzoo's evaluation transform scales pixel values to [0, 1])")
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isclose(factor * 255, 1.0):
+        raise refuse("rescale_factor", "1/255 (vitzoo's evaluation transform scales pixel values to [0, 1])")
+    if values["do_resize"] is not True:
+        raise refuse("do_resize", "true (a ViT takes images of a fixed size)")
+    resample = values["resample"]
+    if isinstance(resample, bool) or resample not in PIL_FILTERS:
+        raise refuse("resample", "a PIL filter code: " + ", ".join(f"{k} ({v})" for k, v in PIL_FILTERS.items()))
+    out: dict[str, Any] = {"interpolation": PIL_FILTERS[resample]}
+    if values["do_normalize"] is True:
+        out["mean"], out["std"] = values["image_mean"], values["image_std"]
+        for key in ("mean", "std"):
+            if isinstance(out[key], int | float) and not isinstance(out[key], bool):
+                out[key] = [out[key]] * 3  # transformers accepts one number for every channel
+    else:
+        out["mean"], out["std"] = [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]
+    size = _processor_size(values["size"], "size", where, short_side=processor.int_size_is_short_side)
+    if values["do_center_crop"] is True:
+        crop = _processor_size(values["crop_size"], "crop_size", where, short_side=False)
+        if isinstance(crop, int):
+            raise refuse("crop_size", 'a size: an int or {"height": H, "width": W}')
+        if isinstance(size, int):  # the short side: keep the aspect ratio, then crop the centre
+            out.update(crop_mode="center", crop_pct=min(crop) / size)
+        else:
+            pct = crop[0] / size[0]
+            if not math.isclose(pct, crop[1] / size[1]):
+                raise refuse("crop_size", f"the same fraction of both sides of size={values['size']!r}")
+            out.update(crop_mode="squash", crop_pct=pct)
+        out["input_size"] = [3, *crop]
+    else:
+        if isinstance(size, int):
+            raise refuse("size", '{"height": H, "width": W} when there is no centre crop (a fixed input size)')
+        out.update(crop_mode="squash", crop_pct=1.0, input_size=[3, *size])
+    return checked_pretrained(out, where)
+
+
+def _processor_size(value: Any, key: str, where: str, *, short_side: bool) -> tuple[int, int] | int:
+    """(height, width) of a processor size, or the side S of {"shortest_edge": S} (and of a bare
+    int, for processors that read it so)."""
+
+    def positive(v: Any) -> TypeGuard[int]:
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+    if positive(value):
+        return value if short_side else (value, value)
+    if isinstance(value, dict):
+        h, w, short = value.get("height"), value.get("width"), value.get("shortest_edge")
+        if positive(h) and positive(w) and short is None:
+            return h, w
+        if positive(short) and h is None and w is None:
+            return short
+    raise WeightsFileError(
+        f'{where!r}: {key}={value!r} is not supported; expected an int, {{"height": H, "width": W}} '
+        'or {"shortest_edge": S}'
+    )
