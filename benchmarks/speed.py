@@ -74,8 +74,11 @@ def build_models(name: str) -> tuple[nn.Module, nn.Module]:
     import timm
 
     torch.manual_seed(0)
-    theirs = timm.create_model(TIMM_NAMES[name], pretrained=False).eval()
     ours = vitzoo.create(name).eval()
+    timm_name = TIMM_NAMES[name]
+    if ours.config.act_layer == "quick_gelu":  # OpenAI CLIP: timm names its QuickGELU twin apart
+        timm_name = timm_name.replace("_clip_", "_clip_quickgelu_")
+    theirs = timm.create_model(timm_name, pretrained=False).eval()
     ours.load_state_dict(theirs.state_dict(), strict=True)
     x = torch.randn(2, *ours.pretrained_cfg.input_size)
     with torch.inference_mode():

@@ -220,3 +220,9 @@ def test_clean_registry_fixture_restored_the_zoo():
     """Runs after the tests above (file order): their registrations are gone."""
     assert vitzoo.list_models("test_*") == []
     assert vitzoo.model_info("vit_b16")["origin"] == "built-in"
+
+
+def test_model_info_of_a_tag_shows_the_fields_its_weights_need():
+    # clip_b16's OpenAI weights were trained with QuickGELU, its LAION weights with exact GELU.
+    assert registry.model_info("clip_b16")["config"]["act_layer"] == "quick_gelu"
+    assert registry.model_info("clip_b16.laion2b")["config"]["act_layer"] == "gelu"

@@ -301,8 +301,8 @@ def model_info(name: str) -> dict[str, Any]:
     """Config, parameter count, pretrained sources and origin of a registered model (plain data).
     Nothing is allocated: the model is built on the meta device to count its parameters."""
     entry, pcfg = get_pretrained_cfg(name)
-    with torch.device("meta"):
-        model = entry.builder()
+    with torch.device("meta"):  # a tag's own fields (e.g. the activation its weights need) included
+        model = entry.builder(**(pcfg.model_args if pcfg else {}))
     config = getattr(model, "config", None)
     return {
         "name": entry.name,

@@ -28,7 +28,7 @@ def speed():
     sys.modules.pop(spec.name, None)
 
 
-@pytest.mark.parametrize("name", ["vit_ti16", "deit_ti16_distilled", "vit_b16_in21k"])
+@pytest.mark.parametrize("name", ["vit_ti16", "deit_ti16_distilled", "vit_b16_in21k", "dinov2_s14_reg", "clip_b16"])
 def test_matmul_bound_has_every_gemm_of_the_model(speed, name):
     with torch.device("meta"):  # shapes only: the GEMM list is built, not run
         model = vitzoo.create(name)
