@@ -15,7 +15,7 @@ from PIL import Image
 from skimage import data as skdata
 
 import vitzoo
-from vitzoo import cli
+from vitzoo import cli, predict
 from vitzoo.data import eval_transform
 
 LABELS = tuple(f"class_{c}" for c in "abcdefghij")
@@ -270,3 +270,11 @@ def test_dtype_bf16_predicts_like_fp32_and_auto_says_what_it_picked(capsys, weig
         "--no-progress",
     )
     assert code == 0 and "predicting in fp32: this CPU has no native bf16 matrix units" in err
+
+
+def test_default_workers_use_only_the_cores_torch_leaves_free(monkeypatch):
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(2)), raising=False)
+    assert predict.default_workers() == 0  # every core already runs a torch thread
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert predict.default_workers() == 4  # spare cores decode, at most 4 processes

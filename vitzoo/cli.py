@@ -282,6 +282,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for option in ("topk", "batch_size"):
         if getattr(args, option) < 1:
             raise UsageError(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
+    if args.workers is None:
+        args.workers = predict.default_workers()
     if args.workers < 0:
         raise UsageError(f"--workers must be >= 0, got {args.workers}")
     if args.output is not None:
@@ -500,9 +502,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        default=2,
+        default=None,
         metavar="N",
-        help="image-decoding processes with --output (0: none; default: 2)",
+        help="image-decoding processes with --output (0: none; default: the cores torch's threads leave free)",
     )
     p.add_argument("--strict", action="store_true", help="with --output, an unreadable image is an error")
     p.add_argument(

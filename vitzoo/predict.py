@@ -57,6 +57,15 @@ _SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jso
 Record = dict[str, Any]  # {"image": path, "predictions": [{"index", "label", "probability"}, ...]}
 
 
+def default_workers() -> int:
+    """Image-decoding processes for CPU inference: only the cores torch's own threads leave free
+    (at most 4). On CPU the model already uses a thread per core, and a decoding process on one of
+    those cores slows the matrix products by more than it saves (benchmarks/speed.py
+    --predict-folder measures both)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(0, min(4, cores - torch.get_num_threads()))
+
+
 class UnreadableImageError(ValueError):
     """An image that cannot be decoded, under strict=True."""
 
