@@ -61,7 +61,7 @@ def test_autograd_and_tracing_take_the_portable_path():
         return linear(x, w, b, "gelu")
 
     with torch.no_grad():
-        traced = torch.jit.trace(fn, (x,))
+        traced = torch.jit.trace(fn, (x,), check_trace=False)  # eager is fused, the trace portable: bf16 apart
     assert "mkldnn" not in str(traced.graph)  # an exported graph holds only portable ops
     with torch.no_grad():  # the traced graph (portable) and the eager call (fused) agree to bf16 precision
         assert torch.allclose(traced(x).float(), fn(x).float(), rtol=2e-2, atol=2e-2)
