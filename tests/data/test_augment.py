@@ -95,3 +95,29 @@ def test_erase_probability_is_checked() -> None:
     spec = InputSpec(channels=1, size=(8, 8), mean=(0.0,), std=(1.0,))
     with pytest.raises(ValueError, match=r"erase=1.5 is invalid; expected a probability in \[0, 1\]"):
         BatchTransform(spec=spec, train=True, erase=1.5)
+
+
+def test_the_per_image_augmentation_of_streamed_photos_is_seeded_and_follows_the_recipe() -> None:
+    import pytest
+    from PIL import Image
+
+    spec = InputSpec(channels=3, size=(12, 16), mean=(0.5,) * 3, std=(0.5,) * 3, interpolation="bicubic")
+    tf = BatchTransform(spec=spec, train=True, kind="natural", hflip=True, crop_scale=(0.5, 1.0))
+    augment = tf.image_augment()
+    photo = Image.fromarray(torch.randint(0, 256, (30, 50, 3), dtype=torch.uint8).numpy())
+    rng_before = torch.get_rng_state()
+    a, b, c = augment(photo, seed=1), augment(photo, seed=1), augment(photo, seed=2)
+    assert torch.equal(torch.get_rng_state(), rng_before)  # the caller's RNG is left as it was
+    assert a.dtype == torch.uint8 and a.shape == (3, 12, 16) and torch.equal(a, b) and not torch.equal(a, c)
+    # the same ranges as the in-memory crop, flip and RandAugment
+    crop, flip, randaugment = augment.pipeline.transforms
+    assert (crop.scale, crop.ratio, crop.size) == ((0.5, 1.0), (3 / 4, 4 / 3), [12, 16])
+    assert flip.p == 0.5 and (randaugment.num_ops, randaugment.magnitude) == (2, 9)
+    plain = BatchTransform(spec=spec, train=True, kind="natural", randaugment=False).image_augment()
+    assert len(plain.pipeline.transforms) == 1  # neither flip (off by default) nor RandAugment
+    # the batch-wide end: channels and mean / std, as for images augmented in memory
+    torch.testing.assert_close(tf.finish_train(a[None]), (a[None].float() / 255 - 0.5) / 0.5)
+    with pytest.raises(ValueError, match="augmentation of photos"):
+        BatchTransform(spec=spec, train=True, kind="digits").image_augment()
+    with pytest.raises(ValueError, match="evaluate through __call__"):
+        BatchTransform(spec=spec, train=False, kind="natural").finish_train(a[None])

@@ -1,4 +1,5 @@
-"""vitzoo/data/folder.py: ImageFolder trees decoded once, splits, corrupt images, bad layouts."""
+"""vitzoo/data/folder.py: ImageFolder trees decoded once (or listed for streaming), splits, corrupt images,
+bad layouts."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vitzoo.data import CorruptImageError, FolderDataError, load_data, load_image_folder, store_size_for
+from vitzoo.data import CorruptImageError, FolderDataError, ImageFiles, load_data, load_image_folder, store_size_for
 
 
 def _image(path: Path, color: tuple[int, int, int], size: tuple[int, int] = (40, 30)) -> None:
@@ -206,3 +207,21 @@ def test_decompression_bombs_are_refused_unread(tmp_path: Path, monkeypatch: pyt
         pytest.raises(CorruptImageError, match=r"bomb\.png.*decompression-bomb limit"),
     ):
         load_image_folder(tmp_path, store_size=8, val_split=0.3, strict=True)
+
+
+def test_a_folder_over_the_memory_budget_is_streamed_from_disk(tmp_path: Path) -> None:
+    _tree(tmp_path / "train", per_class=4)
+    _tree(tmp_path / "val", per_class=2)
+    small = load_image_folder(tmp_path, store_size=16)  # 12 images of 3 x 16 x 16 bytes: well within 4 GiB
+    assert not small.streamed and small.note is None
+    large = load_image_folder(tmp_path, store_size=16, memory_budget=4096)
+    assert large.streamed and isinstance(large.train, ImageFiles) and isinstance(large.val, ImageFiles)
+    assert "12 images decoded would take 0.0 GiB, more than the in-memory budget" in (large.note or "")
+    assert large.train.class_counts() == small.train.class_counts() and large.val.class_counts() == [2, 2]
+    assert large.classes == small.classes and large.train.source == f"{tmp_path}/train"
+    forced = load_image_folder(tmp_path, store_size=16, stream=True)
+    assert forced.streamed and forced.note is None  # asked for, so nothing to explain
+    with pytest.raises(FolderDataError, match=r"more than the in-memory budget of 0\.0 GiB; stream the images"):
+        load_image_folder(tmp_path, store_size=16, memory_budget=4096, stream=False)
+    with pytest.raises(ValueError, match="stream=True applies to image folders"):
+        load_data("mnist-sample", stream=True)

@@ -6,7 +6,9 @@ RGB, RGB to luminance). Augmentation works on whole batches with per-image rando
 
 * digits (MNIST, Fashion-MNIST): a small random affine (rotation, scale, shift), plus a
   horizontal flip for Fashion-MNIST where clothes are mirror-symmetric;
-* natural images (folders): random resized crop and horizontal flip, then RandAugment;
+* natural images (folders): random resized crop and horizontal flip, then RandAugment; for a
+  folder streamed from disk (stream.py) the same recipe runs per image on the full decoded file
+  (`ImageAugment`, torchvision v2) in the DataLoader workers, and `finish_train` does the rest;
 * optionally random erasing (Zhong et al., 2020), any data: with probability `erase` an image
   gets one rectangle (2-33% of its area, aspect 0.3-3.3) set to the mean (0 after normalising).
 
@@ -20,6 +22,7 @@ All randomness comes from the `torch.Generator` passed in, so a batch is a pure 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +31,9 @@ from torch import nn
 from .tensors import DataKind
 from .transforms import InputSpec, convert_channels, eval_finish, eval_geometry
 
-__all__ = ["BatchTransform", "InputSpec", "convert_channels"]
+__all__ = ["BatchTransform", "ImageAugment", "InputSpec", "convert_channels"]
+
+CROP_RATIO = (3 / 4, 4 / 3)  # aspect-ratio range of the random resized crop (width / height)
 
 
 class BatchTransform:
@@ -76,8 +81,37 @@ class BatchTransform:
         x = self._warp(x, theta)
         if self.randaugment is not None:
             x = self._randaugment(self.randaugment, x, generator)
-        x = convert_channels(x, self.spec.channels)
-        x = (x - self.mean) * self.inv_std
+        return self._normalise(x, generator)
+
+    def finish_train(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The last, batch-wide part of training: uint8 images already cropped, flipped and
+        RandAugmented one at a time (`image_augment`, for images streamed from disk) -> the model's
+        channels, normalised, randomly erased. Evaluation batches go through `__call__`."""
+        if not self.train:
+            raise ValueError("finish_train() is the end of the training augmentation; evaluate through __call__")
+        # Straight from 0-255 (the channel conversion is linear), in place: this runs in the
+        # training process for every batch, while the workers prepare the next ones.
+        x = convert_channels(images.float(), self.spec.channels).contiguous()  # gray to RGB is a view: copy it
+        x.sub_(self.mean * 255.0).mul_(self.inv_std / 255.0)
+        if self.erase > 0:
+            x.masked_fill_(self._erase_mask(x, generator), 0.0)
+        return x
+
+    def image_augment(self) -> ImageAugment:
+        """This transform's natural-image training augmentation, for one full image at a time."""
+        if self.kind != "natural":
+            raise ValueError(f"image_augment() is the augmentation of photos; this transform is for {self.kind!r}")
+        return ImageAugment(
+            size=self.spec.size,
+            interpolation=self.spec.interpolation,
+            crop_scale=self.crop_scale,
+            hflip=self.hflip,
+            randaugment=self.randaugment is not None,
+        )
+
+    def _normalise(self, x: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """[0, 1] float batch -> the model's channels, normalised, then random erasing."""
+        x = convert_channels(x, self.spec.channels).sub(self.mean).mul_(self.inv_std)  # one new tensor, not two
         if self.erase > 0:
             x = x * ~self._erase_mask(x, generator)
         return x
@@ -149,7 +183,7 @@ class BatchTransform:
     def _crop_theta(self, n: int, generator: torch.Generator | None) -> torch.Tensor:
         """Random resized crop: area fraction in crop_scale, aspect ratio in [3/4, 4/3] (log-uniform)."""
         area = self._uniform(n, *self.crop_scale, generator)
-        log_ratio = self._uniform(n, math.log(3 / 4), math.log(4 / 3), generator)
+        log_ratio = self._uniform(n, math.log(CROP_RATIO[0]), math.log(CROP_RATIO[1]), generator)
         ratio = torch.exp(log_ratio)
         w = torch.sqrt(area * ratio).clamp(max=1.0)  # fractions of the stored square's side
         h = torch.sqrt(area / ratio).clamp(max=1.0)
@@ -169,3 +203,52 @@ class BatchTransform:
             as_uint8 = (x * 255).round_().to(torch.uint8)
             out = torch.stack([op(img) for img in as_uint8])
         return out.float().div_(255.0)
+
+
+class ImageAugment:
+    """The photos' training augmentation of `BatchTransform`, on one whole decoded image: for
+    images streamed from disk, which arrive at their own sizes and aspect ratios.
+
+    torchvision v2's RandomResizedCrop (area fraction in `crop_scale`, aspect ratio log-uniform in
+    [3/4, 4/3], the same ranges as BatchTransform's crop; here out of the full image rather than a
+    stored centre square) straight to the model's size, a horizontal flip, then RandAugment (2
+    operations at magnitude 9), all on the PIL image with PIL's filters. Called with a seed: the
+    torchvision transforms draw from torch's global RNG, so it is forked and seeded per image,
+    which makes an image's augmentation the same whichever worker process prepares it.
+    Picklable, for DataLoader workers started with "spawn"."""
+
+    def __init__(
+        self,
+        *,
+        size: tuple[int, int],
+        interpolation: str,
+        crop_scale: tuple[float, float],
+        hflip: bool,
+        randaugment: bool,
+    ) -> None:
+        from torchvision.transforms import v2
+
+        steps: list[nn.Module] = [
+            v2.RandomResizedCrop(
+                list(size),
+                scale=crop_scale,
+                ratio=CROP_RATIO,
+                interpolation=v2.InterpolationMode(interpolation),
+                antialias=True,
+            )
+        ]
+        if hflip:
+            steps.append(v2.RandomHorizontalFlip())
+        if randaugment:
+            steps.append(v2.RandAugment(num_ops=2, magnitude=9))
+        self.pipeline = v2.Compose(steps)
+
+    def __call__(self, img: Any, seed: int) -> torch.Tensor:
+        """8-bit RGB PIL image -> uint8 (3, H, W) at the model's size."""
+        from torchvision.transforms.v2 import functional as TF
+
+        with torch.random.fork_rng(devices=[]):
+            # The CPU generator alone: torch.manual_seed would also queue seeds for every GPU
+            # (recording a stack trace each time), which costs more than the crop itself.
+            torch.default_generator.manual_seed(seed)
+            return TF.pil_to_tensor(self.pipeline(img))

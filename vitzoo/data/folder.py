@@ -3,12 +3,16 @@
     root/train/<class>/*.jpg + root/val/<class>/*.jpg      the given split
     root/<class>/*.jpg          + val_split=0.2                 a seeded, per-class split
 
-Every image is decoded once (PIL), converted to RGB, resized so its shorter side is `store_size`
-and centre-cropped to a `store_size` square, and kept as uint8 in memory (see tensors.py). The
-training augmentation later takes random crops out of that square. Evaluation images, given the
-model (`eval_for`), are stored through its evaluation resize and crop instead (`eval_geometry`, the
-first part of `vitzoo.data.eval_transform`), so that evaluating a folder feeds the model exactly what
-`eval_transform` makes of each file; without it, evaluation resizes and crops the stored squares.
+A folder whose decoded images fit the in-memory budget (MAX_DECODED_BYTES) is decoded once;
+a larger one (or any, with `stream=True`) is only listed, as `ImageFiles`, and streamed from disk
+a batch at a time by DataLoader workers (vitzoo/data/stream.py), with the same listing rules,
+split and skip policy. In memory, every image is decoded once (PIL), converted to RGB, resized so
+its shorter side is `store_size` and centre-cropped to a `store_size` square, and kept as uint8
+(see tensors.py); the training augmentation later takes random crops out of that square.
+Evaluation images, given the model (`eval_for`), are stored through its evaluation resize and crop
+instead (`eval_geometry`, the first part of `vitzoo.data.eval_transform`), so that evaluating a
+folder feeds the model exactly what `eval_transform` makes of each file; without it, evaluation
+resizes and crops the stored squares.
 An image that cannot be decoded is skipped with a warning naming it and the reason (the count is
 reported), or raises under `strict=True`; a class left with no readable image is an error, like an
 empty class folder. 16-bit grayscale images are scaled to 8 bits (65535 -> 255), not clipped. An
@@ -26,11 +30,12 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 from tqdm.auto import tqdm
 
+from .files import ImageFiles
 from .tensors import DataSplits, ImageTensors
 from .transforms import InputSpec, as_8bit, eval_geometry
 
@@ -43,7 +48,10 @@ __all__ = [
     "store_size_for",
 ]
 
-MAX_DECODED_BYTES = 4 * 1024**3  # decoded uint8 pixels kept in memory; beyond this, refuse clearly
+# Decoded uint8 pixels kept in memory; beyond this a folder is streamed from disk (or, when told to
+# stay in memory, refused clearly). A fixed figure rather than a share of the free memory, so the
+# same folder and model always load the same way and a resumed run sees the batches it started with.
+MAX_DECODED_BYTES = 4 * 1024**3
 
 
 class FolderDataError(ValueError):
@@ -174,21 +182,28 @@ def store_square(store_size: int) -> Decoder:
     return decode
 
 
-def eval_store(model_or_cfg: Any) -> Decoder:
+class EvalStore:
     """The evaluation store: the model's evaluation resize and centre crop (`eval_geometry`,
-    applied to the PIL image exactly as `eval_transform` applies it); BatchTransform finishes it."""
-    from torchvision.transforms.v2 import functional as TF
+    applied to the PIL image exactly as `eval_transform` applies it) -> uint8 (3, H, W);
+    BatchTransform finishes it. A class rather than a closure so that DataLoader workers started
+    with "spawn" can receive it (vitzoo/data/stream.py evaluates streamed images with it)."""
 
-    geometry = eval_geometry(model_or_cfg)
-    return lambda img: TF.pil_to_tensor(geometry(img))
+    def __init__(self, model_or_cfg: Any) -> None:
+        self.geometry = eval_geometry(model_or_cfg)
+
+    def __call__(self, img: Any) -> torch.Tensor:
+        from torchvision.transforms.v2 import functional as TF
+
+        return TF.pil_to_tensor(self.geometry(img))
 
 
-def decode_image(path: str | os.PathLike[str], decode: Callable[[Any], T], *, rgb: bool = True) -> T:
-    """One image file -> `decode(img)`, where img is the file read as 8-bit (16-bit scaled) and, with
-    `rgb`, converted to RGB; otherwise in its own mode (`vitzoo predict` hands eval_transform the
-    image as it is). An image over PIL's decompression-bomb limit is refused from its header alone.
-    Raises UnreadableImageError, whose message always says why."""
-    from PIL import Image
+def decode_image(path: str | os.PathLike[str] | BinaryIO, decode: Callable[[Any], T], *, rgb: bool = True) -> T:
+    """One image file (a path, or a binary file the caller opened) -> `decode(img)`, where img is
+    the file read as 8-bit (16-bit scaled) and, with `rgb`, converted to RGB; otherwise in its own
+    mode (`vitzoo predict` hands eval_transform the image as it is). An image over PIL's
+    decompression-bomb limit is refused from its header alone. Raises UnreadableImageError, whose
+    message always says why."""
+    from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as img:  # reads the header only: the size is known before decoding
@@ -198,7 +213,7 @@ def decode_image(path: str | os.PathLike[str], decode: Callable[[Any], T], *, rg
                 raise UnreadableImageError(reason)
             try:
                 img = as_8bit(img)
-                if rgb:
+                if rgb and img.mode != "RGB":
                     img = img.convert("RGB")
                 img.load()  # forces the full decode, so truncated files fail here
                 return decode(img)
@@ -206,6 +221,8 @@ def decode_image(path: str | os.PathLike[str], decode: Callable[[Any], T], *, rg
                 raise UnreadableImageError(f"out of memory decoding {width}x{height} image") from err
     except UnreadableImageError:
         raise
+    except UnidentifiedImageError as err:  # its message names the file, or the file object the caller opened
+        raise UnreadableImageError("cannot identify image file: not an image format PIL can read") from err
     except Exception as err:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
         message = " ".join(str(err).split())
         # Some errors carry no message (MemoryError(), OSError()); the type is then the reason.
@@ -221,13 +238,6 @@ def _decode_all(
     source: str,
 ) -> tuple[ImageTensors, list[str]]:
     """(the readable images, decoded to uint8 (3, *size), their paths)."""
-    needed = len(samples) * 3 * size[0] * size[1]
-    if needed > MAX_DECODED_BYTES:
-        raise FolderDataError(
-            f"{source}: {len(samples)} images at {size[0]}x{size[1]} need {needed / 1024**3:.1f} GiB decoded, "
-            f"more than the {MAX_DECODED_BYTES / 1024**3:.0f} GiB this in-memory loader allows; "
-            "use a smaller --img-size or fewer images"
-        )
     images = torch.empty((len(samples), 3, *size), dtype=torch.uint8)
     labels = torch.empty(len(samples), dtype=torch.long)
     kept, skipped, paths = 0, [], []
@@ -258,7 +268,9 @@ def _decode_all(
     return ImageTensors(images[:kept].clone(), labels[:kept].clone(), tuple(classes), source), paths
 
 
-def _stratified_split(data: ImageTensors, val_split: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _stratified_split(
+    data: ImageTensors | ImageFiles, val_split: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, val) indices: per class, a seeded random `val_split` fraction (at least one image)
     goes to validation."""
     generator = torch.Generator().manual_seed(seed)
@@ -269,7 +281,7 @@ def _stratified_split(data: ImageTensors, val_split: float, seed: int) -> tuple[
         n_val = min(max(1, round(len(idx) * val_split)), len(idx) - 1)
         if n_val <= 0:
             raise FolderDataError(
-                f"{data.source}: class {data.classes[c]!r} has {len(idx)} readable image(s); "
+                f"{data.source}: class {data.classes[c]!r} has {len(idx)} usable image(s); "
                 "a train/val split needs at least 2 per class"
             )
         val_idx.append(idx[:n_val])
@@ -285,19 +297,28 @@ def load_image_folder(
     seed: int = 0,
     strict: bool = False,
     eval_for: Any = None,
+    stream: bool | None = None,
+    memory_budget: int = MAX_DECODED_BYTES,
 ) -> DataSplits:
-    """Decode an ImageFolder tree into train/val `ImageTensors` of uint8 (3, store_size, store_size).
+    """An ImageFolder tree as train/val splits, decoded into memory or listed for streaming.
 
+    In memory (`ImageTensors`): every image decoded once to uint8 (3, store_size, store_size).
     With `eval_for` (a model, PretrainedCfg or InputSpec) the validation images are stored instead
     through that model's evaluation resize and centre crop, from the PIL image as
     `vitzoo.data.eval_transform` does: uint8 (3, H, W) at its input size, so that evaluating on them
     (BatchTransform) gives exactly the tensors `eval_transform` gives for the files.
 
+    Streamed (`ImageFiles`): the files are only listed; vitzoo/data/stream.py decodes them a batch
+    at a time. `stream=None` (the default) streams when the decoded images would take more than
+    `memory_budget` bytes; True or False forces the choice (False with too much data is an error).
+    `store_size` and `eval_for` then play no part: a streamed image is cropped from the full file.
+
     Symbolic links are not followed, except a link to an image file inside the same class folder
     (kept, as that file); links to folders, out of the class folder or dangling are skipped with one
     warning giving their count and the first few. Unreadable images are skipped with a warning
     giving the reason (or raise `CorruptImageError` under `strict=True`); a class left without any
-    readable image raises `FolderDataError`, naming the class and the split."""
+    readable image raises `FolderDataError`, naming the class and the split. A streamed split finds
+    unreadable images when it reads them, and reports them then (vitzoo/data/stream.py)."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise FolderDataError(f"image folder {root} does not exist or is not a directory")
@@ -307,11 +328,13 @@ def load_image_folder(
     val_decode, val_size = train_decode, (store_size, store_size)
     if eval_for is not None:
         spec = InputSpec.of(eval_for)
-        val_decode, val_size = eval_store(spec), spec.size
+        val_decode, val_size = EvalStore(spec), spec.size
     has_train, has_val = (root / "train").is_dir(), (root / "val").is_dir()
     if has_val and not has_train:
         raise FolderDataError(f"{root} has a val/ folder but no train/ folder; expected both (or class folders only)")
 
+    # 1. List the files (nothing decoded yet): train/ and val/, or one folder to split.
+    val_samples: list[tuple[str, int]] = []
     if has_train and has_val:
         classes, samples = _list_classes(root / "train")
         val_classes, val_samples = _list_classes(root / "val")
@@ -321,9 +344,8 @@ def load_image_folder(
                 f"{root}: train/ and val/ must have the same class folders; "
                 f"missing in val/: {missing or 'none'}, only in val/: {extra or 'none'}"
             )
-        _check_classes(classes, root / "train")
-        train, _ = _decode_all(samples, classes, train_decode, (store_size, store_size), strict, f"{root}/train")
-        val, _ = _decode_all(val_samples, classes, val_decode, val_size, strict, f"{root}/val")
+        directory = root / "train"
+        n_val = len(val_samples)
     else:
         if has_train and val_split is None:
             raise FolderDataError(
@@ -332,7 +354,33 @@ def load_image_folder(
             )
         directory = root / "train" if has_train else root
         classes, samples = _list_classes(directory)
-        _check_classes(classes, directory)
+        n_val = round(len(samples) * (0.2 if val_split is None else val_split))
+    _check_classes(classes, directory)
+
+    # 2. In memory or streamed: what the decoded images would take (training ones as squares).
+    n_train = len(samples) - (0 if has_val else n_val)
+    needed = n_train * 3 * store_size**2 + n_val * 3 * val_size[0] * val_size[1]
+    over = (
+        f"{n_train + n_val} images decoded would take {needed / 1024**3:.1f} GiB, "
+        f"more than the in-memory budget of {memory_budget / 1024**3:.1f} GiB"
+    )
+    if stream is False and needed > memory_budget:
+        raise FolderDataError(
+            f"{root}: {over}; stream the images from disk instead (--stream, Python: stream=True), "
+            "or use a smaller --img-size or fewer images"
+        )
+    note = None
+    if stream is None:
+        stream = needed > memory_budget
+        note = f"{root}: {over}: streaming them from disk, a batch at a time" if stream else None
+    if stream:
+        return _listed_splits(root, directory, classes, samples, val_samples, val_split, seed, strict, note)
+
+    # 3. Decode.
+    if has_val:
+        train, _ = _decode_all(samples, classes, train_decode, (store_size, store_size), strict, f"{root}/train")
+        val, _ = _decode_all(val_samples, classes, val_decode, val_size, strict, f"{root}/val")
+    else:
         everything, paths = _decode_all(
             samples, classes, train_decode, (store_size, store_size), strict, str(directory)
         )
@@ -346,6 +394,31 @@ def load_image_folder(
             val_samples = [(paths[i], int(everything.labels[i])) for i in val_idx.tolist()]
             val, _ = _decode_all(val_samples, classes, val_decode, val_size, True, val_source)
     return DataSplits(train=train, val=val, name="folder", kind="natural")
+
+
+def _listed_splits(
+    root: Path,
+    directory: Path,
+    classes: list[str],
+    samples: list[tuple[str, int]],
+    val_samples: list[tuple[str, int]],
+    val_split: float | None,
+    seed: int,
+    strict: bool,
+    note: str | None,
+) -> DataSplits:
+    """The streamed splits: the listed files (val/ when there is one, else a split of `directory`
+    with the same seeded rule as decoded images)."""
+    if val_samples:
+        train = ImageFiles.from_samples(samples, classes, f"{root}/train", strict=strict)
+        val = ImageFiles.from_samples(val_samples, classes, f"{root}/val", strict=strict)
+    else:
+        everything = ImageFiles.from_samples(samples, classes, str(directory), strict=strict)
+        fraction = 0.2 if val_split is None else val_split
+        train_idx, val_idx = _stratified_split(everything, fraction, seed)
+        train = everything.subset(train_idx, f"{directory} (train split)")
+        val = everything.subset(val_idx, f"{directory} (val split, {fraction:.0%})")
+    return DataSplits(train=train, val=val, name="folder", kind="natural", note=note)
 
 
 def _check_classes(classes: list[str], directory: Path) -> None:

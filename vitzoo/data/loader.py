@@ -23,7 +23,7 @@ from .tensors import ImageTensors
 Transform = Callable[[torch.Tensor, torch.Generator], torch.Tensor]
 
 
-def _mix(*values: int) -> int:
+def mix_seeds(*values: int) -> int:
     """A 63-bit seed from several ints (a simple multiplicative hash; only needs to decorrelate)."""
     h = 0x9E3779B97F4A7C15
     for v in values:
@@ -59,7 +59,7 @@ class BatchLoader:
         """This rank's image indices for `epoch`, in order."""
         n = len(self.data)
         if self.shuffle:
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(_mix(self.seed, epoch)))
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(mix_seeds(self.seed, epoch)))
         else:
             order = torch.arange(n)
         if self.world_size > 1:
@@ -79,7 +79,7 @@ class BatchLoader:
         order = self.indices(epoch)
         for step in range(start_step, -(-len(order) // self.batch_size)):
             idx = order[step * self.batch_size : (step + 1) * self.batch_size]
-            generator = torch.Generator().manual_seed(_mix(self.seed, epoch, step, self.rank, 1))
+            generator = torch.Generator().manual_seed(mix_seeds(self.seed, epoch, step, self.rank, 1))
             yield self.transform(self.data.images[idx], generator), self.data.labels[idx]
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -14,6 +14,8 @@ from typing import Literal
 
 import torch
 
+from .files import ImageFiles
+
 # What the images are, which picks the augmentation (vitzoo/data/augment.py): "digits" (28x28
 # grayscale-like) or "natural" (photos).
 DataKind = Literal["digits", "natural"]
@@ -65,13 +67,20 @@ class ImageTensors:
 
 @dataclass(frozen=True)
 class DataSplits:
-    """The train and evaluation splits of one dataset."""
+    """The train and evaluation splits of one dataset: decoded into memory (`ImageTensors`) or, for
+    a folder too large for that, listed files decoded a batch at a time (`ImageFiles`)."""
 
-    train: ImageTensors
-    val: ImageTensors
+    train: ImageTensors | ImageFiles
+    val: ImageTensors | ImageFiles
     name: str  # "mnist-sample", "mnist", "fashion-mnist" or "folder"
     kind: DataKind  # "digits" (28x28 grayscale-like) or "natural" (photos): picks the augmentation
+    note: str | None = None  # how the data came to be loaded the way it is, for the user (e.g. streamed: too large)
 
     @property
     def classes(self) -> tuple[str, ...]:
         return self.train.classes
+
+    @property
+    def streamed(self) -> bool:
+        """Whether the images are decoded from disk a batch at a time (vitzoo/data/stream.py)."""
+        return isinstance(self.train, ImageFiles)
