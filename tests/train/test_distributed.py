@@ -17,8 +17,10 @@ pytestmark = pytest.mark.slow  # subprocesses: `pytest -m "not slow"` skips them
 HERE = Path(__file__).resolve().parent
 
 
-def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+def _torchrun(script: str, *args: str) -> None:
+    """Run `script` in 2 processes under torchrun (gloo on CPU); fail with its output if it fails."""
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)  # the caller's vitzoo
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     # Own session: on a timeout the launcher AND its workers are killed, none left behind.
     proc = subprocess.Popen(
         [
@@ -27,9 +29,8 @@ def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
             "torch.distributed.run",
             "--standalone",
             "--nproc_per_node=2",
-            str(HERE / "_worker.py"),
-            "ddp",
-            str(tmp_path),
+            str(HERE / script),
+            *args,
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -44,6 +45,10 @@ def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
         output, _ = proc.communicate()
         raise AssertionError("torchrun with 2 processes did not finish in 120 s:\n" + output[-3000:]) from None
     assert proc.returncode == 0, output[-3000:]
+
+
+def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
+    _torchrun("_worker.py", "ddp", str(tmp_path))
     rank0, rank1 = load_file(tmp_path / "rank0.safetensors"), load_file(tmp_path / "rank1.safetensors")
     assert rank0.keys() == rank1.keys()
     for key in rank0:  # rank 1 started from a different head: DDP broadcast rank 0's weights
@@ -54,3 +59,24 @@ def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2  # one record per epoch, not one per rank
     assert '"val_acc"' in lines[-1]
+
+
+def test_two_processes_stream_a_folder_through_worker_processes(tmp_path: Path) -> None:
+    """Under DDP each rank streams its DistributedSampler slice through 2 DataLoader workers; the
+    ranks stay in lockstep and end where the same run without workers ends."""
+    from PIL import Image
+
+    g = torch.Generator().manual_seed(0)
+    for c, name in enumerate(("red", "green", "blue")):
+        (tmp_path / "photos" / name).mkdir(parents=True)
+        for i in range(8):
+            pixels = torch.randint(0, 90, (24 + i, 36 - i, 3), generator=g, dtype=torch.uint8)
+            pixels[..., c] += 160
+            Image.fromarray(pixels.numpy()).save(tmp_path / "photos" / name / f"{i}.jpg")
+    for workers in (2, 0):
+        _torchrun("_stream_worker.py", str(tmp_path / "photos"), str(tmp_path / f"workers{workers}"), str(workers))
+    runs = {w: [load_file(tmp_path / f"workers{w}" / f"rank{r}.safetensors") for r in (0, 1)] for w in (2, 0)}
+    for key, value in runs[2][0].items():
+        assert torch.equal(value, runs[2][1][key]) and torch.equal(value, runs[0][0][key]), key
+    metrics = (tmp_path / "workers2" / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 2 and '"val_acc"' in metrics[-1]

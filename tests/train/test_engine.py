@@ -190,3 +190,55 @@ def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits:
 def test_invalid_train_config_names_the_field_and_what_it_expects(field: str, value: object, expected: str) -> None:
     with pytest.raises(ValueError, match=rf"^{field}={value!r} is invalid; expected {expected}"):
         TrainConfig(**{field: value})
+
+
+# ----------------------------------------------------------------------------- streamed folders
+@pytest.fixture(scope="module")
+def photo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """3 classes of 8 small photos each (a class colour plus noise), of assorted sizes."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("photos")
+    g = torch.Generator().manual_seed(0)
+    for c, name in enumerate(("red", "green", "blue")):
+        (root / name).mkdir()
+        for i in range(8):
+            height, width = 24 + 2 * i, 40 - 2 * i
+            pixels = torch.randint(0, 90, (height, width, 3), generator=g, dtype=torch.uint8)
+            pixels[..., c] += 160
+            Image.fromarray(pixels.numpy()).save(root / name / f"{i}.{'jpg' if i % 2 else 'png'}")
+    return root
+
+
+def test_a_streamed_folder_trains_and_resumes_exactly_whatever_the_worker_count(
+    photo_folder: Path, tmp_path: Path
+) -> None:
+    from vitzoo.data import load_data
+    from vitzoo.train import CheckpointError
+
+    streamed = load_data("folder", path=photo_folder, stream=True, val_split=0.25)
+    config = dict(epochs=2, batch_size=6, lr=3e-3, progress=False, seed=7, erase=0.25, threads=1)
+    reference = tiny_model(num_classes=3)
+    result = fit(reference, streamed, config=TrainConfig(**config, workers=0), out_dir=tmp_path / "ref")
+    assert len(result.history) == 2 and result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+    run = json.loads((tmp_path / "ref" / "run.json").read_text())
+    assert run["streamed"] is True and run["train_images"] == 18 and run["val_images"] == 6
+
+    def interrupt(epoch: int, step: int) -> None:
+        if (epoch, step) == (1, 1):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    cut = tmp_path / "cut"
+    first = fit(
+        tiny_model(num_classes=3), streamed, config=TrainConfig(**config, workers=2), out_dir=cut, on_step=interrupt
+    )
+    assert first.interrupted
+    resumed = tiny_model(seed=123, num_classes=3)
+    fit(resumed, streamed, config=TrainConfig(**config, workers=1), out_dir=cut, resume=True)  # workers may change
+    assert _same_weights(reference, resumed)
+    # the same run with the images held in memory would see other batches: refused
+    in_memory = load_data("folder", path=photo_folder, stream=False, val_split=0.25)
+    with pytest.raises(CheckpointError, match=r"trained on images streamed from disk \(--stream\) but this data is"):
+        fit(tiny_model(num_classes=3), in_memory, config=TrainConfig(**config), out_dir=cut, resume=True)
+    with pytest.raises(ValueError, match=r"^workers=-1 is invalid; expected None or an int >= 0"):
+        TrainConfig(workers=-1)

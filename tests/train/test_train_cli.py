@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -210,3 +211,68 @@ def test_eval_dtype_auto_says_what_it_picked(mnist_dir: Path, tmp_path: Path, ca
     fp32 = json.loads(capsys.readouterr().out)
     # 200 digits: bf16 may flip a borderline prediction or two, not more
     assert abs(bf16["accuracy"] - fp32["accuracy"]) <= 0.02
+
+
+def test_streaming_a_folder_from_the_command_line_and_on_resume(tmp_path: Path, capsys) -> None:
+    for split, n in (("train", 6), ("val", 2)):
+        for c, color in enumerate([(250, 20, 20), (20, 20, 250)]):
+            for i in range(n):
+                path = tmp_path / "imgs" / split / f"class{c}" / f"{i}.jpg"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.new("RGB", (40 + 4 * i, 30), color).save(path)
+    out = tmp_path / "run"
+    args = ["--data", "folder", str(tmp_path / "imgs"), "--batch-size", "4", "--out", str(out), "--no-progress"]
+    assert _finetune("test_tiny_rgb", *args, "--epochs", "1", "--stream", "--workers", "1") == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["streamed"] is True and run["train_images"] == 12 and run["train_config"]["workers"] == 1
+    # resumed without --stream: streamed again, as the run was (held in memory it would see other batches)
+    with pytest.raises(CheckpointError, match=r"streamed from disk \(--stream\) but this data is decoded into memory"):
+        _finetune("test_tiny_rgb", *args, "--epochs", "2", "--resume", "--override", "epochs=2", "--in-memory")
+    assert _finetune("test_tiny_rgb", *args, "--epochs", "2", "--resume", "--override", "epochs=2") == 0
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
+    capsys.readouterr()
+    assert (
+        _eval("test_tiny_rgb", "--weights", str(out / "best"), "--data", "folder", str(tmp_path / "imgs"), "--stream")
+        == 0
+    )
+    assert re.search(r"accuracy [\d.]+% \(\d/4\)", capsys.readouterr().out)
+    with pytest.raises(ValueError, match="--stream applies to --data folder PATH; mnist-sample is always decoded"):
+        _finetune("test_tiny_vit", "--stream", "--out", str(tmp_path / "digits"))
+    with pytest.raises(SystemExit):
+        _finetune("test_tiny_rgb", *args, "--workers", "-1")
+    assert "expected a number of worker processes >= 0, got '-1'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_terminal_stops_a_streamed_run_cleanly(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group, DataLoader workers included: the run
+    still finishes its step, saves a checkpoint and exits with 130."""
+    for c, color in enumerate([(250, 20, 20), (20, 20, 250)]):
+        (tmp_path / "imgs" / f"class{c}").mkdir(parents=True)
+        for i in range(40):
+            Image.new("RGB", (40 + i % 7, 30), color).save(tmp_path / "imgs" / f"class{c}" / f"{i}.jpg")
+    out = tmp_path / "run"
+    command = [sys.executable, str(HERE / "_worker.py"), "cli", "test_tiny_vit", "--data", "folder"]
+    command += [str(tmp_path / "imgs"), "--stream", "--workers", "2", "--epochs", "50", "--batch-size", "4"]
+    command += ["--out", str(out), "--no-progress", "--threads", "1"]
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)  # the caller's vitzoo
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    proc = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None and not (out / "checkpoint.safetensors").is_file():
+            time.sleep(0.05)
+        time.sleep(0.5)  # inside the second epoch, workers running
+        if proc.poll() is not None:
+            raise AssertionError("the run ended before Ctrl-C:\n" + proc.communicate()[0][-3000:])
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, output[-3000:]
+    assert "checkpoint saved" in output and "exited unexpectedly" not in output, output[-3000:]
+    assert 1 <= read_checkpoint_meta(out / "checkpoint.safetensors")["state"]["epoch"] < 50

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,11 +18,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import DATASETS, DataSplits, load_data, store_size_for
+from ..data import DATASETS, DataSplits, default_workers, load_data, store_size_for
+from ..data.folder import MAX_DECODED_BYTES
 from ..model import VisionTransformer
 from ..precision import CHOICES, name_of, parse_dtype
 from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
-from .engine import BEST_DIR, TrainConfig, evaluate_split, fit, parse_overrides, resolve_device
+from .engine import BEST_DIR, TrainConfig, evaluate_split, fit, load_run_info, parse_overrides, resolve_device
 from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
 
 RUNS_DIR = Path("runs")
@@ -101,6 +103,44 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--strict", action="store_true", help="folder: stop at the first unreadable image instead of skipping it"
     )
+    budget = f"{MAX_DECODED_BYTES / 1024**3:.0f} GiB"
+    where = group.add_mutually_exclusive_group()
+    where.add_argument(
+        "--stream",
+        dest="stream",
+        action="store_const",
+        const=True,
+        default=None,
+        help="folder: decode the images from disk a batch at a time, in --workers processes, with random resized "
+        f"crops of the full images (the default when the decoded images would take more than {budget})",
+    )
+    where.add_argument(
+        "--in-memory",
+        dest="stream",
+        action="store_const",
+        const=False,
+        help=f"folder: decode every image once and keep them in memory (the default up to {budget}: faster for "
+        "small folders)",
+    )
+    group.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=None,
+        metavar="N",
+        help="streamed folder: processes decoding images (default: the CPU cores less one, shared among torchrun's "
+        "processes, at most 8; 0: decode in the main process). Batches do not depend on it",
+    )
+
+
+def _workers_arg(value: str) -> int:
+    """--workers: a number of processes >= 0."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of worker processes >= 0, got {value!r}")
+    return n
 
 
 def _parse_data(values: list[str]) -> tuple[str, str | None]:
@@ -118,13 +158,21 @@ def _parse_data(values: list[str]) -> tuple[str, str | None]:
     return name, None
 
 
-def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int) -> DataSplits:
+def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int, *, resuming: Path | None = None) -> DataSplits:
+    """The data of --data, for `model`. A folder is streamed or decoded into memory as --stream /
+    --in-memory say, else as its size calls for; when `resuming` a run, as that run was (a change
+    would change its batches)."""
     name, path = _parse_data(args.data)
+    stream = args.stream
+    if stream and name != "folder":
+        raise ValueError(f"--stream applies to --data folder PATH; {name} is always decoded into memory")
+    if stream is None and resuming is not None:
+        stream = load_run_info(resuming).get("streamed")
     store = 256
     if name == "folder":
         cfg = pretrained_cfg_of(model) or PretrainedCfg()  # what InputSpec.from_model falls back to
         store = store_size_for(max(cfg.input_size[1:]), cfg.crop_pct)
-    return load_data(
+    splits = load_data(
         name,
         path=path,
         data_dir=args.data_dir,
@@ -134,7 +182,12 @@ def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int) -> DataS
         seed=seed,
         strict=args.strict,
         eval_for=model,  # a folder's evaluation images stored the way vitzoo.data.eval_transform makes them
+        stream=stream,
     )
+    if splits.note and os.environ.get("RANK", "0") == "0":
+        workers = default_workers() if args.workers is None else args.workers
+        print(f"vitzoo: {splits.note} ({workers} worker processes, --workers)", file=sys.stderr, flush=True)
+    return splits
 
 
 def _peek_classes(args: argparse.Namespace) -> int:
@@ -150,6 +203,82 @@ def _peek_classes(args: argparse.Namespace) -> int:
     if not base.is_dir():
         raise FolderDataError(f"image folder {root} does not exist or is not a directory")
     return sum(1 for e in base.iterdir() if e.is_dir() and not e.name.startswith("."))
+
+
+def _add_distillation_arguments(parser: argparse.ArgumentParser) -> None:
+    """DeiT distillation and Mixup / CutMix: TrainConfig's teacher, distill_*, mixup, cutmix and mix_* fields."""
+    kd = parser.add_argument_group(
+        "distillation (DeiT)",
+        "A frozen teacher's predictions become a second target: loss = (1 - alpha) * CE(class head, labels) + "
+        "alpha * distillation(distillation head, teacher). A student with a distillation token (deit_*_distilled, "
+        "distilled=True) learns the labels with its class head and the teacher with its distillation head, and "
+        "evaluation averages the two. A student WITHOUT a distillation token distils through its class head "
+        "(classic knowledge distillation; --distill soft is the usual choice there).",
+    )
+    kd.add_argument(
+        "--teacher",
+        metavar="NAME|SOURCE",
+        default=None,
+        help="the teacher: a registered name (NAME.tag: its pretrained weights), a run directory (its best/), a "
+        "saved model directory or file, hf-hub:org/repo, or timm:NAME[.TAG] (any timm model). It must predict "
+        "the data's classes; its input size, channels and mean/std are adapted to each batch",
+    )
+    kd.add_argument(
+        "--teacher-weights",
+        metavar="SOURCE",
+        default=None,
+        help="weights for a teacher given by name (registered name or timm:NAME), e.g. a checkpoint file",
+    )
+    kd.add_argument(
+        "--distill",
+        choices=("none", "hard", "soft"),
+        default=None,
+        help="hard (the default with --teacher, DeiT's best): learn the teacher's top class; soft: its "
+        "probabilities softened at --distill-tau (KL divergence x tau^2); none: no teacher",
+    )
+    kd.add_argument("--distill-tau", type=float, default=1.0, metavar="TAU", help="soft: temperature (default 1)")
+    kd.add_argument(
+        "--distill-alpha",
+        type=float,
+        default=0.5,
+        metavar="ALPHA",
+        help="weight of the teacher's term, 0 to 1; the labels get 1 - ALPHA (default 0.5, DeiT's)",
+    )
+    mix = parser.add_argument_group(
+        "Mixup / CutMix (off by default)",
+        "Mixed images with mixed label targets, as timm's Mixup (label smoothing folded into the targets). With "
+        "--teacher the teacher sees the mixed images.",
+    )
+    mix.add_argument(
+        "--mixup",
+        type=float,
+        default=0.0,
+        metavar="ALPHA",
+        help="Mixup: blend each image with its neighbour, weight ~ Beta(ALPHA, ALPHA) (DeiT: 0.8; 0: off)",
+    )
+    mix.add_argument(
+        "--cutmix",
+        type=float,
+        default=0.0,
+        metavar="ALPHA",
+        help="CutMix: paste a box of the neighbour, area ~ Beta(ALPHA, ALPHA) (DeiT: 1.0; 0: off)",
+    )
+    mix.add_argument(
+        "--mix-prob", type=float, default=1.0, metavar="P", help="probability that a batch is mixed (default 1)"
+    )
+    mix.add_argument(
+        "--mix-switch-prob",
+        type=float,
+        default=0.5,
+        metavar="P",
+        help="with both on: probability that a mixed batch gets CutMix rather than Mixup (default 0.5)",
+    )
+
+
+def _distillation_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The TrainConfig fields of _add_distillation_arguments, from parsed arguments."""
+    names = ("teacher", "teacher_weights", "distill", "distill_tau", "distill_alpha")
+    return {name: getattr(args, name) for name in (*names, "mixup", "cutmix", "mix_prob", "mix_switch_prob")}
 
 
 # ----------------------------------------------------------------------------- finetune
@@ -208,6 +337,7 @@ def configure_finetune_parser(parser: argparse.ArgumentParser) -> None:
     rec.add_argument(
         "--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout"
     )
+    _add_distillation_arguments(parser)
     run = parser.add_argument_group("run")
     run.add_argument("--out", default=None, help="run directory (default runs/<model>-<data>-<time>)")
     run.add_argument(
@@ -323,11 +453,13 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
         progress=not args.no_progress,
         device=args.device,
         threads=args.threads,
+        workers=args.workers,
+        **_distillation_settings(args),
     )
     out_dir = _run_dir(args, data_name)
     torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
     model = _require_vit(build_model(args, _peek_classes(args)), args.model)
-    splits = _load_splits(args, model, args.seed)
+    splits = _load_splits(args, model, args.seed, resuming=out_dir if args.resume else None)
     if splits.train.num_classes != model.config.num_classes:  # e.g. a folder class without images
         model.reset_classifier(splits.train.num_classes)
     rank0 = int(__import__("os").environ.get("RANK", "0")) == 0
@@ -431,7 +563,9 @@ def run_eval(args: argparse.Namespace) -> int:
             f"the weights {args.weights} predict {model.config.num_classes} classes but {splits.val.source} has "
             f"{splits.val.num_classes}; evaluate on the data the model was trained for"
         )
-    result = evaluate_split(model, splits.val, kind=splits.kind, batch_size=args.batch_size, device=args.device)
+    result = evaluate_split(
+        model, splits.val, kind=splits.kind, batch_size=args.batch_size, device=args.device, workers=args.workers
+    )
     if args.json:
         print(
             json.dumps(

@@ -13,6 +13,8 @@ One engine serves the CLI (`vitzoo finetune`, `vitzoo eval`) and the example scr
   and the checkpoint holds optimizer, schedule and RNG state);
 * optionally an exponential moving average of the weights (ema.py), which is then the model
   that gets evaluated, checkpointed alongside and exported;
+* optionally DeiT distillation from a frozen teacher (distill.py: its logits a second target)
+  and Mixup / CutMix (mix.py: soft targets, drawn from (seed, epoch, step), so resume stays exact);
 * evaluation after every epoch, `metrics.jsonl` + `curves.png`, an atomic checkpoint every
   epoch and on Ctrl-C (first Ctrl-C: finish the step, save, stop; second: abort), the best
   model exported as a loadable pretrained directory (`best/`);
@@ -37,7 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +48,8 @@ from tqdm.auto import tqdm
 
 from ..atomic import remove_stale_temp_files, write_json
 from ..checks import check_fields
-from ..data import BatchLoader, BatchTransform, DataSplits, ImageTensors, InputSpec
+from ..data import BatchLoader, BatchTransform, DataSplits, ImageFiles, ImageTensors, InputSpec, make_loader
+from ..data.stream import StreamLoader
 from ..data.tensors import DataKind
 from . import distributed
 from .checkpoint import (
@@ -57,10 +60,12 @@ from .checkpoint import (
     read_checkpoint_meta,
     save_checkpoint,
 )
+from .distill import DISTILL_MODES, Teacher, build_teacher, distillation_loss
 from .ema import WeightEma
 from .export import export_pretrained
 from .lock import RunLock
 from .metrics import CURVES_NAME, METRICS_NAME, plot_curves, read_metrics, write_metrics
+from .mix import Mixer, step_seed
 from .optim import WarmupCosine, freeze_backbone, freeze_norm_statistics, param_groups
 from .threads import AutoThreads
 
@@ -88,13 +93,27 @@ class TrainConfig:
     augment: float = 1.0  # digits: strength of the random affine (1: +-10 deg, +-10% zoom and shift; 0: none)
     erase: float = 0.0  # random erasing: probability that a training image gets one rectangle erased
     ema_decay: float | None = None  # average the weights (e.g. 0.9995); evaluation and best/ use the average
+    # DeiT distillation (distill.py): a frozen teacher's predictions as a second target
+    teacher: str | None = None  # registered name[.tag], saved model or run directory, hf-hub:org/repo, timm:NAME[.TAG]
+    teacher_weights: str | None = None  # weights for a named teacher (a registered name or timm:NAME)
+    distill: str | None = None  # "hard", "soft" or "none"; None: "hard" with a teacher (DeiT's best), else "none"
+    distill_tau: float = 1.0  # soft distillation's temperature
+    distill_alpha: float = 0.5  # weight of the teacher's term; the labels' term gets 1 - alpha
+    # Mixup / CutMix (mix.py), as timm's Mixup: on when an alpha is > 0
+    mixup: float = 0.0  # Mixup's weight lam ~ Beta(mixup, mixup); 0: off
+    cutmix: float = 0.0  # CutMix's area ~ Beta(cutmix, cutmix); 0: off
+    mix_prob: float = 1.0  # probability that a batch is mixed at all
+    mix_switch_prob: float = 0.5  # with both on: probability that a mixed batch gets CutMix rather than Mixup
     progress: bool = True
     device: str = "auto"
     threads: int | None = (
         None  # torch intra-op threads; None: "auto", the cores other processes leave free (threads.py)
     )
+    workers: int | None = None  # processes decoding a streamed folder (data/stream.py); None: from the CPU count
 
     def __post_init__(self) -> None:
+        if self.distill is None:
+            self.distill = "hard" if self.teacher is not None else "none"
         check_fields(
             self,
             [
@@ -117,12 +136,28 @@ class TrainConfig:
                     "None or a float in (0, 1), e.g. 0.9995",
                 ),
                 (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
+                (self.workers is None or self.workers >= 0, "workers", "None or an int >= 0 (0: no worker processes)"),
+                (self.teacher is None or bool(self.teacher.strip()), "teacher", "None or a model name or source"),
+                (self.teacher_weights is None or self.teacher is not None, "teacher_weights", "None without a teacher"),
+                (self.distill in DISTILL_MODES, "distill", "'hard', 'soft' or 'none'"),
+                (
+                    (self.distill == "none") == (self.teacher is None),
+                    "distill",
+                    "'none' without a teacher, 'hard' or 'soft' with one",
+                ),
+                (self.distill_tau > 0, "distill_tau", "a positive float"),
+                (0 <= self.distill_alpha <= 1, "distill_alpha", "a float in [0, 1]"),
+                (self.mixup >= 0, "mixup", "a float >= 0 (0: off)"),
+                (self.cutmix >= 0, "cutmix", "a float >= 0 (0: off)"),
+                (0 <= self.mix_prob <= 1, "mix_prob", "a probability in [0, 1]"),
+                (0 <= self.mix_switch_prob <= 1, "mix_switch_prob", "a probability in [0, 1]"),
             ],
         )
 
 
 # How a run executes, not what it computes: these may differ on --resume without an override.
-RUNTIME_FIELDS = frozenset({"progress", "device", "threads"})
+# `workers` too: a streamed batch is the same whichever worker, and however many, prepared it.
+RUNTIME_FIELDS = frozenset({"progress", "device", "threads", "workers"})
 
 
 def parse_overrides(values: list[str]) -> dict[str, Any]:
@@ -246,15 +281,44 @@ def build_transforms(
     return train_tf, eval_tf
 
 
+def _cross_entropy(logits: torch.Tensor, target: torch.Tensor, smoothing: float) -> torch.Tensor:
+    if target.is_floating_point():  # probabilities (Mixup/CutMix): smoothing is folded in already (mix.py)
+        return F.cross_entropy(logits.float(), target)
+    return F.cross_entropy(logits.float(), target, label_smoothing=smoothing)
+
+
 def classification_loss(
-    output: torch.Tensor | tuple[torch.Tensor, ...], target: torch.Tensor, smoothing: float
-) -> torch.Tensor:
-    """Cross-entropy; a DeiT in training mode returns (cls logits, dist logits): without a
-    teacher both heads learn the labels, as in DeiT fine-tuning."""
-    if isinstance(output, tuple):
-        losses = [F.cross_entropy(o.float(), target, label_smoothing=smoothing) for o in output]
-        return torch.stack(losses).sum() / len(losses)
-    return F.cross_entropy(output.float(), target, label_smoothing=smoothing)
+    output: torch.Tensor | tuple[torch.Tensor, ...],
+    target: torch.Tensor,
+    smoothing: float,
+    *,
+    teacher_logits: torch.Tensor | None = None,
+    distill: str = "hard",
+    tau: float = 1.0,
+    alpha: float = 0.5,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The training loss, and its distillation term alone (None without a teacher).
+
+    `target` is class indices (B,), smoothed with `smoothing`, or probabilities (B, C) (Mixup /
+    CutMix targets, which carry the smoothing already). A DeiT in training mode returns (class
+    logits, dist logits). Without a teacher every head learns the labels (the mean of their
+    losses). With `teacher_logits`, DeiT's objective: (1 - alpha) * CE(class head, target) +
+    alpha * distillation(dist head, teacher) (distill.py); a student without a distillation head
+    distils through its class head."""
+    if teacher_logits is None:
+        if isinstance(output, tuple):
+            losses = [_cross_entropy(o, target, smoothing) for o in output]
+            return torch.stack(losses).sum() / len(losses), None
+        return _cross_entropy(output, target, smoothing), None
+    class_logits, dist_logits = output[:2] if isinstance(output, tuple) else (output, output)
+    distill_loss = distillation_loss(dist_logits, teacher_logits, mode=distill, tau=tau)
+    return (1 - alpha) * _cross_entropy(class_logits, target, smoothing) + alpha * distill_loss, distill_loss
+
+
+class StepResult(NamedTuple):
+    output: torch.Tensor | tuple[torch.Tensor, ...]  # the model's output (a DeiT's: both heads' logits)
+    loss: torch.Tensor  # what the step minimised
+    distill_loss: torch.Tensor | None  # its teacher term alone (None without a teacher)
 
 
 def train_step(
@@ -262,22 +326,35 @@ def train_step(
     optimizer: torch.optim.Optimizer,
     params: list[torch.Tensor],
     x: torch.Tensor,
-    y: torch.Tensor,
+    target: torch.Tensor,
     *,
     label_smoothing: float = 0.0,
     clip_grad: float | None = None,
     autocast: Callable[[], Any] = contextlib.nullcontext,
-) -> tuple[torch.Tensor | tuple[torch.Tensor, ...], torch.Tensor]:
-    """One optimizer step: forward, loss, backward, gradient clipping, update. (output, loss)."""
+    teacher: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    distill: str = "hard",
+    distill_tau: float = 1.0,
+    distill_alpha: float = 0.5,
+) -> StepResult:
+    """One optimizer step: forward (and the teacher's, on the same images), loss, backward,
+    gradient clipping, update. `target`: labels or probabilities (see classification_loss)."""
     with autocast():
         output = model(x)
-        loss = classification_loss(output, y, label_smoothing)
+        loss, distill_loss = classification_loss(
+            output,
+            target,
+            label_smoothing,
+            teacher_logits=teacher(x) if teacher is not None else None,
+            distill=distill,
+            tau=distill_tau,
+            alpha=distill_alpha,
+        )
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if clip_grad is not None:
         torch.nn.utils.clip_grad_norm_(params, clip_grad)
     optimizer.step()
-    return output, loss
+    return StepResult(output, loss, distill_loss)
 
 
 def _logits(output: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -287,7 +364,7 @@ def _logits(output: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    loader: BatchLoader,
+    loader: BatchLoader | StreamLoader,
     *,
     num_classes: int,
     device: torch.device | str = "cpu",
@@ -371,14 +448,16 @@ class Run:
     optimizer: torch.optim.Optimizer
     scheduler: WarmupCosine
     trainable: list[torch.Tensor]
-    train_loader: BatchLoader
-    val_loader: BatchLoader
+    train_loader: BatchLoader | StreamLoader
+    val_loader: BatchLoader | StreamLoader
     info: dict[str, Any]  # run.json, also stored in every checkpoint
     state: TrainState = field(default_factory=TrainState)
     history: list[dict[str, Any]] = field(default_factory=list)
     best_dir: Path | None = None
     train_seconds: float = 0.0
     lock: RunLock | None = None  # rank 0's lock of out_dir, held until fit returns
+    teacher: Teacher | None = None  # config.teacher, built (distill.py)
+    mixer: Mixer | None = None  # Mixup / CutMix, when config asks for them (mix.py)
     auto_threads: AutoThreads | None = None  # threads=None on the CPU: re-decided as training goes
 
     @property
@@ -584,7 +663,10 @@ def _build_run(
         meta = read_checkpoint_meta(out_dir / CHECKPOINT_NAME)
         previous = meta.get("run") or {}
         _check_same_model(out_dir, previous, model, (run_info or {}).get("model"), splits)
-        history_entry = _check_same_settings(out_dir, previous, config, overrides, meta.get("state") or {})
+    torch.manual_seed(config.seed)  # a teacher with random weights is then the same model on every start
+    teacher = _build_teacher(config, model, splits, device)
+    if resume:
+        history_entry = _check_same_settings(out_dir, previous, config, overrides, meta.get("state") or {}, teacher)
     if config.threads is not None:
         torch.set_num_threads(config.threads)  # fixed: bit-for-bit repeatable (see threads.py)
     torch.manual_seed(config.seed)
@@ -593,7 +675,7 @@ def _build_run(
     model.to(device)
     ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
     bf16 = use_bf16(config.amp, device)
-    train_loader, val_loader = _make_loaders(model, splits, config, dist)
+    train_loader, val_loader = _make_loaders(model, splits, config, dist, device)
     groups = param_groups(model, weight_decay=config.weight_decay, layer_decay=config.layer_decay)
     optimizer = make_optimizer(groups, lr=config.lr, device=device)
     steps_per_epoch = len(train_loader)
@@ -609,12 +691,14 @@ def _build_run(
         **(run_info or {}),
         "data": splits.name,
         "classes": list(splits.classes),
+        "streamed": splits.streamed,  # images decoded from disk per batch (data/stream.py), not held in memory
         "train_images": len(splits.train),
         "val_images": len(splits.val),
         "world_size": dist.world_size,
         "device": str(device),
         "bf16": bf16,
         "train_config": dataclasses.asdict(config),
+        "teacher": teacher.description if teacher is not None else None,
         "model_config": model_config.to_dict() if model_config is not None else None,
         # each resume that changed settings: {resumed_at_epoch, resumed_at_step, changed: {name: {old, new}}}
         "settings_history": list(previous.get("settings_history") or []) + ([history_entry] if history_entry else []),
@@ -638,6 +722,8 @@ def _build_run(
         # On a busy machine OpenMP threads that share contested cores wait for each other at every
         # barrier; "auto" uses the cores that are free instead (vitzoo/train/threads.py).
         auto_threads=AutoThreads() if config.threads is None and device.type == "cpu" else None,
+        teacher=teacher,
+        mixer=_make_mixer(config, splits.train.num_classes),
     )
     if resume:
         run.state, _ = load_checkpoint(
@@ -702,6 +788,14 @@ def _check_same_model(
                 f"{name or type(model).__name__} ({new}); resume with the model the run was "
                 "started with, or --out another directory"
             )
+    stored_streamed = previous.get("streamed")
+    if stored_streamed is not None and stored_streamed != splits.streamed:
+        how = {True: "streamed from disk (--stream)", False: "decoded into memory (--in-memory)"}
+        raise CheckpointError(
+            f"run directory {out_dir} was trained on images {how[stored_streamed]} but this data is "
+            f"{how[splits.streamed]}; the two prepare training images differently, so the batches would not be "
+            f"the run's: resume with the images {how[stored_streamed]}"
+        )
     stored_classes = previous.get("classes")
     if stored_classes is not None and list(stored_classes) != list(splits.classes):
         raise CheckpointError(
@@ -716,10 +810,12 @@ def _check_same_settings(
     config: TrainConfig,
     overrides: dict[str, Any],
     state: dict[str, Any],
+    teacher: Teacher | None = None,
 ) -> dict[str, Any] | None:
     """Compare the settings with those the run was started (or last resumed) with. A change not
     named in `overrides` is an error that lists every change; named ones are returned as the
-    settings_history entry (None: nothing changed)."""
+    settings_history entry (None: nothing changed). The teacher is compared by its weights too:
+    the same path may hold another model by now (a retrained run directory, an overwritten file)."""
     stored = previous.get("train_config") or {}
     current = json.loads(json.dumps(dataclasses.asdict(config)))
     changed = {
@@ -736,34 +832,75 @@ def _check_same_settings(
             f"to change them on purpose pass {flags} (Python: fit(..., overrides={{...}})), or resume with the "
             "old values"
         )
+    digest_before = (previous.get("teacher") or {}).get("digest")
+    digest_now = teacher.description["digest"] if teacher is not None else None
+    if digest_before is not None and digest_now is not None and digest_before != digest_now:
+        if not {"teacher", "teacher_weights"} & set(overrides):
+            raise CheckpointError(
+                f"cannot resume {out_dir}: the teacher {config.teacher!r} is not the model the run started with "
+                f"(weights digest {digest_before} -> {digest_now}); resume with the original teacher, or pass "
+                f"--override teacher={config.teacher} to continue with this one"
+            )
+        changed["teacher_digest"] = {"old": digest_before, "new": digest_now}
     if not changed:
         return None
     return {"resumed_at_epoch": state.get("epoch"), "resumed_at_step": state.get("step"), "changed": changed}
 
 
+def _build_teacher(config: TrainConfig, model: nn.Module, splits: DataSplits, device: torch.device) -> Teacher | None:
+    if config.teacher is None:
+        return None
+    return build_teacher(
+        config.teacher, weights=config.teacher_weights, student=model, classes=splits.classes, device=device
+    )
+
+
+def _make_mixer(config: TrainConfig, num_classes: int) -> Mixer | None:
+    if config.mixup == 0 and config.cutmix == 0:
+        return None
+    return Mixer(
+        num_classes=num_classes,
+        mixup_alpha=config.mixup,
+        cutmix_alpha=config.cutmix,
+        prob=config.mix_prob,
+        switch_prob=config.mix_switch_prob,
+        label_smoothing=config.label_smoothing,
+    )
+
+
 def _make_loaders(
-    model: nn.Module, splits: DataSplits, config: TrainConfig, dist: distributed.DistInfo
-) -> tuple[BatchLoader, BatchLoader]:
-    """Train and validation loaders; each rank gets its slice of every batch (batch_size is global)."""
+    model: nn.Module,
+    splits: DataSplits,
+    config: TrainConfig,
+    dist: distributed.DistInfo,
+    device: torch.device | None = None,
+) -> tuple[BatchLoader | StreamLoader, BatchLoader | StreamLoader]:
+    """Train and validation loaders; each rank gets its slice of every batch (batch_size is global).
+    Decoded data gets BatchLoaders, a streamed folder StreamLoaders with `config.workers`."""
     train_tf, eval_tf = build_transforms(
         model, splits, randaugment=config.randaugment, augment=config.augment, erase=config.erase
     )
-    train_loader = BatchLoader(
+    pin_memory = device is not None and device.type == "cuda"  # page-locked: the copy to the GPU can overlap
+    train_loader = make_loader(
         splits.train,
-        batch_size=config.batch_size // dist.world_size,
         transform=train_tf,
+        batch_size=config.batch_size // dist.world_size,
         shuffle=True,
         seed=config.seed,
         rank=dist.rank,
         world_size=dist.world_size,
+        workers=config.workers,
+        pin_memory=pin_memory,
     )
-    val_loader = BatchLoader(
+    val_loader = make_loader(
         splits.val,
-        batch_size=config.eval_batch_size,
         transform=eval_tf,
+        batch_size=config.eval_batch_size,
         shuffle=False,
         rank=dist.rank,
         world_size=dist.world_size,
+        workers=config.workers,
+        pin_memory=pin_memory,
     )
     return train_loader, val_loader
 
@@ -788,15 +925,22 @@ def train_one_epoch(run: Run, stop: _StopFlag, *, on_step: Callable[[int, int], 
     started = time.perf_counter()
     for x, y in run.train_loader.iterate(epoch, start_step=state.step):
         x, y = x.to(run.device, non_blocking=True), y.to(run.device, non_blocking=True)
-        output, loss = train_step(
+        target = y
+        if run.mixer is not None:  # seeded by the step: a resumed run mixes the same way
+            x, target = run.mixer(x, y, seed=step_seed(config.seed, epoch, state.step, run.dist.rank))
+        output, loss, distill_loss = train_step(  # the teacher sees the mixed images, as in DeiT
             run.ddp_model,
             run.optimizer,
             run.trainable,
             x,
-            y,
+            target,
             label_smoothing=config.label_smoothing,
             clip_grad=config.clip_grad,
             autocast=run.autocast,
+            teacher=run.teacher,
+            distill=config.distill or "hard",
+            distill_tau=config.distill_tau,
+            distill_alpha=config.distill_alpha,
         )
         run.scheduler.step()
         with torch.no_grad():
@@ -807,6 +951,8 @@ def train_one_epoch(run: Run, stop: _StopFlag, *, on_step: Callable[[int, int], 
         if run.ema is not None:
             run.ema.update(run.model, state.global_step)
         state.epoch_loss_sum += loss_value * len(y)
+        if distill_loss is not None:  # in `extra`: a checkpoint in mid-epoch keeps the partial sum
+            state.extra[_DISTILL_SUM] = state.extra.get(_DISTILL_SUM, 0.0) + float(distill_loss.detach()) * len(y)
         state.epoch_correct += correct
         state.epoch_seen += len(y)
         if run.auto_threads is not None:
@@ -827,13 +973,19 @@ def train_one_epoch(run: Run, stop: _StopFlag, *, on_step: Callable[[int, int], 
     return stopped
 
 
+_DISTILL_SUM = "epoch_distill_loss_sum"
+
+
 def end_epoch(run: Run) -> dict[str, Any]:
     """After a complete epoch: evaluate, record the metrics, advance the state to the next epoch,
     export the best model and checkpoint (in that order: a resumed run must not skip an export).
     Returns the epoch's metrics record."""
     state, epoch = run.state, run.state.epoch
     val = run.evaluate(run.eval_model)
-    sums = torch.tensor([state.epoch_loss_sum, state.epoch_correct, state.epoch_seen], dtype=torch.float64)
+    sums = torch.tensor(
+        [state.epoch_loss_sum, state.epoch_correct, state.epoch_seen, state.extra.get(_DISTILL_SUM, 0.0)],
+        dtype=torch.float64,
+    )
     distributed.all_reduce_sum(sums, run.dist)
     run.train_seconds += state.epoch_time
     record = {
@@ -848,6 +1000,8 @@ def end_epoch(run: Run) -> dict[str, Any]:
         "train_images_per_s": round(float(sums[2]) / max(state.epoch_time, 1e-9), 1),
         "threads": torch.get_num_threads(),
     }
+    if run.teacher is not None:  # the teacher's term of train_loss, on its own
+        record["train_distill_loss"] = float(sums[3] / sums[2])
     if run.ema is not None:  # val_acc is the average's; this is the training weights'
         record["raw_val_acc"] = run.evaluate(run.model).accuracy
     run.history.append(record)
@@ -856,6 +1010,7 @@ def end_epoch(run: Run) -> dict[str, Any]:
         state.best_acc, state.best_epoch = val.accuracy, epoch
     state.epoch, state.step = epoch + 1, 0
     state.epoch_loss_sum, state.epoch_correct, state.epoch_seen, state.epoch_time = 0.0, 0, 0, 0.0
+    state.extra.pop(_DISTILL_SUM, None)
     if run.dist.is_main:
         tqdm.write(_epoch_line(record, run.config, ema=run.ema is not None))
         write_metrics(run.out_dir / METRICS_NAME, run.history)
@@ -878,7 +1033,8 @@ def end_epoch(run: Run) -> dict[str, Any]:
 def _epoch_line(record: dict[str, Any], config: TrainConfig, *, ema: bool) -> str:
     return (
         f"epoch {record['epoch'] + 1:>3}/{config.epochs}  train loss {record['train_loss']:.4f} acc {100 * record['train_acc']:.2f}%"
-        f"  val loss {record['val_loss']:.4f} acc {100 * record['val_acc']:.2f}%"
+        + (f" (teacher term {record['train_distill_loss']:.4f})" if "train_distill_loss" in record else "")
+        + f"  val loss {record['val_loss']:.4f} acc {100 * record['val_acc']:.2f}%"
         + (f" (EMA; weights {100 * record['raw_val_acc']:.2f}%)" if ema else "")
         + f"  ({record['epoch_time_s']:.1f} s, "
         f"{record['train_images_per_s']:.0f} img/s)"
@@ -900,11 +1056,20 @@ def load_run_info(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def evaluate_split(
-    model: nn.Module, data: ImageTensors, *, kind: DataKind, batch_size: int = 500, device: str = "auto"
+    model: nn.Module,
+    data: ImageTensors | ImageFiles,
+    *,
+    kind: DataKind,
+    batch_size: int = 500,
+    device: str = "auto",
+    workers: int | None = None,
 ) -> EvalResult:
-    """Evaluate `model` on one split with the eval transform its pretrained_cfg implies."""
+    """Evaluate `model` on one split with the eval transform its pretrained_cfg implies (a
+    streamed split: decoded by `workers` processes, None: from the CPU count)."""
     dev = resolve_device(device)
     model.to(dev)
     transform = BatchTransform(spec=InputSpec.from_model(model), train=False, kind=kind)
-    loader = BatchLoader(data, batch_size=batch_size, transform=transform, shuffle=False)
+    loader = make_loader(
+        data, transform=transform, batch_size=batch_size, shuffle=False, workers=workers, pin_memory=dev.type == "cuda"
+    )
     return evaluate(model, loader, num_classes=data.num_classes, device=dev)
