@@ -65,7 +65,8 @@ def main() -> int:
     else:
         model = vitzoo.create(args.model, pretrained=True, **overrides)
 
-    # 2. Images decoded once at the size the weights' preprocessing implies (input / crop_pct).
+    # 2. Images decoded once at the size the weights' preprocessing implies (input / crop_pct);
+    #    a folder too large for memory is streamed from disk instead (vitzoo/data/stream.py).
     cfg = model.pretrained_cfg
     splits = load_image_folder(
         args.folder,
