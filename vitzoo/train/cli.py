@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..data import DATASETS, DataSplits, default_workers, load_data, store_size_for
+from ..data import DATASETS, DataSplits, default_workers, load_data, load_hf_dataset, store_size_for
 from ..data.folder import MAX_DECODED_BYTES
+from ..data.hf import hf_num_classes
 from ..model import VisionTransformer
 from ..precision import CHOICES, name_of, parse_dtype
 from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
@@ -89,7 +90,9 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         metavar=("NAME", "PATH"),
         default=["mnist-sample"],
         help="mnist-sample (default: the real-MNIST sample shipped with vitzoo, offline), mnist, "
-        "fashion-mnist, or 'folder PATH' for an ImageNet-style folder (train/ and val/, or class folders)",
+        "fashion-mnist, 'folder PATH' for an ImageNet-style folder (train/ and val/, or class folders), or "
+        "hf:PATH_OR_NAME for a Hugging Face datasets image dataset, read offline: a folder written by "
+        "save_to_disk, a folder of dataset files, or a name in the local datasets cache (pip install 'vitzoo[hf]')",
     )
     group.add_argument(
         "--data-dir",
@@ -122,6 +125,24 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"folder: decode every image once and keep them in memory (the default up to {budget}: faster for "
         "small folders)",
     )
+    hf = parser.add_argument_group(
+        "Hugging Face datasets (--data hf:...)",
+        "Found automatically: the 'train' split, evaluation on validation/valid/val/test (else a seeded --val-split "
+        "of train), the one datasets.Image column and the one ClassLabel column (its names are the classes)",
+    )
+    hf.add_argument("--hf-split-train", metavar="SPLIT", default=None, help="the split to train on (default: train)")
+    hf.add_argument(
+        "--hf-split-val",
+        metavar="SPLIT",
+        default=None,
+        help="the split to evaluate on; 'none': a seeded --val-split fraction of the training split",
+    )
+    hf.add_argument(
+        "--hf-image-column", metavar="COLUMN", default=None, help="the image column, when there are several"
+    )
+    hf.add_argument(
+        "--hf-label-column", metavar="COLUMN", default=None, help="the label column, when there are several"
+    )
     group.add_argument(
         "--workers",
         type=_workers_arg,
@@ -145,6 +166,11 @@ def _workers_arg(value: str) -> int:
 
 def _parse_data(values: list[str]) -> tuple[str, str | None]:
     name, rest = values[0], values[1:]
+    if name.startswith("hf:") or name == "hf":
+        spec = name[3:]
+        if not spec or rest:
+            raise ValueError("--data hf:PATH_OR_NAME takes one argument, the dataset after 'hf:' (e.g. hf:saved_dir)")
+        return "hf", spec
     if name not in DATASETS:
         if len(values) == 1 and Path(name).is_dir():
             return "folder", name  # a bare directory means an image folder
@@ -169,9 +195,23 @@ def _load_splits(args: argparse.Namespace, model: nn.Module, seed: int, *, resum
     if stream is None and resuming is not None:
         stream = load_run_info(resuming).get("streamed")
     store = 256
-    if name == "folder":
+    if name in ("folder", "hf"):
         cfg = pretrained_cfg_of(model) or PretrainedCfg()  # what InputSpec.from_model falls back to
         store = store_size_for(max(cfg.input_size[1:]), cfg.crop_pct)
+    if name == "hf":
+        assert path is not None  # _parse_data gives "hf" with its spec
+        return load_hf_dataset(
+            path,
+            store_size=store,
+            train_split=args.hf_split_train,
+            eval_split=args.hf_split_val,
+            image_column=args.hf_image_column,
+            label_column=args.hf_label_column,
+            val_split=args.val_split,
+            seed=seed,
+            strict=args.strict,
+            eval_for=model,
+        )
     splits = load_data(
         name,
         path=path,
@@ -194,7 +234,9 @@ def _peek_classes(args: argparse.Namespace) -> int:
     """Number of classes without decoding anything (the model must be built before the folder
     is decoded, because the model's input size decides the stored size)."""
     name, path = _parse_data(args.data)
-    if name != "folder" or path is None:  # only "folder" comes with a path
+    if name == "hf" and path is not None:  # its ClassLabel feature says, nothing decoded
+        return hf_num_classes(path, train_split=args.hf_split_train, label_column=args.hf_label_column)
+    if name != "folder" or path is None:  # only "folder" and "hf" come with a path
         return 10
     from ..data.folder import FolderDataError
 
