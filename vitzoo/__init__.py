@@ -5,13 +5,13 @@
 
 The package's layers import downwards only (tests/test_layering.py checks it):
 
-    atomic, checks, pretrained_cfg, layers/   import nothing of vitzoo above them
-    layout, model, flops                                       the model and its saved layout
+    atomic, checks, precision, pretrained_cfg, layers/         import nothing of vitzoo above them
+    layout, model, flops, deploy                               the model, its saved layout, its export
     zoo, plugins                                               the built-in table, entry-point loading
     registry                                                   names -> builders, configs, sources
     weights/                                                   checkpoints: read, convert, adapt, export
     builder                                                    create / from_pretrained: registry + weights
-    data/, train/, viz/, cli                                   applications on top
+    data/, predict, train/, viz/, cli                          applications on top
 
 The names below are imported on first use, so `import vitzoo.model` (or `vitzoo.layers`) loads
 only the model, not the registry, the zoo or the checkpoint machinery.
