@@ -41,6 +41,7 @@ from .atomic import atomic_path
 from .data import InputSpec, eval_transform, find_image_files
 from .data.folder import UnreadableImageError as UnreadableFileError
 from .data.folder import decode_image
+from .data.stream import usable_cores
 from .pretrained_cfg import pretrained_cfg_of
 
 __all__ = [
@@ -62,8 +63,7 @@ def default_workers() -> int:
     (at most 4). On CPU the model already uses a thread per core, and a decoding process on one of
     those cores slows the matrix products by more than it saves (benchmarks/speed.py
     --predict-folder measures both)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(0, min(4, cores - torch.get_num_threads()))
+    return max(0, min(4, usable_cores() - torch.get_num_threads()))
 
 
 class UnreadableImageError(ValueError):

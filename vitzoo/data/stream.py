@@ -73,11 +73,16 @@ _MAX_DEFAULT_WORKERS = 8  # each worker is a process holding its own prefetched 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def default_workers() -> int:
     """DataLoader workers for one training process: the CPU cores this process may run on, shared
     among the processes torchrun started on this machine, less one for the training process
     itself; at least 1, at most 8."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     local_processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     return max(1, min(_MAX_DEFAULT_WORKERS, cores // local_processes - 1))
 
