@@ -289,6 +289,26 @@ def _stratified_split(
     return torch.cat(train_idx).sort().values, torch.cat(val_idx).sort().values
 
 
+Split = TypeVar("Split", ImageTensors, ImageFiles)
+
+
+def split_off_val(
+    everything: Split,
+    val_split: float | None,
+    seed: int,
+    source: str,
+    redecode: Callable[[list[int], str], Split] | None = None,
+) -> tuple[Split, Split]:
+    """(train, val) of data without its own evaluation split: a seeded per-class `val_split`
+    fraction (default 0.2) held out, named after `source`. `redecode(indices, val_source)` builds
+    the held-out images another way (the evaluation way) instead of taking them as stored."""
+    fraction = 0.2 if val_split is None else val_split
+    train_idx, val_idx = _stratified_split(everything, fraction, seed)
+    val_source = f"{source} (val split, {fraction:.0%})"
+    val = everything.subset(val_idx, val_source) if redecode is None else redecode(val_idx.tolist(), val_source)
+    return everything.subset(train_idx, f"{source} (train split)"), val
+
+
 def load_image_folder(
     root: str | os.PathLike[str],
     *,
@@ -384,15 +404,15 @@ def load_image_folder(
         everything, paths = _decode_all(
             samples, classes, train_decode, (store_size, store_size), strict, str(directory)
         )
-        fraction = 0.2 if val_split is None else val_split
-        train_idx, val_idx = _stratified_split(everything, fraction, seed)
-        train = everything.subset(train_idx, f"{directory} (train split)")
-        val_source = f"{directory} (val split, {fraction:.0%})"
-        if eval_for is None:
-            val = everything.subset(val_idx, val_source)
-        else:  # decoded again, the evaluation way (they were readable a moment ago: strict)
-            val_samples = [(paths[i], int(everything.labels[i])) for i in val_idx.tolist()]
-            val, _ = _decode_all(val_samples, classes, val_decode, val_size, True, val_source)
+
+        def decode_for_eval(indices: list[int], val_source: str) -> ImageTensors:
+            # decoded again, the evaluation way (they were readable a moment ago: strict)
+            val_samples = [(paths[i], int(everything.labels[i])) for i in indices]
+            return _decode_all(val_samples, classes, val_decode, val_size, True, val_source)[0]
+
+        train, val = split_off_val(
+            everything, val_split, seed, str(directory), None if eval_for is None else decode_for_eval
+        )
     return DataSplits(train=train, val=val, name="folder", kind="natural")
 
 
@@ -414,10 +434,7 @@ def _listed_splits(
         val = ImageFiles.from_samples(val_samples, classes, f"{root}/val", strict=strict)
     else:
         everything = ImageFiles.from_samples(samples, classes, str(directory), strict=strict)
-        fraction = 0.2 if val_split is None else val_split
-        train_idx, val_idx = _stratified_split(everything, fraction, seed)
-        train = everything.subset(train_idx, f"{directory} (train split)")
-        val = everything.subset(val_idx, f"{directory} (val split, {fraction:.0%})")
+        train, val = split_off_val(everything, val_split, seed, str(directory))
     return DataSplits(train=train, val=val, name="folder", kind="natural", note=note)
 
 

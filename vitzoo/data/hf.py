@@ -46,8 +46,8 @@ from .folder import (
     Decoder,
     EvalStore,
     UnreadableImageError,
-    _stratified_split,
     decode_image,
+    split_off_val,
     store_square,
 )
 from .tensors import DataSplits, ImageTensors
@@ -322,15 +322,15 @@ def load_hf_dataset(
     everything, kept = _decode_rows(
         train, train_rows, *columns, train_decode, (store_size, store_size), strict, train_source
     )
-    fraction = 0.2 if val_split is None else val_split
-    train_idx, val_idx = _stratified_split(everything, fraction, seed)
-    train_set = everything.subset(train_idx, f"{train_source} (train split)")
-    val_source = f"{train_source} (val split, {fraction:.0%})"
-    if eval_for is None:
-        val_set = everything.subset(val_idx, val_source)
-    else:  # decoded again, the evaluation way (readable a moment ago: strict)
-        val_rows = [kept[i] for i in val_idx.tolist()]
-        val_set, _ = _decode_rows(train, val_rows, *columns, val_decode, val_size, True, val_source)
+
+    def decode_for_eval(indices: list[int], val_source: str) -> ImageTensors:
+        # decoded again, the evaluation way (readable a moment ago: strict)
+        val_rows = [kept[i] for i in indices]
+        return _decode_rows(train, val_rows, *columns, val_decode, val_size, True, val_source)[0]
+
+    train_set, val_set = split_off_val(
+        everything, val_split, seed, train_source, None if eval_for is None else decode_for_eval
+    )
     return DataSplits(train=train_set, val=val_set, name="hf", kind="natural")
 
 
