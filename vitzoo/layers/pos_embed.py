@@ -35,19 +35,25 @@ def sincos_1d(num_positions: int, dim: int) -> torch.Tensor:
 
 
 def resample_abs_pos_embed(
-    pos_embed: torch.Tensor, *, new_grid: tuple[int, int], old_grid: tuple[int, int], num_prefix_tokens: int
+    pos_embed: torch.Tensor,
+    *,
+    new_grid: tuple[int, int],
+    old_grid: tuple[int, int],
+    num_prefix_tokens: int,
+    antialias: bool = True,
 ) -> torch.Tensor:
     """(1, prefix + gh * gw, D) -> (1, prefix + GH * GW, D).
 
-    The first `num_prefix_tokens` rows (class, register tokens) have no place on the grid and are
-    kept as they are; the rest is reshaped to a (D, gh, gw) image and resized bicubically, with
-    antialiasing when it shrinks, in float32 (timm's `resample_abs_pos_embed`, the same numbers).
-    The same grid returns the table itself."""
+    The first `num_prefix_tokens` rows (class, distillation, register tokens) have no place on the
+    grid and are kept as they are; the rest is reshaped to a (D, gh, gw) image and resized
+    bicubically, with antialiasing when it shrinks, in float32 (timm's `resample_abs_pos_embed`,
+    the same numbers; `antialias=False` as transformers' DINOv2 resamples). The same grid returns
+    the table itself."""
     if tuple(new_grid) == tuple(old_grid):
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     dim = grid.shape[-1]
     image = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
-    image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", align_corners=False, antialias=True)
+    image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", align_corners=False, antialias=antialias)
     grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim).to(pos_embed.dtype)
     return torch.cat([prefix, grid], dim=1)

@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from ..layers import resample_abs_pos_embed
 from .errors import WeightsMismatchError
 from .files import StateDict
 
@@ -32,27 +32,6 @@ class FitReport:
     adapted: list[str] = field(default_factory=list)  # human-readable notes, one per adaptation
     missing: list[str] = field(default_factory=list)  # model keys the checkpoint lacks (strict=False)
     unexpected: list[str] = field(default_factory=list)  # checkpoint keys the model lacks (strict=False)
-
-
-def resample_pos_embed(
-    pos_embed: torch.Tensor,
-    *,
-    old_grid: tuple[int, int],
-    new_grid: tuple[int, int],
-    num_prefix_tokens: int,
-    antialias: bool = True,
-) -> torch.Tensor:
-    """(1, prefix + gh*gw, D) -> (1, prefix + GH*GW, D). The grid part is resized as a D-channel
-    image with bicubic interpolation (antialiased when shrinking, as timm does; `antialias=False`
-    as transformers' DINOv2 does); the prefix tokens (class, distillation, registers) have no
-    position on the grid and are kept as they are."""
-    prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
-    dim = grid.shape[-1]
-    dtype = grid.dtype
-    image = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
-    image = F.interpolate(image, size=new_grid, mode="bicubic", align_corners=False, antialias=antialias)
-    grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim).to(dtype)
-    return torch.cat([prefix, grid], dim=1)
 
 
 def adapt_input_conv(weight: torch.Tensor, in_chans: int) -> torch.Tensor:
@@ -85,7 +64,7 @@ def fit_state_dict(
 
     `model` may live on the meta device: only its parameter names, shapes and dtypes are used.
     `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids);
-    `antialias` is how its position embedding is resampled (see resample_pos_embed)."""
+    `antialias` is how its position embedding is resampled (see vitzoo.layers.resample_abs_pos_embed)."""
     target = model.state_dict()
     _check_dtypes(state, target, file)
     state = dict(state)
@@ -179,7 +158,7 @@ def _fit_pos_embed(
         raise WeightsMismatchError(
             f"{file}: 'pos_embed' has {old.shape[1] - covered} grid positions, not the {old_grid} grid its config names"
         )
-    state["pos_embed"] = resample_pos_embed(
+    state["pos_embed"] = resample_abs_pos_embed(
         old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=covered, antialias=antialias
     )
     how = "bicubic" if antialias else "bicubic, not antialiased, as the source's library does"
