@@ -19,6 +19,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INCEPTION_MEAN = (0.5, 0.5, 0.5)  # the original ViT and AugReg releases normalise to [-1, 1]
 INCEPTION_STD = (0.5, 0.5, 0.5)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI's CLIP statistics (timm and transformers: OPENAI_CLIP_MEAN)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 MNIST_MEAN = (0.1307,)
 MNIST_STD = (0.3081,)
 # Resampling filters that image libraries (PIL, torchvision) and timm's configs name.

@@ -25,12 +25,9 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..checks import check_types
-from ..pretrained_cfg import INCEPTION_MEAN, INCEPTION_STD
+from ..pretrained_cfg import CLIP_MEAN, CLIP_STD, INCEPTION_MEAN, INCEPTION_STD
 from .errors import WeightsFileError
 from .files import checked_pretrained
-
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI's CLIP statistics (transformers' OPENAI_CLIP_MEAN)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 # transformers' activation names -> ViTConfig.act_layer. "gelu_pytorch_tanh" is GELU's tanh
 # approximation (SigLIP); "quick_gelu" is x * sigmoid(1.702 x) (OpenAI CLIP).
