@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .atomic import atomic_path
 from .data import InputSpec, eval_transform, find_image_files
-from .data.folder import UnreadableImageError as UnreadableFileError
+from .data.folder import UnreadableImageError
 from .data.folder import decode_image
 from .data.stream import usable_cores
 from .pretrained_cfg import pretrained_cfg_of
@@ -64,10 +64,6 @@ def default_workers() -> int:
     those cores slows the matrix products by more than it saves (benchmarks/speed.py
     --predict-folder measures both)."""
     return max(0, min(4, usable_cores() - torch.get_num_threads()))
-
-
-class UnreadableImageError(ValueError):
-    """An image that cannot be decoded, under strict=True."""
 
 
 def find_images(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
@@ -124,7 +120,7 @@ class _ImageFiles(Dataset):
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
         try:
             return i, decode_image(self.paths[i], self.transform, rgb=False), ""
-        except UnreadableFileError as err:
+        except UnreadableImageError as err:
             return i, torch.zeros(self.shape), str(err)
 
 

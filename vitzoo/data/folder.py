@@ -160,8 +160,9 @@ def _too_large(img: Any) -> str | None:
     return None
 
 
-class UnreadableImageError(Exception):
-    """Why one image could not be read; the message is never empty."""
+class UnreadableImageError(ValueError):
+    """Why one image could not be read; the message is never empty. Raised by `decode_image` (and
+    by `vitzoo.predict.predict_images` under strict=True, naming the file)."""
 
 
 T = TypeVar("T")
