@@ -192,6 +192,11 @@ class ViTConfig:
         return cls().replace(**data)
 
     @property
+    def input_size(self) -> tuple[int, int, int]:
+        """(channels, height, width) of the input: `PretrainedCfg.input_size` of a model without weights."""
+        return (self.in_chans, *to_2tuple(self.img_size))
+
+    @property
     def grid_size(self) -> tuple[int, int]:
         (h, w), (ph, pw) = to_2tuple(self.img_size), to_2tuple(self.patch_size)
         return (-(-h // ph), -(-w // pw))  # exact without a stem; a stem's padding rounds up
@@ -247,9 +252,7 @@ class VisionTransformer(nn.Module):
         super().__init__()
         config = (config or ViTConfig()).replace(**fields)
         self.config = config
-        self.pretrained_cfg = PretrainedCfg(
-            input_size=(config.in_chans, *to_2tuple(config.img_size)), num_classes=config.num_classes
-        )
+        self.pretrained_cfg = PretrainedCfg(input_size=config.input_size, num_classes=config.num_classes)
         D = config.embed_dim
         self.num_prefix_tokens = config.num_prefix_tokens
         self.num_features = D
@@ -434,7 +437,7 @@ class VisionTransformer(nn.Module):
             self.pos_embed = table  # replaces the buffer, still non-persistent
         self.patch_embed.set_input_size(config.img_size)
         self.config = config
-        self.pretrained_cfg = self.pretrained_cfg.replace(input_size=(config.in_chans, *to_2tuple(config.img_size)))
+        self.pretrained_cfg = self.pretrained_cfg.replace(input_size=config.input_size)
 
     def prune_intermediate_layers(
         self, indices: int | Sequence[int] = 1, prune_norm: bool = False, prune_head: bool = True
