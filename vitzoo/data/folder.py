@@ -29,6 +29,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
@@ -345,16 +346,70 @@ def load_image_folder(
         raise FolderDataError(f"image folder {root} does not exist or is not a directory")
     if val_split is not None and not 0 < val_split < 1:
         raise FolderDataError(f"val_split={val_split} is invalid; expected a fraction in (0, 1)")
+    train_decode, val_decode, val_size = store_decoders(store_size, eval_for)
+    listing = _list_folder(root, val_split)  # nothing decoded yet
+    classes, samples, directory = listing.classes, listing.samples, listing.directory
+
+    # In memory or streamed: what the decoded images would take.
+    n_train = len(samples) - (0 if listing.has_val else listing.n_val)
+    needed = decoded_bytes(n_train, listing.n_val, store_size, val_size)
+    stream, note = _stream_or_not(root, stream, needed, n_train + listing.n_val, memory_budget)
+    if stream:
+        return _listed_splits(root, listing, val_split, seed, strict, note)
+
+    if listing.has_val:
+        train, _ = _decode_all(samples, classes, train_decode, (store_size, store_size), strict, f"{root}/train")
+        val, _ = _decode_all(listing.val_samples, classes, val_decode, val_size, strict, f"{root}/val")
+    else:
+        everything, paths = _decode_all(
+            samples, classes, train_decode, (store_size, store_size), strict, str(directory)
+        )
+
+        def decode_for_eval(indices: list[int], val_source: str) -> ImageTensors:
+            # decoded again, the evaluation way (they were readable a moment ago: strict)
+            val_samples = [(paths[i], int(everything.labels[i])) for i in indices]
+            return _decode_all(val_samples, classes, val_decode, val_size, True, val_source)[0]
+
+        train, val = split_off_val(
+            everything, val_split, seed, str(directory), None if eval_for is None else decode_for_eval
+        )
+    return DataSplits(train=train, val=val, name="folder", kind="natural")
+
+
+def store_decoders(store_size: int, eval_for: Any) -> tuple[Decoder, Decoder, tuple[int, int]]:
+    """(training decoder, validation decoder, validation (H, W)): squares of `store_size` for both,
+    or with `eval_for` (a model, PretrainedCfg or InputSpec) its evaluation resize and centre crop
+    for validation (`EvalStore`)."""
     train_decode = store_square(store_size)
-    val_decode, val_size = train_decode, (store_size, store_size)
-    if eval_for is not None:
-        spec = InputSpec.of(eval_for)
-        val_decode, val_size = EvalStore(spec), spec.size
+    if eval_for is None:
+        return train_decode, train_decode, (store_size, store_size)
+    spec = InputSpec.of(eval_for)
+    return train_decode, EvalStore(spec), spec.size
+
+
+def decoded_bytes(n_train: int, n_val: int, store_size: int, val_size: tuple[int, int]) -> int:
+    """What the decoded uint8 RGB images take in memory: training ones as `store_size` squares."""
+    return n_train * 3 * store_size**2 + n_val * 3 * val_size[0] * val_size[1]
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """The image files of a folder tree, listed: train/ and val/, or one folder to split."""
+
+    directory: Path  # the training folder (root/train, or root itself)
+    classes: list[str]
+    samples: list[tuple[str, int]]  # (path, class index) of `directory`
+    val_samples: list[tuple[str, int]]  # those of val/ (empty without one)
+    n_val: int  # validation images: val/'s, or those the split will hold out
+    has_val: bool  # a val/ folder next to train/
+
+
+def _list_folder(root: Path, val_split: float | None) -> _Listing:
+    """List `root` without decoding: train/ and val/ with the same class folders, train/ alone
+    with `val_split`, or class folders directly under `root`."""
     has_train, has_val = (root / "train").is_dir(), (root / "val").is_dir()
     if has_val and not has_train:
         raise FolderDataError(f"{root} has a val/ folder but no train/ folder; expected both (or class folders only)")
-
-    # 1. List the files (nothing decoded yet): train/ and val/, or one folder to split.
     val_samples: list[tuple[str, int]] = []
     if has_train and has_val:
         classes, samples = _list_classes(root / "train")
@@ -377,12 +432,16 @@ def load_image_folder(
         classes, samples = _list_classes(directory)
         n_val = round(len(samples) * (0.2 if val_split is None else val_split))
     _check_classes(classes, directory)
+    return _Listing(directory, classes, samples, val_samples, n_val, has_val)
 
-    # 2. In memory or streamed: what the decoded images would take (training ones as squares).
-    n_train = len(samples) - (0 if has_val else n_val)
-    needed = n_train * 3 * store_size**2 + n_val * 3 * val_size[0] * val_size[1]
+
+def _stream_or_not(
+    root: Path, stream: bool | None, needed: int, n_images: int, memory_budget: int
+) -> tuple[bool, str | None]:
+    """Whether to stream the images (`needed` bytes decoded) and the note that says why when
+    `stream=None` chose it; stream=False with more than the budget is an error."""
     over = (
-        f"{n_train + n_val} images decoded would take {needed / 1024**3:.1f} GiB, "
+        f"{n_images} images decoded would take {needed / 1024**3:.1f} GiB, "
         f"more than the in-memory budget of {memory_budget / 1024**3:.1f} GiB"
     )
     if stream is False and needed > memory_budget:
@@ -390,51 +449,23 @@ def load_image_folder(
             f"{root}: {over}; stream the images from disk instead (--stream, Python: stream=True), "
             "or use a smaller --img-size or fewer images"
         )
-    note = None
     if stream is None:
         stream = needed > memory_budget
-        note = f"{root}: {over}: streaming them from disk, a batch at a time" if stream else None
-    if stream:
-        return _listed_splits(root, directory, classes, samples, val_samples, val_split, seed, strict, note)
-
-    # 3. Decode.
-    if has_val:
-        train, _ = _decode_all(samples, classes, train_decode, (store_size, store_size), strict, f"{root}/train")
-        val, _ = _decode_all(val_samples, classes, val_decode, val_size, strict, f"{root}/val")
-    else:
-        everything, paths = _decode_all(
-            samples, classes, train_decode, (store_size, store_size), strict, str(directory)
-        )
-
-        def decode_for_eval(indices: list[int], val_source: str) -> ImageTensors:
-            # decoded again, the evaluation way (they were readable a moment ago: strict)
-            val_samples = [(paths[i], int(everything.labels[i])) for i in indices]
-            return _decode_all(val_samples, classes, val_decode, val_size, True, val_source)[0]
-
-        train, val = split_off_val(
-            everything, val_split, seed, str(directory), None if eval_for is None else decode_for_eval
-        )
-    return DataSplits(train=train, val=val, name="folder", kind="natural")
+        return stream, f"{root}: {over}: streaming them from disk, a batch at a time" if stream else None
+    return stream, None
 
 
 def _listed_splits(
-    root: Path,
-    directory: Path,
-    classes: list[str],
-    samples: list[tuple[str, int]],
-    val_samples: list[tuple[str, int]],
-    val_split: float | None,
-    seed: int,
-    strict: bool,
-    note: str | None,
+    root: Path, listing: _Listing, val_split: float | None, seed: int, strict: bool, note: str | None
 ) -> DataSplits:
-    """The streamed splits: the listed files (val/ when there is one, else a split of `directory`
-    with the same seeded rule as decoded images)."""
-    if val_samples:
-        train = ImageFiles.from_samples(samples, classes, f"{root}/train", strict=strict)
-        val = ImageFiles.from_samples(val_samples, classes, f"{root}/val", strict=strict)
+    """The streamed splits: the listed files (val/ when there is one, else a split of the training
+    folder with the same seeded rule as decoded images)."""
+    classes, directory = listing.classes, listing.directory
+    if listing.val_samples:
+        train = ImageFiles.from_samples(listing.samples, classes, f"{root}/train", strict=strict)
+        val = ImageFiles.from_samples(listing.val_samples, classes, f"{root}/val", strict=strict)
     else:
-        everything = ImageFiles.from_samples(samples, classes, str(directory), strict=strict)
+        everything = ImageFiles.from_samples(listing.samples, classes, str(directory), strict=strict)
         train, val = split_off_val(everything, val_split, seed, str(directory))
     return DataSplits(train=train, val=val, name="folder", kind="natural", note=note)
 

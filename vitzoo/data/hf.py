@@ -44,14 +44,13 @@ from .folder import (
     MAX_DECODED_BYTES,
     CorruptImageError,
     Decoder,
-    EvalStore,
     UnreadableImageError,
     decode_image,
+    decoded_bytes,
     split_off_val,
-    store_square,
+    store_decoders,
 )
 from .tensors import DataSplits, ImageTensors
-from .transforms import InputSpec
 
 __all__ = ["EVAL_SPLITS", "HFDataError", "hf_num_classes", "load_hf_dataset"]
 
@@ -241,6 +240,36 @@ def _labelled_rows(data: Any, label_column: str, source: str) -> list[int]:
     return list(range(len(labels)))
 
 
+def _columns(
+    datasets: Any,
+    train: tuple[Any, str],
+    val: tuple[Any, str | None],
+    image_column: str | None,
+    label_column: str | None,
+    source: str,
+) -> tuple[str, str, tuple[str, ...]]:
+    """(image column, label column, class names) of the (split, name) `train`, which the
+    evaluation split `val` (None when there is none) must share."""
+    (data, train_name), (val_data, val_name) = train, val
+    image = _column(data.features, datasets.Image, _IMAGE_COLUMNS, image_column, "image", source)
+    label = _column(data.features, datasets.ClassLabel, _LABEL_COLUMNS, label_column, "label", source)
+    classes = tuple(data.features[label].names)
+    if len(classes) < 2:
+        raise HFDataError(
+            f"hf:{source}: label column {label!r} has {len(classes)} class; classification needs at least 2"
+        )
+    if val_data is not None and (
+        image not in val_data.features
+        or label not in val_data.features
+        or list(val_data.features[label].names) != list(classes)
+    ):
+        raise HFDataError(
+            f"hf:{source}: split {val_name!r} does not have the columns of {train_name!r} "
+            f"({image!r} images, {label!r} with classes {list(classes)})"
+        )
+    return image, label, classes
+
+
 def load_hf_dataset(
     spec: str,
     *,
@@ -268,31 +297,12 @@ def load_hf_dataset(
     train, val, train_name, val_name = _choose_splits(found, source, train_split, None if no_eval else eval_split)
     if no_eval:
         val, val_name = None, None
-    image_column = _column(train.features, datasets.Image, _IMAGE_COLUMNS, image_column, "image", source)
-    label_column = _column(train.features, datasets.ClassLabel, _LABEL_COLUMNS, label_column, "label", source)
-    label_feature = train.features[label_column]
-    classes = tuple(label_feature.names)
-    if len(classes) < 2:
-        raise HFDataError(
-            f"hf:{source}: label column {label_column!r} has {len(classes)} class; classification needs at least 2"
-        )
-    if val is not None and (
-        image_column not in val.features
-        or label_column not in val.features
-        or list(val.features[label_column].names) != list(classes)
-    ):
-        raise HFDataError(
-            f"hf:{source}: split {val_name!r} does not have the columns of {train_name!r} "
-            f"({image_column!r} images, {label_column!r} with classes {list(classes)})"
-        )
-
-    train_decode = store_square(store_size)
-    val_decode, val_size = train_decode, (store_size, store_size)
-    if eval_for is not None:
-        input_spec = InputSpec.of(eval_for)
-        val_decode, val_size = EvalStore(input_spec), input_spec.size
+    image_column, label_column, classes = _columns(
+        datasets, (train, train_name), (val, val_name), image_column, label_column, source
+    )
+    train_decode, val_decode, val_size = store_decoders(store_size, eval_for)
     n_train, n_val = len(train), len(val) if val is not None else 0
-    needed = n_train * 3 * store_size**2 + n_val * 3 * val_size[0] * val_size[1]
+    needed = decoded_bytes(n_train, n_val, store_size, val_size)
     if needed > memory_budget:
         raise HFDataError(
             f"hf:{source}: {n_train + n_val} images decoded would take {needed / 1024**3:.1f} GiB, more than the "

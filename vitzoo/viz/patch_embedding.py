@@ -14,7 +14,7 @@ Three ways to look at it:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -94,17 +94,7 @@ def plot_patch_embedding(
     """Identity kernel, learned kernels and their principal components for `model`'s patch
     embedding, applied to `image` (a file, a (C, H, W) tensor in [0, 1], or None for a synthetic
     test card). Writes a 1200 x 800 px PNG (at dpi 100) when `out` is given; returns the figure."""
-    patch_embed = getattr(model, "patch_embed", None)
-    if not isinstance(patch_embed, PatchEmbed):
-        raise ValueError(
-            f"{type(model).__name__} has no vitzoo PatchEmbed at .patch_embed; expected a vitzoo VisionTransformer"
-        )
-    if patch_embed.stem is not None:
-        raise ValueError(
-            f"this model's patch embedding has a convolutional stem (conv_stem={patch_embed.conv_stem}): its tokens are "
-            "not a linear map of pixel patches, so there are no patch filters to draw; use a plain ViT "
-            "(e.g. vit_mnist_tiny, vit_ti16), or `vitzoo viz attention` / `posembed` for this one"
-        )
+    patch_embed = _linear_patch_embed(model)
     display, x = prepare_image(model, image)
     c, h, w = display.shape
     ph, pw = patch_embed.patch_size
@@ -143,7 +133,29 @@ def plot_patch_embedding(
     for ax in axes[2:]:
         ax.set_xticks([])
         ax.set_yticks([])
+    _draw_filters(bottom, weight, num_filters, num_components)
+    return finish(fig, out, dpi)
 
+
+def _linear_patch_embed(model: nn.Module) -> PatchEmbed:
+    """`model`'s patch embedding, which must be a linear map of pixel patches (no conv stem)."""
+    patch_embed = getattr(model, "patch_embed", None)
+    if not isinstance(patch_embed, PatchEmbed):
+        raise ValueError(
+            f"{type(model).__name__} has no vitzoo PatchEmbed at .patch_embed; expected a vitzoo VisionTransformer"
+        )
+    if patch_embed.stem is not None:
+        raise ValueError(
+            f"this model's patch embedding has a convolutional stem (conv_stem={patch_embed.conv_stem}): its tokens are "
+            "not a linear map of pixel patches, so there are no patch filters to draw; use a plain ViT "
+            "(e.g. vit_mnist_tiny, vit_ti16), or `vitzoo viz attention` / `posembed` for this one"
+        )
+    return patch_embed
+
+
+def _draw_filters(bottom: Any, weight: torch.Tensor, num_filters: int, num_components: int) -> None:
+    """The figure's bottom row: the first learned filters (D, C, ph, pw) and their principal components."""
+    d, c, ph, pw = weight.shape
     ax_filters, ax_pcs = bottom.subplots(1, 2)
     n_filters = min(num_filters, d)
     filters = normalise_tiles(weight[:n_filters])
@@ -163,4 +175,3 @@ def plot_patch_embedding(
     for ax in (ax_filters, ax_pcs):
         ax.set_xticks([])
         ax.set_yticks([])
-    return finish(fig, out, dpi)
