@@ -90,6 +90,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.slow  # starts a Python interpreter for a pid that is dead
 def test_lock_of_a_dead_run_is_taken_over_and_said_so(one_epoch_run: Path, mnist_dir: Path, capsys) -> None:
     # What kill -9 leaves: run.lock with the dead holder's details, no OS lock on it.
     pid = _dead_pid()
