@@ -162,7 +162,8 @@ def test_config_and_pretrained_cfg_are_plain_data():
     assert model.pretrained_cfg.input_size == (1, 28, 28)
     assert model.pretrained_cfg.num_classes == 10
     rect = _tiny(img_size=(32, 48), in_chans=2)
-    assert rect.pretrained_cfg.input_size == (2, 32, 48)
+    assert rect.config.input_size == rect.pretrained_cfg.input_size == (2, 32, 48)
+    assert ViTConfig(img_size=64, in_chans=1).input_size == (1, 64, 64)
     assert rect.forward_features(_input(rect.config)).shape == (2, 1 + 2 * 3, 24)
 
 

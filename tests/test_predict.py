@@ -142,6 +142,18 @@ def test_strict_makes_an_unreadable_image_an_error(tmp_path, capsys, weights, ph
     assert not out_file.exists() and not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
+def test_strict_raises_the_readers_unreadable_image_error(weights, photos):
+    """One class for an unreadable image: the reader's (vitzoo.data.folder), raised here naming the file."""
+    from vitzoo.data.folder import UnreadableImageError
+
+    wdir, _ = weights
+    _, _, corrupt = photos
+    assert predict.UnreadableImageError is UnreadableImageError and issubclass(UnreadableImageError, ValueError)
+    model = vitzoo.create("vit_mnist_tiny", weights=str(wdir))
+    with pytest.raises(UnreadableImageError, match=rf"cannot read image {str(corrupt)!r}: .* \(--strict\)"):
+        list(predict.predict_images(model, [str(corrupt)], strict=True, progress=False))
+
+
 def test_workers_and_batch_size_do_not_change_results(tmp_path, capsys, weights, photos):
     wdir, _ = weights
     root, _, _ = photos

@@ -39,8 +39,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from .atomic import atomic_path
 from .data import InputSpec, eval_transform, find_image_files
-from .data.folder import UnreadableImageError
-from .data.folder import decode_image
+from .data.folder import UnreadableImageError, decode_image
 from .data.stream import usable_cores
 from .pretrained_cfg import pretrained_cfg_of
 

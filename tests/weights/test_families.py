@@ -30,9 +30,10 @@ from timm.models._hub import save_for_hf
 
 import vitzoo
 from vitzoo import registry
+from vitzoo.pretrained_cfg import CLIP_MEAN, CLIP_STD
 from vitzoo.weights import WeightsFileError, WeightsMismatchError
 from vitzoo.weights.keymaps import to_timm, to_vitzoo
-from vitzoo.weights.transformers_files import CLIP_MEAN, CLIP_STD, FAMILIES
+from vitzoo.weights.transformers_files import FAMILIES
 
 skimage_data = pytest.importorskip("skimage.data")
 
