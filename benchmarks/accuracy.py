@@ -41,7 +41,7 @@ import torch
 
 import vitzoo
 from vitzoo.data import load_data
-from vitzoo.train import TrainConfig, fit, make_optimizer, param_groups, recipe_defaults, train_step
+from vitzoo.train import LossSpec, TrainConfig, fit, make_optimizer, param_groups, recipe_defaults, train_step
 
 GOALS = ("speed", "tiny", "sample", "fashion")
 TARGETS = {
@@ -130,7 +130,7 @@ def _train_step_fn(
 
     def run() -> float:
         for _ in range(steps):
-            train_step(model, opt, params, x, y, label_smoothing=0.1, clip_grad=1.0)
+            train_step(model, opt, params, x, y, loss=LossSpec(label_smoothing=0.1), clip_grad=1.0)
         return steps * len(x)
 
     run()  # warm-up: allocator and oneDNN kernels

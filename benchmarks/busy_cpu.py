@@ -32,7 +32,7 @@ import torch
 
 import vitzoo
 from vitzoo.data import load_mnist_sample
-from vitzoo.train.engine import make_optimizer, train_step
+from vitzoo.train import LossSpec, make_optimizer, train_step
 from vitzoo.train.optim import param_groups
 from vitzoo.train.threads import AutoThreads
 
@@ -75,7 +75,7 @@ def measure(policy: str, *, seconds: float, batch: int, max_threads: int) -> flo
             params,
             x_all[j : j + batch],
             y_all[j : j + batch],
-            label_smoothing=0.1,
+            loss=LossSpec(label_smoothing=0.1),
             clip_grad=1.0,
             autocast=contextlib.nullcontext,
         )

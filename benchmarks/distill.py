@@ -41,9 +41,20 @@ import torch
 
 import vitzoo
 from vitzoo.data import DataSplits, ImageTensors, load_data
-from vitzoo.train import TrainConfig, evaluate_split, fit, make_optimizer, param_groups, recipe_defaults, train_step
+from vitzoo.train import (
+    RUNTIME_FIELDS,
+    LossSpec,
+    TrainConfig,
+    build_transforms,
+    evaluate_split,
+    fit,
+    make_optimizer,
+    param_groups,
+    recipe_defaults,
+    resolve_device,
+    train_step,
+)
 from vitzoo.train.distill import build_teacher
-from vitzoo.train.engine import RUNTIME_FIELDS, build_transforms, resolve_device
 from vitzoo.train.metrics import read_metrics
 
 RUNS = ("distill", "mix")
@@ -109,9 +120,8 @@ def teacher_cost(
         for name in ("without", "with") if r % 2 else ("with", "without"):
             started = time.perf_counter()
             for _ in range(steps):
-                train_step(
-                    student, optimizer, params, x, y, label_smoothing=0.1, teacher=teacher if name == "with" else None
-                )
+                loss = LossSpec(label_smoothing=0.1, teacher=teacher if name == "with" else None)
+                train_step(student, optimizer, params, x, y, loss=loss)
             if r > 0:
                 seconds[name] += time.perf_counter() - started
     ms = {k: round(1000 * v / (rounds * steps), 2) for k, v in seconds.items()}

@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 from vitzoo.data import DataSplits, InputSpec
 from vitzoo.train import CHECKPOINT_NAME, CheckpointError, TrainConfig, configure_finetune_parser, fit, run_finetune
 from vitzoo.train.distill import TeacherError, adapt_batch, build_teacher, distillation_loss
-from vitzoo.train.engine import classification_loss
+from vitzoo.train.step import classification_loss
 
 HERE = Path(__file__).resolve().parent
 DIGITS = tuple("0123456789")

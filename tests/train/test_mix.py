@@ -14,8 +14,8 @@ from conftest import tiny_model
 
 from vitzoo.data import DataSplits
 from vitzoo.train import TrainConfig, fit
-from vitzoo.train.engine import classification_loss
 from vitzoo.train.mix import Mixer, smooth_one_hot, step_seed
+from vitzoo.train.step import classification_loss
 
 C = 10
 

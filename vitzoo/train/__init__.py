@@ -1,5 +1,12 @@
-"""Fine-tuning and training: one engine (engine.py) behind `vitzoo finetune` / `vitzoo eval`
-and the example scripts.
+"""Fine-tuning and training: one engine behind `vitzoo finetune` / `vitzoo eval` and the example
+scripts. A reader starts at loop.py (`fit` and the loop); the rest, one concept a module:
+
+    config.py      TrainConfig, --override parsing        recipes.py     the tuned recipes
+    setup.py       everything before the first step        run.py         Run and its parts
+    step.py        one optimizer step, its LossSpec        evaluation.py  accuracy, loss, confusion
+    resume.py      same-model / same-settings checks       interrupt.py   Ctrl-C: finish, save, stop
+    placement.py   device, bf16, processes, threads        checkpoint.py  the resumable state on disk
+    optim.py, ema.py, mix.py, distill.py, metrics.py, export.py, lock.py, distributed.py, threads.py
 
     from vitzoo.train import TrainConfig, fit
     result = fit(vitzoo.create("vit_mnist"), vitzoo.data.load_data("mnist-sample"),
@@ -7,46 +14,53 @@ and the example scripts.
 """
 
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, TrainState, load_checkpoint, save_checkpoint
-from .cli import configure_eval_parser, configure_finetune_parser, recipe_defaults, run_eval, run_finetune
-from .engine import (
-    EvalResult,
-    FitResult,
-    TrainConfig,
-    build_transforms,
-    evaluate,
-    evaluate_split,
-    fit,
-    make_optimizer,
-    parse_overrides,
-    train_step,
-)
-from .export import export_pretrained
+from .config import RUNTIME_FIELDS, TrainConfig, parse_overrides
+from .evaluation import EvalResult, evaluate, evaluate_split
+from .export import BEST_DIR, export_pretrained
 from .lock import RunLock, RunLockedError
-from .optim import WarmupCosine, freeze_backbone, param_groups, warmup_cosine
+from .loop import FitResult, fit
+from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
+from .optim import WarmupCosine, freeze_backbone, make_optimizer, param_groups, warmup_cosine
+from .placement import resolve_device
+from .recipes import recipe_defaults
+from .resume import load_run_info
+from .setup import build_transforms
+from .step import LossSpec, classification_loss, train_step
+
+from .cli import configure_eval_parser, configure_finetune_parser, run_eval, run_finetune  # isort: skip
 
 __all__ = [
+    "BEST_DIR",
     "CHECKPOINT_NAME",
+    "CURVES_NAME",
+    "METRICS_NAME",
+    "RUNTIME_FIELDS",
     "CheckpointError",
     "EvalResult",
     "FitResult",
+    "LossSpec",
     "RunLock",
     "RunLockedError",
     "TrainConfig",
     "TrainState",
     "WarmupCosine",
     "build_transforms",
+    "classification_loss",
     "configure_eval_parser",
     "configure_finetune_parser",
     "evaluate",
     "evaluate_split",
     "export_pretrained",
     "fit",
+    "format_confusion",
     "freeze_backbone",
     "load_checkpoint",
+    "load_run_info",
     "make_optimizer",
     "param_groups",
     "parse_overrides",
     "recipe_defaults",
+    "resolve_device",
     "run_eval",
     "run_finetune",
     "save_checkpoint",

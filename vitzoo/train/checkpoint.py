@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,35 @@ class TrainState:
     epoch_correct: int = 0
     epoch_seen: int = 0
     epoch_time: float = 0.0
+    epoch_distill_loss_sum: float = 0.0  # the teacher's term of epoch_loss_sum (runs with a teacher)
     best_acc: float = -1.0
     best_epoch: int = -1
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add_step(self, *, loss: float, distill_loss: float | None, correct: int, seen: int) -> None:
+        """Count one optimizer step and add its batch (`seen` images) to the epoch's sums."""
+        self.step += 1
+        self.global_step += 1
+        self.epoch_loss_sum += loss * seen
+        if distill_loss is not None:
+            self.epoch_distill_loss_sum += distill_loss * seen
+        self.epoch_correct += correct
+        self.epoch_seen += seen
+
+    def start_next_epoch(self) -> None:
+        """Step 0 of the next epoch, its sums empty."""
+        self.epoch, self.step = self.epoch + 1, 0
+        self.epoch_loss_sum, self.epoch_correct, self.epoch_seen, self.epoch_time = 0.0, 0, 0, 0.0
+        self.epoch_distill_loss_sum = 0.0
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainState:
+        """The state a checkpoint stored. Checkpoints written before the distillation sum was a
+        field kept it in `extra`: it is read from there, so they resume as they were."""
+        values = dict(values)
+        extra = values.pop("extra", None) or {}
+        if "epoch_distill_loss_sum" in extra:
+            values.setdefault("epoch_distill_loss_sum", float(extra["epoch_distill_loss_sum"]))
+        return cls(**values)
 
 
 def save_checkpoint(
@@ -167,7 +193,7 @@ def load_checkpoint(
     torch.set_rng_state(tensors["rng.torch"])
     if "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])
-    return TrainState(**meta["state"]), meta["run"]
+    return TrainState.from_dict(meta["state"]), meta["run"]
 
 
 def _check_shapes(path: Path, model: nn.Module, state: dict[str, torch.Tensor], *, what: str) -> None:

@@ -15,6 +15,7 @@ from ..atomic import write_json
 from ..layout import save_pretrained
 from ..pretrained_cfg import attach_pretrained_cfg, pretrained_cfg_of
 
+BEST_DIR = "best"  # a run directory's best model: out_dir / BEST_DIR
 RESULT_NAME = "train_result.json"
 
 

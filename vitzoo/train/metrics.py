@@ -1,4 +1,5 @@
-"""Run records: one JSON line per epoch in `metrics.jsonl`, and `curves.png` (loss and accuracy)."""
+"""Run records: one JSON line per epoch in `metrics.jsonl`, its line in the log, and `curves.png`
+(loss and accuracy)."""
 
 from __future__ import annotations
 
@@ -30,11 +31,23 @@ def write_metrics(path: str | os.PathLike[str], records: list[dict[str, Any]]) -
         tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
 
 
+def format_epoch(record: dict[str, Any], epochs: int, *, ema: bool) -> str:
+    """An epoch's metrics record as the one line the run prints."""
+    return (
+        f"epoch {record['epoch'] + 1:>3}/{epochs}  train loss {record['train_loss']:.4f} acc {100 * record['train_acc']:.2f}%"
+        + (f" (teacher term {record['train_distill_loss']:.4f})" if "train_distill_loss" in record else "")
+        + f"  val loss {record['val_loss']:.4f} acc {100 * record['val_acc']:.2f}%"
+        + (f" (EMA; weights {100 * record['raw_val_acc']:.2f}%)" if ema else "")
+        + f"  ({record['epoch_time_s']:.1f} s, "
+        f"{record['train_images_per_s']:.0f} img/s)"
+    )
+
+
 def plot_curves(records: list[dict[str, Any]], path: str | os.PathLike[str], title: str = "") -> Path | None:
     """Loss and accuracy (train/val) against epoch, drawn by `vitzoo.viz.plot_curves` (the one
     place that draws curves); None, with a warning, when matplotlib (the viz extra) is missing."""
-    from ..viz._figure import require_matplotlib
-    from ..viz.curves import plot_curves as draw_curves
+    from ..viz import plot_curves as draw_curves
+    from ..viz import require_matplotlib
 
     try:
         require_matplotlib()

@@ -8,6 +8,7 @@
   lr * decay^(depth - i), the patch/position embeddings at lr * decay^(depth + 1): the earlier a
   layer, the more general its pretrained features, the less it should move.
 * Schedule: linear warmup from ~0, then cosine down to `min_lr_ratio` of the peak, per step.
+* The optimizer: AdamW, fused into one kernel per step where PyTorch has one (`make_optimizer`).
 """
 
 from __future__ import annotations
@@ -131,3 +132,20 @@ class WarmupCosine:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step_count = int(state["step_count"])
         self._apply()
+
+
+# torch < 2.4 has a fused AdamW on CUDA only (fused=True with CPU parameters raises RuntimeError).
+_FUSED_ADAMW_DEVICES = (
+    ("cpu", "cuda") if tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 4) else ("cuda",)
+)
+
+
+def make_optimizer(groups: list[dict], *, lr: float, device: torch.device) -> torch.optim.AdamW:
+    """AdamW, fused into one kernel per step where PyTorch has one for the device (CPU and CUDA
+    since torch 2.4): on CPU the default per-parameter loop is a measurable share of a small
+    model's step (benchmarks/accuracy.py, speed; docs/measurements.md). Same update rule, same
+    state dict, so checkpoints and --resume do not depend on it."""
+    fused = device.type in _FUSED_ADAMW_DEVICES and all(
+        p.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64) for g in groups for p in g["params"]
+    )
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), fused=fused or None)

@@ -12,12 +12,13 @@ Every `plot_*` returns a matplotlib Figure and, given `out`, writes it as a PNG 
 The numbers behind the pictures are plain functions too (`patch_sequence`, `identity_patch_embed`,
 `filter_principal_components`, `position_similarity`, `attention_weights`, `attention_rollout`,
 ...). matplotlib is an optional dependency, the `viz` extra: `pip install 'vitzoo[viz]'`; it is
-imported only when a picture is drawn. Modules: images (reading and fitting images), patches,
+imported only when a picture is drawn (`require_matplotlib` imports it, or names the extra). Modules: images (reading and fitting images), patches,
 patch_embedding, position_embedding, attention_maps, curves, command (`vitzoo viz ...`).
 """
 
 from __future__ import annotations
 
+from ._figure import require_matplotlib
 from .attention_maps import (
     attention_rollout,
     attention_weights,
@@ -49,6 +50,7 @@ __all__ = [
     "prepare_image",
     "read_image",
     "read_metrics",
+    "require_matplotlib",
     "rollout_map",
     "run_viz",
     "synthetic_image",

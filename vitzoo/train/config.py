@@ -1,0 +1,145 @@
+"""What a training run computes: `TrainConfig`, its settings, and `--override` values parsed into them.
+
+The defaults here are plain, safe starting values, not a tuned recipe: the tuned recipes per data
+set and model are in recipes.py (`recipe_defaults`), which `vitzoo finetune` and the examples use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..checks import check_fields
+from .distill import DISTILL_MODES
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    """The settings of a run. The defaults are generic starting values, not a tuned recipe: the
+    tuned recipes (per data set, start and model) are recipes.py's `recipe_defaults`."""
+
+    epochs: int = 10
+    batch_size: int = 128  # global: split over ranks under torchrun
+    lr: float = 2e-3  # peak lr (after warmup)
+    min_lr_ratio: float = 0.01  # cosine floor, as a fraction of the peak
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    label_smoothing: float = 0.1
+    clip_grad: float | None = 1.0  # max global gradient norm; None: no clipping
+    layer_decay: float | None = None  # layer-wise lr decay (e.g. 0.75) for pretrained models
+    linear_probe: bool = False  # train only the classifier head
+    amp: str = "auto"  # "auto": bf16 on CUDA only, "bf16", or "off"
+    seed: int = 0
+    eval_batch_size: int = 500
+    randaugment: bool = True  # for folder data
+    augment: float = 1.0  # digits: strength of the random affine (1: +-10 deg, +-10% zoom and shift; 0: none)
+    erase: float = 0.0  # random erasing: probability that a training image gets one rectangle erased
+    ema_decay: float | None = None  # average the weights (e.g. 0.9995); evaluation and best/ use the average
+    # DeiT distillation (distill.py): a frozen teacher's predictions as a second target
+    teacher: str | None = None  # registered name[.tag], saved model or run directory, hf-hub:org/repo, timm:NAME[.TAG]
+    teacher_weights: str | None = None  # weights for a named teacher (a registered name or timm:NAME)
+    distill: str | None = None  # "hard", "soft" or "none"; None: "hard" with a teacher (DeiT's best), else "none"
+    distill_tau: float = 1.0  # soft distillation's temperature
+    distill_alpha: float = 0.5  # weight of the teacher's term; the labels' term gets 1 - alpha
+    # Mixup / CutMix (mix.py), as timm's Mixup: on when an alpha is > 0
+    mixup: float = 0.0  # Mixup's weight lam ~ Beta(mixup, mixup); 0: off
+    cutmix: float = 0.0  # CutMix's area ~ Beta(cutmix, cutmix); 0: off
+    mix_prob: float = 1.0  # probability that a batch is mixed at all
+    mix_switch_prob: float = 0.5  # with both on: probability that a mixed batch gets CutMix rather than Mixup
+    progress: bool = True
+    device: str = "auto"
+    threads: int | None = (
+        None  # torch intra-op threads; None: "auto", the cores other processes leave free (threads.py)
+    )
+    workers: int | None = None  # processes decoding a streamed folder (data/stream.py); None: from the CPU count
+
+    def __post_init__(self) -> None:
+        if self.distill is None:
+            self.distill = "hard" if self.teacher is not None else "none"
+        check_fields(
+            self,
+            [
+                (self.epochs >= 1, "epochs", "an int >= 1"),
+                (self.batch_size >= 1, "batch_size", "an int >= 1"),
+                (self.lr > 0, "lr", "a positive float"),
+                (0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "a float in [0, 1]"),
+                (self.weight_decay >= 0, "weight_decay", "a float >= 0"),
+                (self.warmup_epochs >= 0, "warmup_epochs", "a float >= 0"),
+                (0 <= self.label_smoothing < 1, "label_smoothing", "a float in [0, 1)"),
+                (self.clip_grad is None or self.clip_grad > 0, "clip_grad", "None or a positive float"),
+                (self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "None or a float in (0, 1]"),
+                (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
+                (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
+                (0 <= self.augment <= 3, "augment", "a float in [0, 3]"),
+                (0 <= self.erase <= 1, "erase", "a probability in [0, 1]"),
+                (
+                    self.ema_decay is None or 0 < self.ema_decay < 1,
+                    "ema_decay",
+                    "None or a float in (0, 1), e.g. 0.9995",
+                ),
+                (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
+                (self.workers is None or self.workers >= 0, "workers", "None or an int >= 0 (0: no worker processes)"),
+                (self.teacher is None or bool(self.teacher.strip()), "teacher", "None or a model name or source"),
+                (self.teacher_weights is None or self.teacher is not None, "teacher_weights", "None without a teacher"),
+                (self.distill in DISTILL_MODES, "distill", "'hard', 'soft' or 'none'"),
+                (
+                    (self.distill == "none") == (self.teacher is None),
+                    "distill",
+                    "'none' without a teacher, 'hard' or 'soft' with one",
+                ),
+                (self.distill_tau > 0, "distill_tau", "a positive float"),
+                (0 <= self.distill_alpha <= 1, "distill_alpha", "a float in [0, 1]"),
+                (self.mixup >= 0, "mixup", "a float >= 0 (0: off)"),
+                (self.cutmix >= 0, "cutmix", "a float >= 0 (0: off)"),
+                (0 <= self.mix_prob <= 1, "mix_prob", "a probability in [0, 1]"),
+                (0 <= self.mix_switch_prob <= 1, "mix_switch_prob", "a probability in [0, 1]"),
+            ],
+        )
+
+
+# How a run executes, not what it computes: these may differ on --resume without an override.
+# `workers` too: a streamed batch is the same whichever worker, and however many, prepared it.
+RUNTIME_FIELDS = frozenset({"progress", "device", "threads", "workers"})
+
+
+def parse_overrides(values: list[str]) -> dict[str, Any]:
+    """`--override` values ("epochs=30", or "epochs=30,lr=1e-3") as typed TrainConfig settings.
+    A key may be spelt with dashes (batch-size); "none" clears an optional setting."""
+    fields = {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)}
+    overrides: dict[str, Any] = {}
+    for value in values:
+        for item in (part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            key, sep, text = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or not key:
+                raise ValueError(f"--override {item!r}: expected SETTING=VALUE, e.g. epochs=30")
+            if key not in fields:
+                raise ValueError(
+                    f"--override {item!r}: {key!r} is not a training setting; expected one of {', '.join(sorted(fields))}"
+                )
+            overrides[key] = _parse_setting(key, fields[key], text.strip())
+    return overrides
+
+
+def _parse_setting(key: str, annotation: str, text: str) -> Any:
+    optional = "None" in annotation
+    if optional and text.lower() in ("none", "null"):
+        return None
+    kind = annotation.replace("| None", "").strip()
+    try:
+        if kind == "bool":
+            lowered = text.lower()
+            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            return lowered in ("true", "1", "yes")
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        expected = {"bool": "true or false", "int": "an int", "float": "a number"}[kind]
+        raise ValueError(f"--override {key}={text}: {key} expects {expected}{' or none' if optional else ''}") from None
+    return text

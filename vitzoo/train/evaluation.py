@@ -1,0 +1,89 @@
+"""Measuring a model: accuracy, mean loss and confusion matrix over a loader (`evaluate`), or
+over one split with the eval transform the model's pretrained_cfg implies (`evaluate_split`)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data import BatchLoader, BatchTransform, ImageFiles, ImageTensors, InputSpec, make_loader
+from ..data.stream import StreamLoader
+from ..data.tensors import DataKind
+from . import distributed
+from .placement import resolve_device
+from .step import merged_logits
+
+
+@dataclass
+class EvalResult:
+    accuracy: float
+    loss: float
+    confusion: torch.Tensor  # (num_classes, num_classes) int64, rows = true class
+    count: int
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    loader: BatchLoader | StreamLoader,
+    *,
+    num_classes: int,
+    device: torch.device | str = "cpu",
+    bf16: bool = False,
+    info: distributed.DistInfo | None = None,
+) -> EvalResult:
+    """Accuracy, mean loss and confusion matrix over the loader (summed over ranks)."""
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    confusion = torch.zeros(num_classes * num_classes, dtype=torch.float64)
+    loss_sum = torch.zeros(1, dtype=torch.float64)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+    for x, y in loader.iterate(0):
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast:
+            logits = merged_logits(model(x)).float()
+        if logits.shape[-1] != num_classes:
+            raise ValueError(
+                f"the model predicts {logits.shape[-1]} classes but the data has {num_classes}; "
+                "create the model with num_classes matching the data"
+            )
+        loss_sum += F.cross_entropy(logits, y, reduction="sum").double().cpu()
+        pred = logits.argmax(dim=-1)
+        confusion += torch.bincount((y * num_classes + pred).cpu(), minlength=num_classes * num_classes).double()
+    model.train(was_training)
+    if info is not None:
+        distributed.all_reduce_sum(confusion, info)
+        distributed.all_reduce_sum(loss_sum, info)
+    confusion = confusion.round().long().view(num_classes, num_classes)
+    count = int(confusion.sum())
+    return EvalResult(
+        accuracy=float(confusion.trace()) / max(count, 1),
+        loss=float(loss_sum) / max(count, 1),
+        confusion=confusion,
+        count=count,
+    )
+
+
+def evaluate_split(
+    model: nn.Module,
+    data: ImageTensors | ImageFiles,
+    *,
+    kind: DataKind,
+    batch_size: int = 500,
+    device: str = "auto",
+    workers: int | None = None,
+) -> EvalResult:
+    """Evaluate `model` on one split with the eval transform its pretrained_cfg implies (a
+    streamed split: decoded by `workers` processes, None: from the CPU count)."""
+    dev = resolve_device(device)
+    model.to(dev)
+    transform = BatchTransform(spec=InputSpec.from_model(model), train=False, kind=kind)
+    loader = make_loader(
+        data, transform=transform, batch_size=batch_size, shuffle=False, workers=workers, pin_memory=dev.type == "cuda"
+    )
+    return evaluate(model, loader, num_classes=data.num_classes, device=dev)

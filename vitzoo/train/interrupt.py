@@ -1,0 +1,45 @@
+"""Ctrl-C during training: the first finishes the current step, checkpoints and stops; the
+second aborts. Under torchrun every rank stops at the same step."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from . import distributed
+
+
+class StopFlag:
+    """First SIGINT: finish the current step, checkpoint, stop. Second: the usual KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        tqdm.write("\ninterrupt: finishing this step and saving a checkpoint (Ctrl-C again to abort)")
+
+    def __enter__(self) -> StopFlag:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def should_stop(requested: bool, info: distributed.DistInfo) -> bool:
+    """Every rank must stop at the same step (DDP all-reduces each step): agree on it."""
+    if not info.enabled:
+        return requested
+    flag = torch.tensor([1.0 if requested else 0.0])
+    distributed.all_reduce_sum(flag, info)
+    return bool(flag.item() > 0)

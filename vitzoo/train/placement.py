@@ -1,0 +1,44 @@
+"""Where and how a run's steps execute: the processes (torchrun), the device, bf16 autocast and
+the CPU thread policy. None of it changes what a run computes (see config.RUNTIME_FIELDS)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import distributed
+from .threads import AutoThreads
+
+
+def resolve_device(name: str, info: distributed.DistInfo | None = None) -> torch.device:
+    """ "auto" -> CUDA when there is one, else the CPU; under torchrun each rank its own GPU."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and info is not None and info.enabled:
+        return torch.device("cuda", info.local_rank)
+    return torch.device(name)
+
+
+def use_bf16(amp: str, device: torch.device) -> bool:
+    if amp == "bf16":
+        return True
+    if amp == "auto":  # on CPU bf16 autocast is slower for these models (docs/measurements.md)
+        return device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return False
+
+
+@dataclass
+class Placement:
+    """The processes (`dist`), this rank's device, whether steps run under bf16 autocast, and
+    the thread policy (`auto_threads`: threads=None on the CPU, re-decided as training goes)."""
+
+    dist: distributed.DistInfo
+    device: torch.device
+    bf16: bool
+    auto_threads: AutoThreads | None = None
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()

@@ -1,0 +1,341 @@
+"""Everything before a run's first step: `setup_run` joins the processes, locks the run
+directory, checks the arguments (and, resuming, that the run is the same one), seeds, builds the
+teacher, loaders, optimizer and schedule, restores the checkpoint, writes run.json and wraps the
+model for DDP, into a `Run` (run.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..atomic import remove_stale_temp_files, write_json
+from ..data import BatchTransform, DataSplits, InputSpec, make_loader
+from ..data.tensors import DataKind
+from . import distributed
+from .checkpoint import CHECKPOINT_NAME, load_checkpoint, read_checkpoint_meta
+from .config import TrainConfig
+from .distill import Teacher, build_teacher
+from .ema import WeightEma
+from .export import BEST_DIR
+from .lock import RunLock
+from .metrics import METRICS_NAME, read_metrics
+from .mix import Mixer
+from .optim import WarmupCosine, freeze_backbone, make_optimizer, param_groups
+from .placement import Placement, resolve_device, use_bf16
+from .resume import check_same_model, check_same_settings
+from .run import Loaders, Models, Optimization, Run
+from .step import LossSpec
+from .threads import AutoThreads
+
+
+def setup_run(
+    model: nn.Module,
+    splits: DataSplits,
+    *,
+    config: TrainConfig,
+    out_dir: str | os.PathLike[str],
+    resume: bool = False,
+    overrides: dict[str, Any] | None = None,
+    run_info: dict[str, Any] | None = None,
+) -> Run:
+    """Everything before the first step: join the processes, lock the run directory (rank 0),
+    check the arguments, seed, build loaders, optimizer and schedule, restore the checkpoint when
+    resuming, write run.json and wrap the model for DDP. Errors come before anything but the run
+    directory (and its lock, released again) is written. The caller releases `run.lock`."""
+    if overrides and not resume:
+        raise ValueError(
+            f"overrides ({', '.join(overrides)}) change the settings of a run being resumed; "
+            "without --resume give the settings themselves"
+        )
+    unknown = sorted(set(overrides or {}) - {f.name for f in dataclasses.fields(TrainConfig)})
+    if unknown:
+        raise ValueError(f"overrides: {', '.join(unknown)} is not a TrainConfig setting")
+    config = dataclasses.replace(config, **(overrides or {}))
+    dist = distributed.setup(resolve_device(config.device).type)
+    device = resolve_device(config.device, dist)
+    out_dir = Path(out_dir)
+    lock = _lock_run_dir(out_dir, resume=resume, dist=dist)
+    try:
+        run = _build_run(
+            model, splits, config, out_dir, dist, device, resume=resume, overrides=overrides or {}, run_info=run_info
+        )
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    run.lock = lock
+    return run
+
+
+def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) -> RunLock | None:
+    """Rank 0 locks the run directory, then (holding the lock, so no live writer's temporary file
+    can be hit) removes temporary files of interrupted writes and refuses to overwrite a run. The
+    other ranks learn whether rank 0 failed, so they stop too instead of waiting for it."""
+    lock: RunLock | None = None
+    error: BaseException | None = None
+    if dist.is_main:
+        try:
+            lock = RunLock(out_dir)
+            note = lock.acquire()
+            if note:
+                tqdm.write(f"note: {note}", file=sys.stderr)
+            removed = [p for d in (out_dir, out_dir / BEST_DIR) for p in remove_stale_temp_files(d)]
+            if removed:
+                tqdm.write(
+                    f"removed {len(removed)} temporary file{'s' if len(removed) != 1 else ''} of interrupted writes "
+                    f"in {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in removed[:5])}"
+                    + (" ..." if len(removed) > 5 else ""),
+                    file=sys.stderr,
+                )
+            if (out_dir / CHECKPOINT_NAME).exists() and not resume:
+                raise FileExistsError(
+                    f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
+                )
+        except BaseException as err:
+            if lock is not None:
+                lock.release()
+            lock, error = None, err
+    if dist.enabled:
+        failed = torch.tensor([1.0 if error is not None else 0.0])
+        distributed.all_reduce_sum(failed, dist)
+        if error is None and failed.item() > 0:
+            raise RuntimeError(f"rank 0 could not start the run in {out_dir} (its error message says why)")
+    if error is not None:
+        raise error
+    return lock
+
+
+def _build_run(
+    model: nn.Module,
+    splits: DataSplits,
+    config: TrainConfig,
+    out_dir: Path,
+    dist: distributed.DistInfo,
+    device: torch.device,
+    *,
+    resume: bool,
+    overrides: dict[str, Any],
+    run_info: dict[str, Any] | None,
+) -> Run:
+    _check_fit_arguments(model, splits, config, dist=dist)
+    meta: dict[str, Any] = read_checkpoint_meta(out_dir / CHECKPOINT_NAME) if resume else {}
+    previous: dict[str, Any] = meta.get("run") or {}
+    if resume:
+        check_same_model(out_dir, previous, model, (run_info or {}).get("model"), splits)
+    torch.manual_seed(config.seed)  # a teacher with random weights is then the same model on every start
+    teacher = _build_teacher(config, model, splits, device)
+    history_entry: dict[str, Any] | None = None
+    if resume:
+        history_entry = check_same_settings(out_dir, previous, config, overrides, meta.get("state") or {}, teacher)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)  # fixed: bit-for-bit repeatable (see threads.py)
+    torch.manual_seed(config.seed)
+    if config.linear_probe:
+        freeze_backbone(model)
+    model.to(device)
+    ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
+    bf16 = use_bf16(config.amp, device)
+    loaders = _make_loaders(model, splits, config, dist, device)
+    optim = _make_optimization(model, config, len(loaders.train), teacher, splits.train.num_classes, device)
+    # On a busy machine OpenMP threads that share contested cores wait for each other at every
+    # barrier; "auto" uses the cores that are free instead (vitzoo/train/threads.py).
+    auto_threads = AutoThreads() if config.threads is None and device.type == "cpu" else None
+    run = Run(
+        config=config,
+        splits=splits,
+        out_dir=out_dir,
+        info={},
+        placement=Placement(dist=dist, device=device, bf16=bf16, auto_threads=auto_threads),
+        models=Models(module=model, wrapped=model, ema=ema),
+        optim=optim,
+        loaders=loaders,
+    )
+    settings_history = list(previous.get("settings_history") or []) + ([history_entry] if history_entry else [])
+    run.info = _run_info(run, run_info, teacher, settings_history)
+    if resume:
+        _restore(run)
+    best_dir = out_dir / BEST_DIR
+    run.progress.best_dir = best_dir if best_dir.is_dir() else None
+    run.progress.train_seconds = sum(r.get("epoch_time_s", 0.0) for r in run.progress.history)
+    if dist.is_main:
+        write_json(out_dir / "run.json", run.info)
+    if dist.enabled:
+        from torch.nn.parallel import DistributedDataParallel
+
+        run.models.wrapped = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    return run
+
+
+def _make_optimization(
+    model: nn.Module,
+    config: TrainConfig,
+    steps_per_epoch: int,
+    teacher: Teacher | None,
+    num_classes: int,
+    device: torch.device,
+) -> Optimization:
+    """AdamW over the trainable parameters' groups, the warmup + cosine schedule, the loss and the mixer."""
+    groups = param_groups(model, weight_decay=config.weight_decay, layer_decay=config.layer_decay)
+    optimizer = make_optimizer(groups, lr=config.lr, device=device)
+    scheduler = WarmupCosine(
+        optimizer,
+        peak_lr=config.lr,
+        warmup_steps=round(config.warmup_epochs * steps_per_epoch),
+        total_steps=config.epochs * steps_per_epoch,
+        min_lr_ratio=config.min_lr_ratio,
+    )
+    return Optimization(
+        optimizer=optimizer,
+        scheduler=scheduler,
+        params=[p for g in groups for p in g["params"]],
+        loss=LossSpec.from_config(config, teacher),
+        mixer=_make_mixer(config, num_classes),
+    )
+
+
+def _run_info(
+    run: Run, run_info: dict[str, Any] | None, teacher: Teacher | None, settings_history: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """run.json: the caller's `run_info`, the data, where the run executes, its settings, the
+    teacher and the model config."""
+    splits, placement = run.splits, run.placement
+    model_config = getattr(run.models.module, "config", None)
+    return {
+        **(run_info or {}),
+        "data": splits.name,
+        "classes": list(splits.classes),
+        "streamed": splits.streamed,  # images decoded from disk per batch (data/stream.py), not held in memory
+        "train_images": len(splits.train),
+        "val_images": len(splits.val),
+        "world_size": placement.dist.world_size,
+        "device": str(placement.device),
+        "bf16": placement.bf16,
+        "train_config": dataclasses.asdict(run.config),
+        "teacher": teacher.description if teacher is not None else None,
+        "model_config": model_config.to_dict() if model_config is not None else None,
+        # each resume that changed settings: {resumed_at_epoch, resumed_at_step, changed: {name: {old, new}}}
+        "settings_history": settings_history,
+    }
+
+
+def _restore(run: Run) -> None:
+    """Resuming: the checkpoint's weights, optimizer, schedule, RNG and state, and the metrics of
+    the epochs it finished."""
+    run.state, _ = load_checkpoint(
+        run.checkpoint_path,
+        model=run.models.module,
+        optimizer=run.optim.optimizer,
+        scheduler=run.optim.scheduler,
+        ema=run.models.ema,
+    )
+    run.progress.history = [r for r in read_metrics(run.out_dir / METRICS_NAME) if r["epoch"] < run.state.epoch]
+    run.log(f"resuming {run.out_dir} at epoch {run.state.epoch + 1}, step {run.state.step} of {run.steps_per_epoch}")
+
+
+def _check_fit_arguments(
+    model: nn.Module, splits: DataSplits, config: TrainConfig, *, dist: distributed.DistInfo
+) -> None:
+    """Refuse a batch the processes cannot share, and a head that does not fit the data."""
+    if config.batch_size % dist.world_size:
+        raise ValueError(
+            f"batch_size={config.batch_size} is not divisible by the {dist.world_size} processes; "
+            "expected a multiple of the process count (it is the global batch)"
+        )
+    num_classes = splits.train.num_classes
+    head = getattr(getattr(model, "config", None), "num_classes", num_classes)
+    if head != num_classes:
+        raise ValueError(
+            f"the model has {head} output classes but {splits.train.source} has {num_classes}; "
+            f"create it with num_classes={num_classes}"
+        )
+
+
+def _build_teacher(config: TrainConfig, model: nn.Module, splits: DataSplits, device: torch.device) -> Teacher | None:
+    if config.teacher is None:
+        return None
+    return build_teacher(
+        config.teacher, weights=config.teacher_weights, student=model, classes=splits.classes, device=device
+    )
+
+
+def _make_mixer(config: TrainConfig, num_classes: int) -> Mixer | None:
+    if config.mixup == 0 and config.cutmix == 0:
+        return None
+    return Mixer(
+        num_classes=num_classes,
+        mixup_alpha=config.mixup,
+        cutmix_alpha=config.cutmix,
+        prob=config.mix_prob,
+        switch_prob=config.mix_switch_prob,
+        label_smoothing=config.label_smoothing,
+    )
+
+
+def build_transforms(
+    model: nn.Module, splits: DataSplits, *, randaugment: bool = True, augment: float = 1.0, erase: float = 0.0
+) -> tuple[BatchTransform, BatchTransform]:
+    """Train and eval transforms for this model and data: the model's pretrained_cfg decides
+    size, normalisation, interpolation and channels; the data's kind decides the augmentation
+    (`augment` scales the digits' random affine: tiny models underfit with the full one)."""
+    spec = InputSpec.from_model(model)
+    kind: DataKind = "digits" if splits.kind == "digits" else "natural"
+    hflip = splits.name == "fashion-mnist" or kind == "natural"  # digits are not mirror-symmetric
+    train_tf = BatchTransform(
+        spec=spec,
+        train=True,
+        kind=kind,
+        hflip=hflip,
+        randaugment=randaugment,
+        erase=erase,
+        rotate_deg=10.0 * augment,
+        scale=(1 - 0.1 * augment, 1 + 0.1 * augment),
+        shift=0.1 * augment,
+    )
+    eval_tf = BatchTransform(spec=spec, train=False, kind=kind)
+    return train_tf, eval_tf
+
+
+def _make_loaders(
+    model: nn.Module,
+    splits: DataSplits,
+    config: TrainConfig,
+    dist: distributed.DistInfo,
+    device: torch.device | None = None,
+) -> Loaders:
+    """Train and validation loaders; each rank gets its slice of every batch (batch_size is global).
+    Decoded data gets BatchLoaders, a streamed folder StreamLoaders with `config.workers`."""
+    train_tf, eval_tf = build_transforms(
+        model, splits, randaugment=config.randaugment, augment=config.augment, erase=config.erase
+    )
+    pin_memory = device is not None and device.type == "cuda"  # page-locked: the copy to the GPU can overlap
+    train_loader = make_loader(
+        splits.train,
+        transform=train_tf,
+        batch_size=config.batch_size // dist.world_size,
+        shuffle=True,
+        seed=config.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        workers=config.workers,
+        pin_memory=pin_memory,
+    )
+    val_loader = make_loader(
+        splits.val,
+        transform=eval_tf,
+        batch_size=config.eval_batch_size,
+        shuffle=False,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        workers=config.workers,
+        pin_memory=pin_memory,
+    )
+    return Loaders(train=train_loader, val=val_loader)
