@@ -12,7 +12,7 @@ from conftest import tiny_model
 from vitzoo import cli
 from vitzoo.data import DataSplits
 from vitzoo.train import TrainConfig, fit
-from vitzoo.train import setup as setup_module
+from vitzoo.train import start as start_module
 from vitzoo.train.threads import AutoThreads, machine_busy_seconds, threads_for
 
 
@@ -116,7 +116,7 @@ def test_fit_with_auto_threads_follows_a_busy_machine(small_splits: DataSplits, 
         auto.tick = _counting(auto.tick, ticks, m)  # type: ignore[method-assign]
         return auto
 
-    monkeypatch.setattr(setup_module, "AutoThreads", fake_auto)
+    monkeypatch.setattr(start_module, "AutoThreads", fake_auto)
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -143,7 +143,7 @@ def test_fixed_threads_do_not_adapt(small_splits: DataSplits, tmp_path: Path, mo
     def no_auto() -> AutoThreads:
         raise AssertionError("a fixed thread count must not be re-decided")
 
-    monkeypatch.setattr(setup_module, "AutoThreads", no_auto)
+    monkeypatch.setattr(start_module, "AutoThreads", no_auto)
     result = fit(
         tiny_model(),
         small_splits,

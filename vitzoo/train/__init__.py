@@ -2,7 +2,7 @@
 scripts. A reader starts at loop.py (`fit` and the loop); the rest, one concept a module:
 
     config.py      TrainConfig, --override parsing        recipes.py     the tuned recipes
-    setup.py       everything before the first step        run.py         Run and its parts
+    start.py       everything before the first step        run.py         Run and its parts
     step.py        one optimizer step, its LossSpec        evaluation.py  accuracy, loss, confusion
     resume.py      same-model / same-settings checks       interrupt.py   Ctrl-C: finish, save, stop
     placement.py   device, bf16, processes, threads        checkpoint.py  the resumable state on disk
@@ -24,7 +24,7 @@ from .optim import WarmupCosine, freeze_backbone, make_optimizer, param_groups, 
 from .placement import resolve_device
 from .recipes import recipe_defaults
 from .resume import load_run_info
-from .setup import build_transforms
+from .start import build_transforms
 from .step import LossSpec, classification_loss, train_step
 
 from .cli import configure_eval_parser, configure_finetune_parser, run_eval, run_finetune  # isort: skip

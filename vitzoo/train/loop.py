@@ -1,6 +1,6 @@
 """The training loop: `fit` trains a model on `DataSplits`, evaluating after every epoch.
 
-    run = setup_run(...)                      # setup.py: model, loaders, optimizer, schedule, state
+    run = setup_run(...)                      # start.py: model, loaders, optimizer, schedule, state
     while epoch < epochs:
         train_one_epoch(run)                  # the steps (step.py's train_step)
         end_epoch(run)                        # evaluate, metrics, best/ export, checkpoint
@@ -46,7 +46,7 @@ from .metrics import CURVES_NAME, METRICS_NAME, format_epoch, plot_curves, write
 from .mix import step_seed
 from .optim import freeze_norm_statistics
 from .run import Run
-from .setup import setup_run
+from .start import setup_run
 from .step import merged_logits, train_step
 
 

@@ -1,6 +1,6 @@
 """`Run`: one training run as the loop drives it, in a few named parts: where it executes
 (`Placement`), the models, what the steps update and minimise (`Optimization`), the loaders, the
-resumable `TrainState` and what the finished epochs left (`Progress`). setup.py builds it."""
+resumable `TrainState` and what the finished epochs left (`Progress`). start.py builds it."""
 
 from __future__ import annotations
 
