@@ -97,3 +97,27 @@ def test_truncated_file_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="cannot read checkpoint"):
         load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)
+
+
+def test_a_checkpoint_with_the_distillation_sum_in_extra_resumes_with_it(tmp_path: Path) -> None:
+    """Checkpoints written before `epoch_distill_loss_sum` was a TrainState field kept it in `extra`."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    model, opt, sched = _setup(0)
+    state = TrainState(epoch=1, step=3, global_step=9, epoch_loss_sum=2.5, epoch_distill_loss_sum=0.75)
+    path = save_checkpoint(
+        tmp_path / "ck.safetensors", model=model, optimizer=opt, scheduler=sched, state=state, run_info={}
+    )
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["vitzoo.train"])
+    old = dict(meta["state"])
+    old["extra"] = {"epoch_distill_loss_sum": old.pop("epoch_distill_loss_sum")}
+    save_file(load_file(str(path)), str(path), metadata={"vitzoo.train": json.dumps({**meta, "state": old})})
+    loaded, _ = load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)
+    assert loaded == state
+    old["extra"] = {}  # a run without a teacher: nothing to carry over
+    save_file(load_file(str(path)), str(path), metadata={"vitzoo.train": json.dumps({**meta, "state": old})})
+    assert load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)[0].epoch_distill_loss_sum == 0.0

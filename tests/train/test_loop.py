@@ -1,4 +1,4 @@
-"""vitzoo/train/engine.py: fit end to end, determinism, Ctrl-C + exact resume, linear probe."""
+"""vitzoo/train/loop.py: fit end to end, determinism, Ctrl-C + exact resume, linear probe."""
 
 from __future__ import annotations
 
@@ -130,11 +130,6 @@ def test_class_count_mismatch_is_reported(small_splits: DataSplits, tmp_path: Pa
         fit(tiny_model(num_classes=5), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path)
 
 
-def test_bad_config_names_the_field() -> None:
-    with pytest.raises(ValueError, match="amp='fp8'"):
-        TrainConfig(amp="fp8")
-
-
 def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits: DataSplits, tmp_path: Path) -> None:
     from safetensors.torch import load_file
 
@@ -174,22 +169,6 @@ def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits:
     resumed = load_file(str(tmp_path / "cut" / CHECKPOINT_NAME))
     assert resumed.keys() == saved.keys()
     assert all(torch.equal(resumed[k], saved[k]) for k in saved)  # weights, average, optimizer, RNG
-
-
-@pytest.mark.parametrize(
-    "field, value, expected",
-    [
-        ("epochs", 0, "an int >= 1"),
-        ("min_lr_ratio", 1.5, r"a float in \[0, 1\]"),
-        ("label_smoothing", 1.0, r"a float in \[0, 1\)"),
-        ("amp", "fp16", "'auto', 'bf16' or 'off'"),
-        ("ema_decay", 1.0, r"None or a float in \(0, 1\)"),
-        ("threads", 0, "None or an int >= 1"),
-    ],
-)
-def test_invalid_train_config_names_the_field_and_what_it_expects(field: str, value: object, expected: str) -> None:
-    with pytest.raises(ValueError, match=rf"^{field}={value!r} is invalid; expected {expected}"):
-        TrainConfig(**{field: value})
 
 
 # ----------------------------------------------------------------------------- streamed folders

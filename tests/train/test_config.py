@@ -1,0 +1,49 @@
+"""vitzoo/train/config.py: TrainConfig's checks and --override values parsed into settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from vitzoo.train import TrainConfig, parse_overrides
+
+
+def test_bad_config_names_the_field() -> None:
+    with pytest.raises(ValueError, match="amp='fp8'"):
+        TrainConfig(amp="fp8")
+
+
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("epochs", 0, "an int >= 1"),
+        ("min_lr_ratio", 1.5, r"a float in \[0, 1\]"),
+        ("label_smoothing", 1.0, r"a float in \[0, 1\)"),
+        ("amp", "fp16", "'auto', 'bf16' or 'off'"),
+        ("ema_decay", 1.0, r"None or a float in \(0, 1\)"),
+        ("threads", 0, "None or an int >= 1"),
+    ],
+)
+def test_invalid_train_config_names_the_field_and_what_it_expects(field: str, value: object, expected: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{field}={value!r} is invalid; expected {expected}"):
+        TrainConfig(**{field: value})
+
+
+def test_overrides_are_typed_by_the_setting_and_none_clears_an_optional_one() -> None:
+    parsed = parse_overrides(["epochs=30,lr=1e-3", "batch-size=64", "linear_probe=yes", "ema_decay=none", "amp=off"])
+    assert parsed == {"epochs": 30, "lr": 1e-3, "batch_size": 64, "linear_probe": True, "ema_decay": None, "amp": "off"}
+    assert type(parsed["epochs"]) is int and type(parsed["lr"]) is float
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("epochs", r"--override 'epochs': expected SETTING=VALUE, e.g. epochs=30"),
+        ("epoch=3", r"'epoch' is not a training setting; expected one of .*epochs"),
+        ("epochs=three", r"--override epochs=three: epochs expects an int$"),
+        ("ema_decay=fast", r"ema_decay expects a number or none$"),
+        ("linear_probe=maybe", r"linear_probe expects true or false$"),
+    ],
+)
+def test_bad_override_names_the_setting_and_what_it_expects(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_overrides([value])
