@@ -42,9 +42,9 @@ from torchvision.transforms.v2 import functional as TF
 
 from ..data import InputSpec, convert_channels
 from ..pretrained_cfg import pretrained_cfg_of
+from .export import BEST_DIR
 
 DISTILL_MODES = ("none", "hard", "soft")
-TIMM_PREFIX = "timm:"
 
 
 class TeacherError(ValueError):
@@ -162,22 +162,25 @@ def build_teacher(
 
 
 def _load_module(source: str, weights: str | None, num_classes: int) -> tuple[nn.Module, bool]:
-    """(model, whether its weights are random)."""
+    """(model, whether its weights are random). "timm:NAME[.TAG]" is any timm model, which timm
+    builds; every other teacher goes through vitzoo's builder, the one path from a source to a
+    model: a saved model through `builder.from_pretrained`, a registered name through
+    `builder.create` (with the weights its tag or `weights` names)."""
+    from ..weights.hub import TIMM_PREFIX  # the source prefixes' one home (imported when a teacher is built)
+
     try:
         if source.startswith(TIMM_PREFIX):
             return _load_timm(source[len(TIMM_PREFIX) :], weights, num_classes)
         from .. import builder, registry
 
-        path = Path(source).expanduser()
-        if path.exists() or source.startswith("hf-hub:"):
+        saved = _saved_model(source)
+        if saved is not None:
             if weights is not None:
                 raise TeacherError(
                     f"teacher {source!r} is a saved model already; teacher weights ({weights}) apply to a "
                     "registered name or a timm model"
                 )
-            if path.is_dir() and not (path / "config.json").exists() and (path / "best").is_dir():
-                path = path / "best"  # a run directory: its best model
-            return builder.from_pretrained(str(path) if path.exists() else source), False
+            return builder.from_pretrained(saved), False
         tag = registry.split_name(source)[1]
         if weights is not None or tag is not None:  # trained weights: the class count is theirs, checked after
             return builder.create(source, weights=weights), False
@@ -186,6 +189,19 @@ def _load_module(source: str, weights: str | None, num_classes: int) -> tuple[nn
         raise
     except Exception as err:  # unknown name, unreadable file, no network for a download, ...
         raise TeacherError(f"cannot build the teacher {source!r}: {err}") from err
+
+
+def _saved_model(source: str) -> str | None:
+    """The source `builder.from_pretrained` reads for a teacher that is a saved model (a file, a
+    directory, a run directory: its best/, or a Hub repository); None for a model name."""
+    from ..weights.hub import HF_PREFIX
+
+    path = Path(source).expanduser()
+    if path.is_dir() and not (path / "config.json").exists() and (path / BEST_DIR).is_dir():
+        return str(path / BEST_DIR)  # a run directory: its best model
+    if path.exists():
+        return str(path)
+    return source if source.startswith(HF_PREFIX) else None
 
 
 def _load_timm(name: str, weights: str | None, num_classes: int) -> tuple[nn.Module, bool]:
@@ -203,6 +219,8 @@ def _load_timm(name: str, weights: str | None, num_classes: int) -> tuple[nn.Mod
 
 
 def _input_spec(module: nn.Module, source: str) -> InputSpec:
+    from ..weights.hub import TIMM_PREFIX
+
     if source.startswith(TIMM_PREFIX):
         from timm.data import resolve_model_data_config
 
