@@ -103,6 +103,19 @@ class TrainConfig:
 RUNTIME_FIELDS = frozenset({"progress", "device", "threads", "workers"})
 
 
+def apply_overrides(config: TrainConfig, overrides: dict[str, Any] | None, *, resume: bool) -> TrainConfig:
+    """`config` with the `overrides` (setting: value) of a run being resumed replacing its fields."""
+    if overrides and not resume:
+        raise ValueError(
+            f"overrides ({', '.join(overrides)}) change the settings of a run being resumed; "
+            "without --resume give the settings themselves"
+        )
+    unknown = sorted(set(overrides or {}) - {f.name for f in dataclasses.fields(TrainConfig)})
+    if unknown:
+        raise ValueError(f"overrides: {', '.join(unknown)} is not a TrainConfig setting")
+    return dataclasses.replace(config, **(overrides or {}))
+
+
 def parse_overrides(values: list[str]) -> dict[str, Any]:
     """`--override` values ("epochs=30", or "epochs=30,lr=1e-3") as typed TrainConfig settings.
     A key may be spelt with dashes (batch-size); "none" clears an optional setting."""

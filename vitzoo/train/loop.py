@@ -38,7 +38,7 @@ from tqdm.auto import tqdm
 
 from ..data import DataSplits
 from . import distributed
-from .config import TrainConfig
+from .config import TrainConfig, apply_overrides
 from .evaluation import EvalResult
 from .export import BEST_DIR, export_pretrained
 from .interrupt import StopFlag, should_stop
@@ -82,9 +82,8 @@ def fit(
     unless the changed settings are named in `overrides` ({"epochs": 30}), which replace those
     fields of `config`; run.json's `settings_history` records every such change.
     `on_step(epoch, step)` is called after every optimizer step (progress hooks, tests)."""
-    run = setup_run(
-        model, splits, config=config, out_dir=out_dir, resume=resume, overrides=overrides, run_info=run_info
-    )
+    config = apply_overrides(config, overrides, resume=resume)
+    run = setup_run(model, splits, config, Path(out_dir), resume=resume, overrides=overrides or {}, run_info=run_info)
     try:
         return _fit_loop(run, on_step)
     finally:

@@ -6,7 +6,6 @@ model for DDP, into a `Run` (run.py)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,33 +37,25 @@ from .threads import AutoThreads
 def setup_run(
     model: nn.Module,
     splits: DataSplits,
-    *,
     config: TrainConfig,
-    out_dir: str | os.PathLike[str],
-    resume: bool = False,
-    overrides: dict[str, Any] | None = None,
-    run_info: dict[str, Any] | None = None,
+    out_dir: Path,
+    *,
+    resume: bool,
+    overrides: dict[str, Any],
+    run_info: dict[str, Any] | None,
 ) -> Run:
     """Everything before the first step: join the processes, lock the run directory (rank 0),
     check the arguments, seed, build loaders, optimizer and schedule, restore the checkpoint when
-    resuming, write run.json and wrap the model for DDP. Errors come before anything but the run
-    directory (and its lock, released again) is written. The caller releases `run.lock`."""
-    if overrides and not resume:
-        raise ValueError(
-            f"overrides ({', '.join(overrides)}) change the settings of a run being resumed; "
-            "without --resume give the settings themselves"
-        )
-    unknown = sorted(set(overrides or {}) - {f.name for f in dataclasses.fields(TrainConfig)})
-    if unknown:
-        raise ValueError(f"overrides: {', '.join(unknown)} is not a TrainConfig setting")
-    config = dataclasses.replace(config, **(overrides or {}))
+    resuming, write run.json and wrap the model for DDP. `config` has the `overrides` applied
+    already (config.apply_overrides); resuming, they name the settings allowed to differ from the
+    run's. Errors come before anything but the run directory (and its lock, released again) is
+    written. The caller releases `run.lock`."""
     dist = distributed.setup(resolve_device(config.device).type)
     device = resolve_device(config.device, dist)
-    out_dir = Path(out_dir)
     lock = _lock_run_dir(out_dir, resume=resume, dist=dist)
     try:
         run = _build_run(
-            model, splits, config, out_dir, dist, device, resume=resume, overrides=overrides or {}, run_info=run_info
+            model, splits, config, out_dir, dist, device, resume=resume, overrides=overrides, run_info=run_info
         )
     except BaseException:
         if lock is not None:
