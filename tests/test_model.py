@@ -350,7 +350,8 @@ def test_timm_state_dict_loads_key_by_key_with_identical_logits(name):
 # ----------------------------------------------------------------------------- hybrid (conv stem)
 def test_conv_stem_model_round_trips_through_json_and_save_pretrained(tmp_path):
     from vitzoo.weights.errors import WeightsMismatchError
-    from vitzoo.weights.keymaps import infer_config_fields, to_timm
+    from vitzoo.weights.keymaps import to_timm
+    from vitzoo.weights.shapes import infer_config_fields
 
     config = ViTConfig.from_dict(
         dict(

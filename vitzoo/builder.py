@@ -8,8 +8,11 @@ vitzoo.weights (reading and converting checkpoints), as timm's `_builder.py` doe
     vitzoo.from_pretrained("out/")                                   # the architecture comes from the source
     vitzoo.download("vit_b16"); vitzoo.convert("src", "dst/")
 
-Every function here that reads a source hands vitzoo.weights `resolve_architecture`, so names a
-checkpoint states (vitzoo's or timm's "architecture") mean what the registry says they mean.
+The weights flow runs one way: vitzoo.weights reads the source (`read_source`), this module
+explains the architecture name the source states through the registry (`resolve_architecture`:
+vitzoo's or timm's "architecture" means what the registry says it means) and builds the model,
+then vitzoo.weights finishes loading (`load_checkpoint`: verify, adapt, load). The pretrained cfg
+is computed once, after loading, and attached once.
 """
 
 from __future__ import annotations
@@ -24,11 +27,22 @@ from torch import nn
 from . import registry
 from .atomic import write_safetensors
 from .layers import to_2tuple
-from .layout import save_pretrained
-from .model import ViTConfig
+from .layout import attach_architecture, save_pretrained
+from .model import VisionTransformer, ViTConfig
 from .precision import parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
-from .weights import Architecture, WeightsError, WeightsNotFoundError, export, load
+from .weights import (
+    Architecture,
+    Checkpoint,
+    WeightsError,
+    WeightsNotFoundError,
+    build_args,
+    export,
+    load_checkpoint,
+    pretrained_cfg_for,
+    read_source,
+    vit_config,
+)
 from .weights.adapt import FitReport
 from .weights.exporter import EXPORT_FORMATS
 from .weights.hub import HF_PREFIX, TIMM_PREFIX, fetch_source
@@ -50,6 +64,15 @@ def resolve_architecture(name: str) -> Architecture | None:
     except (TypeError, ValueError, WeightsError):
         config = None  # a plugin builder that makes no ViT: its name still gives preprocessing
     return Architecture(entry.name, config, entry.default_cfg)
+
+
+def _read(source: Source) -> tuple[Checkpoint, Architecture | None]:
+    """`source` read by vitzoo.weights, with the architecture it names explained by the registry."""
+    ckpt = read_source(source)
+    name = ckpt.names
+    arch = resolve_architecture(name) if name is not None else None
+    ckpt.apply_architecture(arch)
+    return ckpt, arch
 
 
 def create(
@@ -100,12 +123,29 @@ def _create(name: str, pretrained: bool, weights: Source | None, **overrides: An
             base_cfg: PretrainedCfg | None = pcfg
         else:
             source, base_cfg = weights, entry.default_cfg
-        return load.build_pretrained(
-            entry.builder, source, base_cfg=base_cfg, architecture=entry.name, resolve=resolve_architecture, **overrides
-        )
+        return _build_pretrained(entry, source, base_cfg, overrides)
     model = entry.builder(**overrides)
     if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
         attach_pretrained_cfg(model, _fit_cfg(entry.default_cfg, model))
+    return model
+
+
+def _build_pretrained(
+    entry: registry.ModelEntry, source: Source, base_cfg: PretrainedCfg | None, overrides: dict[str, Any]
+) -> nn.Module:
+    """`entry.builder(**overrides)` on the meta device, filled from `source`. The checkpoint decides
+    what `overrides` leave open (weights.build_args); `base_cfg` is the preprocessing the source's
+    own config refines, and when it describes a registered source, its `model_args` say what these
+    weights need beyond the architecture. The entry's name is recorded for save_pretrained."""
+    ckpt, _ = _read(source)
+    carried = build_args(ckpt, overrides)
+    if base_cfg is not None:
+        carried.update({k: v for k, v in base_cfg.model_args.items() if k not in overrides})
+    with torch.device("meta"):
+        model = entry.builder(**overrides, **carried)
+    load_checkpoint(model, ckpt, strict=True, assign=True)
+    attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg))
+    attach_architecture(model, entry.name)
     return model
 
 
@@ -120,14 +160,34 @@ def _fit_cfg(cfg: PretrainedCfg, model: nn.Module) -> PretrainedCfg:
 
 
 def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
-    """Load `source` into `model` (see vitzoo.weights.load.load_weights), names resolved by the registry."""
-    return load.load_weights(model, source, strict=strict, resolve=resolve_architecture)
+    """Load `source` (file, directory, "hf-hub:org/repo[@rev]" or "timm:<name>") into `model`.
+
+    The checkpoint is adapted to the model where that is well defined (num_classes, img_size,
+    in_chans, each logged; see vitzoo/weights/adapt.py); anything else that does not fit raises a
+    WeightsMismatchError. A source that states a LayerNorm eps (transformers: 1e-12) sets it on
+    the model and in `model.config`. A model that carries a pretrained cfg gets these weights'
+    preprocessing and labels. strict=False loads the keys that fit and reports the rest in the
+    returned FitReport."""
+    ckpt, _ = _read(source)
+    report = load_checkpoint(model, ckpt, strict=strict)
+    pcfg = pretrained_cfg_of(model)
+    if pcfg is not None:  # its cfg described other weights (or none): these weights' own cfg refines it
+        attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, pcfg.replace(source=None, tag=None)))
+    return report
 
 
 def from_pretrained(source: Source) -> nn.Module:
-    """A model rebuilt from a saved directory, a file whose layout names the architecture, or
-    "hf-hub:org/repo[@rev]" (see vitzoo.weights.load.from_pretrained)."""
-    return load.from_pretrained(source, resolve=resolve_architecture)
+    """A model rebuilt from a saved directory (vitzoo, transformers or timm layout), a file whose
+    layout names the architecture, or "hf-hub:org/repo[@rev]"; the config comes from the source
+    (and, for a named architecture, from what the registry says of it)."""
+    ckpt, arch = _read(source)
+    with torch.device("meta"):
+        model = VisionTransformer(vit_config(ckpt))
+    load_checkpoint(model, ckpt, strict=True, assign=True)
+    if ckpt.architecture:
+        attach_architecture(model, ckpt.architecture)
+    attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, arch.default_cfg if arch is not None else None))
+    return model
 
 
 def download(name_or_source: str) -> list[Path]:

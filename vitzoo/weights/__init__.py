@@ -1,19 +1,25 @@
 """Pretrained weights: reading every supported layout, converting its keys, adapting it to the
-model, writing it for timm. Nothing here knows the registry: a caller that has names to explain
-(vitzoo/builder.py) hands in a `resolve` function.
+model, writing it for timm. Nothing here knows the registry; the flow runs one way:
 
-    model = vitzoo.create("vit_b16", pretrained=True)            # the registry's default source
-    model = vitzoo.create("vit_b16", weights="hf-hub:org/repo")    # or any file / dir / hub / timm source
-    vitzoo.load_weights(model, "checkpoint.safetensors")
-    model.save_pretrained("out/"); vitzoo.from_pretrained("out/")
-    vitzoo.export(model, "timm", "vit_b16.safetensors")
+    ckpt = read_source(source)            # sources.py: tensors in vitzoo's names + what the source states
+    ckpt.apply_architecture(arch)         # the caller (vitzoo/builder.py) explains `ckpt.names`
+    model = <built by the caller>         #   (build_args, vit_config: what the checkpoint decides)
+    load_checkpoint(model, ckpt)          # load.py: verify, adapt, load
+    model.pretrained_cfg = pretrained_cfg_for(ckpt, model, base)
 
-Modules: files (reading checkpoints safely), keymaps (one key map per layout: where pretrained
-weights are converted), transformers_files (what a transformers config.json and
-preprocessor_config.json state), adapt (num_classes, img_size, in_chans), hub (huggingface_hub
-downloads), sources (what a source string means), load (into models), exporter (for timm), errors.
+Users call vitzoo.create(..., pretrained=...), vitzoo.from_pretrained, vitzoo.load_weights and
+vitzoo.export.
+
+Modules: checkpoint (the read source, as data), sources (what a source string means; reading it),
+files (reading checkpoint files safely), keymaps (one key map per layout: where pretrained weights
+are converted), shapes (the config a state dict's shapes determine), transformers_files and
+timm_files (what those libraries' config files state; "timm:<name>" through timm), verify (a
+config checked against its tensors, a checkpoint against its model), adapt (num_classes, img_size,
+in_chans), load (into models), hub (huggingface_hub downloads; hub_verify: downloaded files
+checked; hub_logs: its log lines kept quiet), exporter (for timm), errors.
 """
 
+from .checkpoint import Architecture, Checkpoint
 from .errors import (
     UnknownFormatError,
     WeightsDownloadError,
@@ -24,12 +30,12 @@ from .errors import (
     WeightsNotFoundError,
 )
 from .exporter import export
-from .load import build_pretrained, from_pretrained, load_weights
-from .sources import Architecture, Resolve, load_source
+from .load import build_args, load_checkpoint, pretrained_cfg_for, vit_config
+from .sources import read_source
 
 __all__ = [
     "Architecture",
-    "Resolve",
+    "Checkpoint",
     "UnknownFormatError",
     "WeightsDownloadError",
     "WeightsError",
@@ -37,9 +43,10 @@ __all__ = [
     "WeightsMismatchError",
     "WeightsNotCachedError",
     "WeightsNotFoundError",
-    "build_pretrained",
+    "build_args",
     "export",
-    "from_pretrained",
-    "load_source",
-    "load_weights",
+    "load_checkpoint",
+    "pretrained_cfg_for",
+    "read_source",
+    "vit_config",
 ]

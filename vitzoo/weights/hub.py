@@ -12,28 +12,25 @@ Failing fast: before each download one metadata request (HEAD) asks the Hub whet
 transient failure (HTTP 408/429/5xx, a refused or timed-out connection) is tried `HUB_ATTEMPTS`
 times in all, `HUB_RETRY_WAIT_S` apart, and then the file comes from the cache or the call fails
 with one line. huggingface_hub's own retry loop (minutes of exponential backoff) is never entered
-that way, and its log lines are dropped while vitzoo's calls run (only in the calling thread).
+that way, and its log lines are dropped while vitzoo's calls run (only in the calling thread; hub_logs.py).
 
 Every file is checked right after it is fetched (safetensors header, torch zip or pickle start,
-config.json a JSON object): a proxy's HTML page saved as `model.safetensors` is an error at
+config.json a JSON object; hub_verify.py): a proxy's HTML page saved as `model.safetensors` is an error at
 `vitzoo download` time, naming what the file looks like, and it is deleted from the cache.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import threading
 import time
-import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import WeightsDownloadError, WeightsError, WeightsNotCachedError, WeightsNotFoundError
+from .hub_logs import quiet_hub_logs
+from .hub_verify import KIND, content_problem, remove_cached
 
 
 def _network_errors() -> tuple[type[BaseException], ...]:
@@ -151,7 +148,7 @@ def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, .
     offline = is_offline()
     where = f"{filename!r}" + (f" (nor {', '.join(map(repr, tried))})" if tried else "") + f" of {ref}"
     try:
-        with _quiet_hub_logs():
+        with quiet_hub_logs():
             path = Path(_download(ref, filename, offline=offline, link=link, http_error=HfHubHTTPError))
     except RepositoryNotFoundError as e:
         raise WeightsNotFoundError(
@@ -354,135 +351,14 @@ def _remove_incomplete(ref: HubRef) -> None:
         partial.unlink(missing_ok=True)
 
 
-# ----------------------------------------------------------------------------- quiet logs
-class _QuietHubLogs(logging.Filter):
-    """Drops huggingface_hub's log records below ERROR that the threads inside a vitzoo call emit
-    (its retry and resume notices), while other threads and other times log as configured: the
-    user's logging setup is never changed, only this filter is attached to its loggers."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-        self._depth: dict[int, int] = {}  # thread ident -> nesting depth of vitzoo calls
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.ERROR or threading.get_ident() not in self._depth
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        import huggingface_hub.file_download  # noqa: F401  # its loggers must exist to get the filter
-
-        ident = threading.get_ident()
-        with self._lock:
-            self._attach()
-            self._depth[ident] = self._depth.get(ident, 0) + 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._depth[ident] -= 1
-                if not self._depth[ident]:
-                    del self._depth[ident]
-
-    def _attach(self) -> None:
-        # A logger filter sees only records created on that very logger, so each of
-        # huggingface_hub's module loggers gets it (those created since the last call too).
-        loggers = logging.Logger.manager.loggerDict.copy()  # a copy: other threads may add loggers
-        for name, logger in loggers.items():
-            if name.split(".")[0] == "huggingface_hub" and isinstance(logger, logging.Logger):
-                if self not in logger.filters:
-                    logger.addFilter(self)
-
-
-_QUIET = _QuietHubLogs()
-
-
-def _quiet_hub_logs() -> Any:
-    return _QUIET.active()
-
-
-# ----------------------------------------------------------------------------- verifying files
-_SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
-
-
 def _verify_download(ref: HubRef, filename: str, path: Path) -> None:
     """Raise (and delete the file from the cache) when `path` is not what `filename` promises."""
-    problem = _content_problem(path, filename)
+    problem = content_problem(path, filename)
     if problem is None:
         return
-    _remove_cached(path)
+    remove_cached(path)
     raise WeightsDownloadError(
-        f"{filename!r} of {ref} is not a valid {_KIND.get(Path(filename).suffix, 'file')}: {problem} "
+        f"{filename!r} of {ref} is not a valid {KIND.get(Path(filename).suffix, 'file')}: {problem} "
         f"(a proxy, captive portal or wrong HF_ENDPOINT ({_endpoint() or 'huggingface.co'}) may have served it); "
         "it was deleted from the cache, so the next attempt downloads it again"
     )
-
-
-_KIND = {".safetensors": "safetensors file", ".bin": "PyTorch checkpoint", ".json": "JSON object"}
-
-
-def _content_problem(path: Path, filename: str) -> str | None:
-    """What is wrong with the file's content for its kind, or None."""
-    suffix = Path(filename).suffix
-    if suffix not in _KIND:
-        return None
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            head = f.read(64)
-            if size == 0:
-                return "it is empty"
-            if suffix == ".safetensors":
-                return _safetensors_problem(f, head, size)
-            if suffix == ".bin":
-                if head.startswith(b"PK\x03\x04"):
-                    return None if zipfile.is_zipfile(f) else f"it is a truncated zip archive ({size} bytes)"
-                if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
-                    return None  # torch.save's legacy pickle format
-                return f"it starts with {_looks_like(head)}, not a zip archive or a pickle"
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return f"it does not parse as JSON ({type(exc).__name__}: {exc}); it starts with {_looks_like(head)}"
-        return None if isinstance(data, dict) else f"it holds a JSON {type(data).__name__}, not an object"
-    except OSError as exc:
-        return f"it cannot be read ({type(exc).__name__}: {exc})"
-
-
-def _safetensors_problem(f: Any, head: bytes, size: int) -> str | None:
-    n = int.from_bytes(head[:8], "little") if len(head) >= 8 else -1
-    if not 2 <= n <= min(size - 8, _SAFETENSORS_MAX_HEADER):
-        return f"it starts with {_looks_like(head)}, not a safetensors header"
-    f.seek(8)
-    try:
-        header = json.loads(f.read(n).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return f"its header does not parse as JSON; it starts with {_looks_like(head)}"
-    if not isinstance(header, dict):
-        return "its header is not a JSON object"
-    try:
-        end = max(
-            (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),
-            default=0,
-        )
-    except (TypeError, KeyError, IndexError, ValueError):
-        return "its header lists tensors without valid data_offsets"
-    if end != size - 8 - n:
-        return f"its header describes {end} bytes of tensor data but the file holds {size - 8 - n} (truncated?)"
-    return None
-
-
-def _looks_like(head: bytes) -> str:
-    """The first bytes as a reader would describe them: text when they are text, else hex."""
-    text = head.decode("utf-8", errors="replace").rstrip("\ufffd")  # the cut may split a character
-    if text.strip() and "\ufffd" not in text and all(c.isprintable() or c.isspace() for c in text):
-        return repr(" ".join(text.split())[:40])
-    return "the bytes " + head[:12].hex(" ")
-
-
-def _remove_cached(path: Path) -> None:
-    """Delete a cached file: the snapshot entry and, when it is a link, the blob it points to."""
-    target = path.resolve()
-    path.unlink(missing_ok=True)
-    if target != path.absolute():
-        target.unlink(missing_ok=True)

@@ -22,7 +22,6 @@ detected layout maps is reported as unexpected (strict) rather than silently dro
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,9 +36,6 @@ FORMATS = ("vitzoo", "transformers", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
 # The LayerNorm eps of transformers' other families, for weights files without their config.json.
 DINOV2_EPS, CLIP_EPS, SIGLIP_EPS = 1e-6, 1e-5, 1e-6
-# A checkpoint with LayerScale but no config stating its init value: any value creates the
-# parameters, which the checkpoint's own values then replace (DINOv2's init, as timm builds it).
-LAYER_SCALE_INIT = 1e-5
 
 
 @dataclass
@@ -382,103 +378,3 @@ def to_timm(state: StateDict, *, what: str = "model") -> StateDict:
     if head is not None and "head.bias" not in out:
         out["head.bias"] = head.new_zeros(head.shape[0])
     return out
-
-
-# ----------------------------------------------------------------------------- config from weights
-def position_prefix(pos_len: int, prefix: int, grid: tuple[int, int] | None = None) -> int | None:
-    """How many of the `prefix` tokens (class, distillation, registers) a position embedding of
-    `pos_len` positions covers: all of them, or none (timm's no_embed_class: positions for the
-    patches only). With the patch `grid` known the answer is exact; without it, the count that
-    leaves a square grid (the only grid a token count alone determines), all of them first.
-    None when neither fits."""
-    for covered in dict.fromkeys((prefix, 0)):
-        n = pos_len - covered
-        fits = n == grid[0] * grid[1] if grid is not None else n > 0 and math.isqrt(n) ** 2 == n
-        if fits:
-            return covered
-    return None
-
-
-def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict[str, Any]:
-    """The ViTConfig fields a vitzoo-named state dict determines by its shapes. The head count is
-    not among them (no tensor depends on it), nor the activation; callers get them from a config
-    or the layout hints. The options of the newer families (LayerScale, registers, norm_pre, ...)
-    appear only where the tensors show them, so an ordinary ViT's fields are the classic ones."""
-    try:
-        proj = state["patch_embed.proj.weight"]
-        pos = state.get("pos_embed")
-    except KeyError as e:
-        raise WeightsMismatchError(f"{file}: cannot infer the architecture, key {e} is missing") from None
-    for key, tensor, ndim in (
-        ("patch_embed.proj.weight", proj, 4),
-        ("pos_embed", pos, 3),
-        ("reg_token", state.get("reg_token"), 3),
-    ):
-        if tensor is not None and tensor.ndim != ndim:
-            raise WeightsMismatchError(f"{file}: {key} has shape {tuple(tensor.shape)}; expected {ndim} dimensions")
-    embed_dim, in_chans, ph, pw = proj.shape
-    # A convolutional stem: conv weights at stem.0, stem.3, ... (conv, BatchNorm, ReLU per stage).
-    stem = [state[f"patch_embed.stem.{3 * i}.weight"] for i in range(64) if f"patch_embed.stem.{3 * i}.weight" in state]
-    conv_stem: tuple[int, ...] = ()
-    if stem:
-        conv_stem = tuple(int(w.shape[0]) for w in stem)
-        in_chans = stem[0].shape[1]
-        ph = pw = 2 ** (len(stem) + 1)
-    depth = len({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
-    class_token, distilled = "cls_token" in state, "dist_token" in state
-    fc_norm = "fc_norm.weight" in state
-    fields: dict[str, Any] = dict(
-        embed_dim=int(embed_dim),
-        in_chans=int(in_chans),
-        patch_size=(int(ph), int(pw)) if ph != pw else int(ph),
-        depth=depth,
-        class_token=class_token,
-        distilled=distilled,
-        final_norm="norm.weight" in state or fc_norm,  # fc_norm: the final norm moved after the pooling
-        qkv_bias="blocks.0.attn.qkv.bias" in state if depth else True,
-        # timm pools MAE-style fine-tuned models (fc_norm) by averaging, even with a class token
-        global_pool="token" if class_token and not fc_norm else "avg",
-        conv_stem=conv_stem,
-    )
-    reg_tokens = int(state["reg_token"].shape[1]) if "reg_token" in state else 0
-    options: dict[str, Any] = dict(
-        init_values=LAYER_SCALE_INIT if "blocks.0.ls1.gamma" in state else None,
-        reg_tokens=reg_tokens,
-        pre_norm="norm_pre.weight" in state,
-        patch_bias="patch_embed.proj.bias" in state,
-        fc_norm=fc_norm,
-        head_bias="head.bias" in state or "head.weight" not in state,
-    )
-    fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
-    if "attn_pool.latent" in state:
-        fields["global_pool"] = "map"
-    if depth:
-        fields["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / embed_dim
-    if "pre_logits.fc.weight" in state:
-        fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
-    fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
-    if pos is None:
-        fields["pos_embed"] = "sincos"
-    else:
-        prefix = int(class_token) + int(distilled) + reg_tokens
-        covered = position_prefix(pos.shape[1], prefix)
-        if covered is not None:
-            if covered != prefix:
-                fields["no_embed_class"] = True
-            side = math.isqrt(pos.shape[1] - covered)
-            fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
-    return fields
-
-
-# The value of each newer option in a classic ViT (model.py's ViTConfig defaults): inferred fields
-# leave an option out when it has this value.
-CLASSIC_FIELDS: dict[str, Any] = dict(
-    init_values=None,
-    reg_tokens=0,
-    no_embed_class=False,
-    pre_norm=False,
-    patch_bias=True,
-    fc_norm=False,
-    head_bias=True,
-    act_layer="gelu",
-)

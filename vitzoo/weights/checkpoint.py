@@ -1,0 +1,78 @@
+"""A read weights source, as plain data: `Checkpoint` (the tensors in vitzoo's names and what the
+source says about them) and `Architecture` (what a name the source states means).
+
+The flow runs one way. sources.py reads a source into a Checkpoint without knowing any registry;
+when the source names its architecture (`Checkpoint.names`: vitzoo's or timm's "architecture" in
+its config.json), the caller (vitzoo/builder.py) asks its registry what that name means and hands
+the answer to `Checkpoint.apply_architecture`; then load.py finishes loading into a model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..pretrained_cfg import PretrainedCfg
+from .files import StateDict
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a named architecture means, as the caller's registry knows it."""
+
+    name: str  # the vitzoo name
+    config: dict[str, Any] | None  # its ViTConfig fields (None: its builder makes no ViT)
+    default_cfg: PretrainedCfg | None  # its preprocessing without weights
+
+
+# What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
+# pooling, sinusoidal positions, LayerScale's init value. (Not the activation: a timm config names
+# the architecture its weights were run with, and the registry may know another tag's.)
+ARCHITECTURE_FIELDS = ("num_heads", "norm_eps", "global_pool", "pos_embed", "init_values")
+
+
+@dataclass
+class Checkpoint:
+    """A loaded source: tensors in our names and what is known about them."""
+
+    state: StateDict
+    file: str  # shown in every error message
+    format: str  # the key layout the tensors came in
+    config: dict[str, Any] = field(default_factory=dict)  # ViTConfig fields the source determines
+    # The fields of `config` the source *states* (a config.json, the layout, a named architecture),
+    # rather than ones inferred from shapes.
+    declared: set[str] = field(default_factory=set)
+    pretrained: dict[str, Any] = field(default_factory=dict)  # PretrainedCfg fields the source states
+    # PretrainedCfg fields the layout implies where its files state none (torchvision's transform,
+    # timm's cfg for Google .npz, the ImageNet label set by class count); see load.pretrained_cfg_for.
+    implied: dict[str, Any] = field(default_factory=dict)
+    src_grid: tuple[int, int] | None = None  # the checkpoint's patch grid, when its config says
+    # The registered vitzoo name of the architecture: as a vitzoo config states it, or a timm
+    # config's architecture once `apply_architecture` has been told what the registry calls it.
+    architecture: str | None = None
+    timm_architecture: str | None = None  # the timm architecture (without tag) a timm config states
+    # How a position embedding is resampled to another grid: antialiased bicubic (timm), or plain
+    # bicubic where the source's own library resamples so (transformers' Dinov2Model).
+    pos_antialias: bool = True
+
+    @property
+    def names(self) -> str | None:
+        """The architecture name the source states, for the caller's registry to explain."""
+        if self.timm_architecture is not None:
+            return self.timm_architecture
+        return self.architecture or None
+
+    def apply_architecture(self, arch: Architecture | None) -> None:
+        """Take what the caller's registry says `names` means (None: it knows no such name): its
+        vitzoo name, and the ARCHITECTURE_FIELDS this source does not state itself."""
+        if self.timm_architecture is not None:
+            self.architecture = arch.name if arch is not None else None
+        if arch is None or arch.config is None:
+            return
+        for name in ARCHITECTURE_FIELDS:
+            if name not in arch.config or name in self.declared:
+                continue
+            if name == "init_values" and "init_values" not in self.config:
+                continue  # no LayerScale in the tensors: the architecture's value would add one
+            self.config[name] = arch.config[name]
+            self.declared.add(name)

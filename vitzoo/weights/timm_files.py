@@ -1,0 +1,154 @@
+"""What timm's files state, in vitzoo's terms, and "timm:<name>" sources read through timm itself.
+
+A timm hub repository (or a directory saved by timm's `save_for_hf`) has a config.json naming its
+`architecture` (a timm name, optionally with a tag), the `model_args` it was built with and its
+`pretrained_cfg` (preprocessing, labels). What the architecture name means is the registry's to
+say: it is returned here as a name (see checkpoint.py), never looked up.
+
+"timm:<name>" sources are read by timm's own loader (timm is optional: `require_timm`), their
+config fields taken from the model timm builds.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from torch import nn
+
+from ..pretrained_cfg import CROP_MODES, imagenet_label_set
+from .checkpoint import Checkpoint
+from .errors import WeightsFileError, WeightsMismatchError, WeightsNotFoundError
+from .files import checked_pretrained
+from .hub import TIMM_PREFIX, require_timm
+from .keymaps import to_vitzoo
+from .shapes import infer_config_fields
+
+logger = logging.getLogger("vitzoo.weights")
+
+_TIMM_ARGS = (
+    "img_size",
+    "patch_size",
+    "in_chans",
+    "embed_dim",
+    "depth",
+    "num_heads",
+    "mlp_ratio",
+    "qkv_bias",
+    "class_token",
+    "global_pool",
+    "init_values",
+    "reg_tokens",
+    "no_embed_class",
+    "pre_norm",
+    "fc_norm",
+    "act_layer",
+)
+# timm's activation names (timm.layers.get_act_layer) that vitzoo computes, -> ViTConfig.act_layer.
+_TIMM_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+
+
+def timm_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any], str, tuple[int, int] | None]:
+    """timm's config: the architecture fields its model_args state, its preprocessing and labels,
+    its architecture name (without tag), and the image size its preprocessing names (which is not
+    an architecture fact: timm keeps a pretrained cfg's input_size when img_size is overridden)."""
+    name = cfg["architecture"]
+    if not isinstance(name, str):
+        raise WeightsFileError(f"{where!r}: architecture={name!r} is invalid; expected a string")
+    args, pcfg = cfg.get("model_args") or {}, cfg.get("pretrained_cfg") or {}
+    for key, value in (("model_args", args), ("pretrained_cfg", pcfg)):
+        if not isinstance(value, dict):
+            raise WeightsFileError(f"{where!r}: {key}={value!r} is invalid; expected a JSON object")
+    fields: dict[str, Any] = {}
+    for key in _TIMM_ARGS:
+        if args.get(key) is not None:  # timm's None means "the architecture's default"
+            value = args[key]
+            fields[key] = tuple(value) if isinstance(value, list) else value
+    if "act_layer" in fields:
+        act = fields["act_layer"]
+        if act not in _TIMM_ACTIVATIONS:
+            raise WeightsFileError(
+                f"{where!r}: model_args act_layer={act!r} is not supported; expected one of "
+                + ", ".join(map(repr, _TIMM_ACTIVATIONS))
+            )
+        fields["act_layer"] = _TIMM_ACTIVATIONS[act]
+    if cfg.get("global_pool") in ("token", "avg", "map"):
+        fields["global_pool"] = cfg["global_pool"]
+    pretrained = timm_pretrained(pcfg, where)
+    if "label_names" not in pretrained and cfg.get("label_names"):
+        pretrained["label_names"] = cfg["label_names"]
+    pretrained = checked_pretrained(pretrained, where)
+    size = pretrained.get("input_size")
+    return fields, pretrained, name.split(".")[0], (size[1], size[2]) if size is not None else None
+
+
+_TIMM_KEEP = (
+    "input_size",
+    "mean",
+    "std",
+    "interpolation",
+    "crop_pct",
+    "crop_mode",
+    "num_classes",
+    "label_names",
+    "license",
+)
+
+
+def timm_pretrained(pcfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """The PretrainedCfg fields of timm's pretrained cfg. A crop mode vitzoo does not implement
+    (timm's "border") is left out with a warning: the weights still load, preprocessed "center"."""
+    pretrained = {k: pcfg[k] for k in _TIMM_KEEP if pcfg.get(k) is not None}
+    mode = pretrained.get("crop_mode")
+    if mode is not None and mode not in CROP_MODES:
+        logger.warning("%s: crop_mode %r is not one vitzoo implements (%s); using 'center'", where, mode, CROP_MODES)
+        del pretrained["crop_mode"]
+    return pretrained
+
+
+def read_timm(name: str) -> Checkpoint:
+    """Take the weights from timm's own loader (it downloads through huggingface_hub too)."""
+    timm = require_timm(f"{TIMM_PREFIX}{name}")
+
+    try:
+        model = timm.create_model(name, pretrained=True)
+    except RuntimeError as e:
+        raise WeightsNotFoundError(f"timm:{name}: timm could not create or load it ({e})") from e
+    state = {k: v for k, v in model.state_dict().items()}
+    label = f"timm:{name}"
+    converted = to_vitzoo(state, file=label)
+    fields = infer_config_fields(converted.state, file=label)
+    blocks = getattr(model, "blocks", None)
+    if blocks is not None and len(blocks):
+        fields["num_heads"] = int(blocks[0].attn.num_heads)
+        fields["norm_eps"] = float(blocks[0].norm1.eps)
+        fields["act_layer"] = _timm_activation(blocks[0].mlp.act, label)
+    fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
+    fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
+    img = tuple(model.patch_embed.img_size)
+    fields["img_size"] = img
+    pretrained = timm_pretrained(dict(model.pretrained_cfg), label)
+    pretrained["source"] = label
+    declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer") if k in fields}
+    declared |= {"global_pool", "no_embed_class", "img_size"}
+    data = Checkpoint(converted.state, label, "timm", fields, declared, checked_pretrained(pretrained, label))
+    label_set = imagenet_label_set(fields.get("num_classes", 0))
+    if label_set is not None and "label_names" not in pretrained:
+        data.implied["label_set"] = label_set
+    data.src_grid = tuple(model.patch_embed.grid_size)
+    return data
+
+
+def _timm_activation(act: nn.Module, label: str) -> str:
+    """The ViTConfig.act_layer of a timm MLP's activation module."""
+    name = type(act).__name__
+    if isinstance(act, nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    if name in ("GELUTanh", "QuickGELU"):  # timm.layers.activations
+        return {"GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu"}[name]
+    if name == "GELU":  # timm's own GELU module (exact)
+        return "gelu"
+    raise WeightsMismatchError(
+        f"{label}: the MLP activation {name} is not one vitzoo computes; expected GELU, its tanh "
+        "approximation or QuickGELU"
+    )

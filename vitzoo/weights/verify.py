@@ -1,0 +1,141 @@
+"""Verification: a checkpoint is data, not trusted code.
+
+Before a model is built, every field a config.json states is type-checked and compared with what
+the tensors say (`check_stated`: widths, depth, patch size, channels, classes, tokens, position
+grid); sizes no tensor confirms are bounded (`check_bounds`), so a hostile config cannot make
+vitzoo allocate memory it sizes. Before a checkpoint is loaded into a model, what no tensor shape
+shows (the head count, the activation) must match the model (`check_fits`): the weights would
+load and compute something else than they were trained to.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ..checks import check_image_bounds, check_types
+from ..layers import to_2tuple
+from ..model import ViTConfig
+from .checkpoint import Checkpoint
+from .errors import WeightsFileError, WeightsMismatchError
+from .files import StateDict
+from .shapes import CLASSIC_FIELDS, position_prefix
+
+# The fields a checkpoint's tensors state, each with the tensor (shape) that states it. A config
+# that disagrees describes some other model: building it would allocate for the config's sizes
+# (new heads, adapted convolutions, sinusoid tables) before the shapes could object.
+_STATED_BY: dict[str, str] = {
+    "embed_dim": "patch_embed.proj.weight",
+    "in_chans": "patch_embed.proj.weight",
+    "patch_size": "patch_embed.proj.weight",
+    "conv_stem": "patch_embed.stem.*.weight",
+    "patch_bias": "patch_embed.proj.bias",
+    "depth": "blocks.<i>.*",
+    "num_classes": "head.weight",
+    "head_bias": "head.bias",
+    "representation_size": "pre_logits.fc.weight",
+    "class_token": "cls_token",
+    "distilled": "dist_token",
+    "reg_tokens": "reg_token",
+    "pre_norm": "norm_pre.weight",
+    "final_norm": "norm.weight",
+    "fc_norm": "fc_norm.weight",
+    "qkv_bias": "blocks.0.attn.qkv.bias",
+}
+
+
+def check_stated(
+    stated: dict[str, Any], inferred: dict[str, Any], state: StateDict, *, config: str, weights: str
+) -> None:
+    """Raise WeightsFileError for a stated field of the wrong type or out of bounds, and
+    WeightsMismatchError for one that disagrees with the tensors in `weights`."""
+    try:
+        check_types(stated, ViTConfig.field_types())
+    except TypeError as e:
+        raise WeightsFileError(f"{config!r}: {e}") from e
+
+    def mismatch(name: str, value: Any, tensors: str, found: Any) -> WeightsMismatchError:
+        return WeightsMismatchError(
+            f"{config!r} states {name}={value!r}, but the weights in {weights} have {name}={found!r} "
+            f"(from {tensors}); expected the config to describe these weights"
+        )
+
+    stem = "patch_embed.stem.0.weight" in state
+    depth, dim = inferred["depth"], inferred["embed_dim"]
+    for name, tensors in _STATED_BY.items():
+        if (
+            name not in stated
+            or (name == "qkv_bias" and not depth)
+            or (name == "head_bias" and "head.weight" not in state)
+        ):
+            continue
+        # infer_config_fields leaves out the newer options where they have a classic ViT's value
+        shown = inferred.get(name, CLASSIC_FIELDS.get(name))
+        value, found = stated[name], shown
+        if name == "patch_size":
+            value, found = to_2tuple(value, name), to_2tuple(inferred[name], name)
+        if name == "in_chans" and stem:
+            tensors = "patch_embed.stem.0.weight"
+        if value != found:
+            raise mismatch(name, stated[name], tensors, shown)
+    if "init_values" in stated and depth and (stated["init_values"] is None) != ("init_values" not in inferred):
+        found = "a number (LayerScale)" if "init_values" in inferred else None
+        raise mismatch("init_values", stated["init_values"], "blocks.0.ls1.gamma", found)
+    if "global_pool" in stated and (stated["global_pool"] == "map") != (inferred["global_pool"] == "map"):
+        raise mismatch("global_pool", stated["global_pool"], "attn_pool.latent", inferred["global_pool"])
+    if "norm_eps" in stated and not stated["norm_eps"] > 0:
+        raise WeightsFileError(f"{config!r}: norm_eps={stated['norm_eps']!r} is invalid; expected a positive number")
+    if "mlp_ratio" in stated and depth:
+        hidden = int(state["blocks.0.mlp.fc1.weight"].shape[0])
+        if int(dim * stated["mlp_ratio"]) != hidden:
+            raise mismatch("mlp_ratio", stated["mlp_ratio"], "blocks.0.mlp.fc1.weight", hidden / dim)
+    pos = state.get("pos_embed")
+    if stated.get("pos_embed") == "sincos" and pos is not None:
+        raise mismatch("pos_embed", "sincos", "pos_embed", "learned")
+    if stated.get("pos_embed") == "learned" and pos is None:
+        raise mismatch("pos_embed", "learned", "no pos_embed tensor", "sincos")
+    if "img_size" not in stated:
+        return
+    img, patch = to_2tuple(stated["img_size"], "img_size"), to_2tuple(inferred["patch_size"], "patch_size")
+    grid = (-(-img[0] // patch[0]), -(-img[1] // patch[1]))
+    if pos is not None:
+        prefix = int(inferred["class_token"]) + int(inferred["distilled"]) + inferred.get("reg_tokens", 0)
+        if stated.get("no_embed_class") is not None:  # the config says which: only that layout fits
+            prefix = 0 if stated["no_embed_class"] else prefix
+        covered = position_prefix(pos.shape[1], prefix, grid)
+        if covered is None:
+            raise WeightsMismatchError(
+                f"{config!r} states img_size={stated['img_size']!r}, a {grid[0]}x{grid[1]} grid of "
+                f"patch_size {inferred['patch_size']!r}, but pos_embed in {weights} has shape {tuple(pos.shape)}: "
+                f"{pos.shape[1] - prefix} grid positions; expected the config to describe these weights"
+            )
+    else:
+        check_bounds(img, grid, config)
+
+
+def check_bounds(img: tuple[int, int], grid: tuple[int, int], config: str) -> None:
+    try:
+        check_image_bounds(img, grid)
+    except ValueError as e:
+        raise WeightsFileError(f"{config!r}: {e} (an image size that no tensor confirms is bounded)") from e
+
+
+def check_fits(model: nn.Module, ckpt: Checkpoint) -> None:
+    """Raise WeightsMismatchError when `ckpt` states a head count or activation other than the model's."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "num_heads") and "num_heads" in ckpt.declared:
+        if ckpt.config["num_heads"] != config.num_heads:
+            # No tensor shape depends on the head count: loading would "work" and compute garbage.
+            raise WeightsMismatchError(
+                f"{ckpt.file}: the checkpoint was trained with num_heads={ckpt.config['num_heads']}, the model "
+                f"has num_heads={config.num_heads}; expected equal head counts"
+            )
+    act = ckpt.config.get("act_layer")
+    if config is not None and hasattr(config, "act_layer") and "act_layer" in ckpt.declared and act != config.act_layer:
+        # Like the head count, the activation shapes no tensor: the weights would load and compute
+        # something else than they were trained to.
+        raise WeightsMismatchError(
+            f"{ckpt.file}: the checkpoint was trained with act_layer={act!r}, the model has "
+            f"act_layer={config.act_layer!r}; expected the same activation (build the model with act_layer={act!r})"
+        )
