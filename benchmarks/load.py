@@ -186,7 +186,7 @@ def run(work: Path, repeats: int) -> tuple[dict[str, dict[str, float]], float]:
         [
             sys.executable,
             "-c",
-            "import vitzoo.weights as w, json; print(json.dumps([str(p) for p in w.download('vit_b16')]))",
+            "import vitzoo, json; print(json.dumps([str(p) for p in vitzoo.download('vit_b16')]))",
         ],
         env={**env, "HF_ENDPOINT": url},
         capture_output=True,
