@@ -26,7 +26,6 @@ from torch import nn
 
 from . import registry
 from .atomic import write_safetensors
-from .layers import to_2tuple
 from .layout import attach_architecture, save_pretrained
 from .model import VisionTransformer, ViTConfig
 from .precision import parse_dtype
@@ -154,9 +153,8 @@ def _fit_cfg(cfg: PretrainedCfg, model: nn.Module) -> PretrainedCfg:
     config = getattr(model, "config", None)
     if not isinstance(config, ViTConfig):
         return cfg
-    size = (config.in_chans, *to_2tuple(config.img_size))
     labels = cfg.label_names if config.num_classes == cfg.num_classes else None
-    return cfg.replace(input_size=size, num_classes=config.num_classes, label_names=labels)
+    return cfg.replace(input_size=config.input_size, num_classes=config.num_classes, label_names=labels)
 
 
 def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
