@@ -15,6 +15,8 @@ Fixtures:
                `fake_hub.publish_dir("org/repo", directory)`, `fake_hub.requests` (method, path)
                log, `fake_hub.fail_with("org/repo", 500)`, `fake_hub.truncate("org/repo")`
     hf_cache   an empty hub cache directory for one test (HF_HUB_CACHE points at it)
+    mnist_dir  600 + 200 real digits as a raw MNIST directory (`--data mnist --data-dir`)
+    png_size   (width, height) of a PNG file, after checking that it decodes fully
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
@@ -193,3 +195,40 @@ def hf_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     return cache
+
+
+@pytest.fixture(scope="session")
+def mnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """600 + 200 real digits written as a raw MNIST directory (.gz), for `--data mnist --data-dir`."""
+    import torch
+
+    from vitzoo.data import load_mnist_sample, write_idx
+
+    root = tmp_path_factory.mktemp("mnist")
+    sample = load_mnist_sample()
+    write_idx(root / "train-images-idx3-ubyte.gz", sample.train.images[:600, 0])
+    write_idx(root / "train-labels-idx1-ubyte.gz", sample.train.labels[:600].to(torch.uint8))
+    write_idx(root / "t10k-images-idx3-ubyte.gz", sample.val.images[:200, 0])
+    write_idx(root / "t10k-labels-idx1-ubyte.gz", sample.val.labels[:200].to(torch.uint8))
+    return root
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """(width, height) of a PNG, after checking the signature and that Pillow decodes it fully."""
+    import struct
+
+    from PIL import Image
+
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG file"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    with Image.open(path) as img:
+        img.load()  # decodes every row: a truncated file fails here
+        assert img.size == (width, height)
+    return width, height
+
+
+@pytest.fixture
+def png_size() -> Callable[[Path], tuple[int, int]]:
+    return _png_size

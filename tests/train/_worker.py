@@ -1,6 +1,6 @@
 """Subprocess entry point for tests that need a real process: `kill -9` and torchrun.
 
-python _worker.py cli  <finetune args>      registers `test_tiny_vit`, runs run_finetune
+python _worker.py cli  <finetune args>      registers `test_tiny_vit`, runs `vitzoo finetune` (vitzoo.commands.finetune)
 python -m torch.distributed.run --nproc_per_node=2 _worker.py ddp OUT_DIR
 """
 
@@ -12,8 +12,9 @@ import sys
 import torch
 
 import vitzoo
+from vitzoo.commands import finetune as finetune_command
 from vitzoo.data import DataSplits, load_mnist_sample
-from vitzoo.train import TrainConfig, configure_finetune_parser, fit, run_finetune
+from vitzoo.train import TrainConfig, fit
 
 TINY = dict(
     patch_size=8,
@@ -36,8 +37,8 @@ def main(argv: list[str]) -> int:
     register_tiny()
     if mode == "cli":
         parser = argparse.ArgumentParser()
-        configure_finetune_parser(parser)
-        return run_finetune(parser.parse_args(rest))
+        finetune_command.configure_parser(parser)
+        return finetune_command.run(parser.parse_args(rest))
     if mode == "ddp":
         import os
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 import vitzoo
-from vitzoo.data import DataSplits, load_mnist_sample, write_idx
+from vitzoo.data import DataSplits, load_mnist_sample
 
 TINY = dict(
     patch_size=7, conv_stem=(), embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True, global_pool="token"
@@ -39,15 +37,3 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
-
-
-@pytest.fixture(scope="session")
-def mnist_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """600 + 200 real digits written as a raw MNIST directory (.gz), for `--data mnist --data-dir`."""
-    root = tmp_path_factory.mktemp("mnist")
-    sample = load_mnist_sample()
-    write_idx(root / "train-images-idx3-ubyte.gz", sample.train.images[:600, 0])
-    write_idx(root / "train-labels-idx1-ubyte.gz", sample.train.labels[:600].to(torch.uint8))
-    write_idx(root / "t10k-images-idx3-ubyte.gz", sample.val.images[:200, 0])
-    write_idx(root / "t10k-labels-idx1-ubyte.gz", sample.val.labels[:200].to(torch.uint8))
-    return root

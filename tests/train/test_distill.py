@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from conftest import tiny_model
 from safetensors.torch import load_file
 
+from vitzoo.commands import finetune as finetune_command
 from vitzoo.data import DataSplits, InputSpec
-from vitzoo.train import CHECKPOINT_NAME, CheckpointError, TrainConfig, configure_finetune_parser, fit, run_finetune
+from vitzoo.train import CHECKPOINT_NAME, CheckpointError, TrainConfig, fit
 from vitzoo.train.distill import TeacherError, adapt_batch, build_teacher, distillation_loss
 from vitzoo.train.step import classification_loss
 
@@ -267,14 +268,14 @@ def test_resume_refuses_a_changed_teacher_unless_overridden(small_splits: DataSp
 # ----------------------------------------------------------------------------- the command line
 def test_finetune_command_with_teacher_and_mixup(teacher3: Path, mnist_dir: Path, tmp_path: Path, capsys) -> None:
     parser = argparse.ArgumentParser()
-    configure_finetune_parser(parser)
+    finetune_command.configure_parser(parser)
     help_text = " ".join(parser.format_help().split())
     assert "A student WITHOUT a distillation token distils through its class head" in help_text
     out = tmp_path / "run"
     argv = ["vit_mnist", "--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--epochs", "1"]
     argv += ["--batch-size", "200", "--threads", "1", "--no-progress", "--out", str(out)]
     argv += ["--teacher", str(teacher3), "--distill", "soft", "--distill-tau", "2", "--mixup", "0.8", "--cutmix", "1"]
-    assert run_finetune(parser.parse_args(argv)) == 0
+    assert finetune_command.run(parser.parse_args(argv)) == 0
     assert "(teacher term" in capsys.readouterr().out
     settings = json.loads((out / "run.json").read_text())["train_config"]
     assert (settings["teacher"], settings["distill"], settings["distill_tau"]) == (str(teacher3), "soft", 2.0)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,22 +24,3 @@ def _make_vit(**overrides: Any) -> VisionTransformer:
 @pytest.fixture
 def make_vit() -> Callable[..., VisionTransformer]:
     return _make_vit
-
-
-def _png_size(path: Path) -> tuple[int, int]:
-    """(width, height) of a PNG, after checking the signature and that Pillow decodes it fully."""
-    from PIL import Image
-
-    data = Path(path).read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG file"
-    assert data[12:16] == b"IHDR"
-    width, height = struct.unpack(">II", data[16:24])
-    with Image.open(path) as img:
-        img.load()  # decodes every row: a truncated file fails here
-        assert img.size == (width, height)
-    return width, height
-
-
-@pytest.fixture
-def png_size() -> Callable[[Path], tuple[int, int]]:
-    return _png_size

@@ -14,9 +14,6 @@ memory, decoded from disk a batch at a time by DataLoader workers (stream.py).
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 from .augment import BatchTransform, ImageAugment
 from .files import ImageFiles
 from .folder import CorruptImageError, FolderDataError, find_image_files, load_image_folder, store_size_for
@@ -32,52 +29,10 @@ from .mnist import (
     load_mnist,
     load_mnist_sample,
 )
+from .spec import DATASETS, DataSpec, load_data
 from .stream import StreamLoader, default_workers, make_loader
 from .tensors import DataSplits, ImageTensors
 from .transforms import InputSpec, convert_channels, eval_finish, eval_geometry, eval_transform
-
-DATASETS = ("mnist-sample", "mnist", "fashion-mnist", "folder", "hf")
-
-
-def load_data(
-    name: str,
-    *,
-    path: str | os.PathLike[str] | None = None,
-    data_dir: str | os.PathLike[str] | None = None,
-    download: bool = True,
-    store_size: int = 256,
-    val_split: float | None = None,
-    seed: int = 0,
-    strict: bool = False,
-    eval_for: Any = None,
-    stream: bool | None = None,
-) -> DataSplits:
-    """One entry point for every dataset name in DATASETS ("folder" and "hf" need `path`). `eval_for`
-    (a model or PretrainedCfg): store a folder's evaluation images the way that model's
-    `eval_transform` prepares them (see load_image_folder). `stream`: a folder is streamed from
-    disk (True), decoded into memory (False), or whichever its size calls for (None). "hf": a
-    Hugging Face `datasets` dataset (a save_to_disk folder or a cached name, read offline), its
-    splits and columns found automatically (`load_hf_dataset` names them), always in memory."""
-    if stream and name != "folder":
-        raise ValueError(f"stream=True applies to image folders; dataset {name!r} is always decoded into memory")
-    if name == "mnist-sample":
-        return load_mnist_sample()
-    if name in ("mnist", "fashion-mnist"):
-        return load_mnist(name, data_dir, download=download)
-    if name == "folder":
-        if path is None:
-            raise ValueError("dataset 'folder' needs a path: --data folder PATH")
-        return load_image_folder(
-            path, store_size=store_size, val_split=val_split, seed=seed, strict=strict, eval_for=eval_for, stream=stream
-        )
-    if name == "hf":
-        if path is None:
-            raise ValueError("dataset 'hf' needs a path or dataset name: --data hf:PATH_OR_NAME")
-        return load_hf_dataset(
-            os.fspath(path), store_size=store_size, val_split=val_split, seed=seed, strict=strict, eval_for=eval_for
-        )
-    raise ValueError(f"unknown dataset {name!r}; expected one of {', '.join(DATASETS)}")
-
 
 __all__ = [
     "DATASETS",
@@ -88,6 +43,7 @@ __all__ = [
     "BatchLoader",
     "BatchTransform",
     "CorruptImageError",
+    "DataSpec",
     "DataSplits",
     "DatasetNotFoundError",
     "FolderDataError",

@@ -1,5 +1,5 @@
-"""Fine-tuning and training: one engine behind `vitzoo finetune` / `vitzoo eval` and the example
-scripts. A reader starts at loop.py (`fit` and the loop); the rest, one concept a module:
+"""Fine-tuning and training: one engine behind `vitzoo finetune` / `vitzoo eval` (vitzoo/commands/)
+and the example scripts. A reader starts at loop.py (`fit` and the loop); the rest, one concept a module:
 
     config.py      TrainConfig, --override parsing        recipes.py     the tuned recipes
     start.py       everything before the first step        run.py         Run and its parts
@@ -27,8 +27,6 @@ from .resume import load_run_info
 from .start import build_transforms
 from .step import LossSpec, classification_loss, train_step
 
-from .cli import configure_eval_parser, configure_finetune_parser, run_eval, run_finetune  # isort: skip
-
 __all__ = [
     "BEST_DIR",
     "CHECKPOINT_NAME",
@@ -46,8 +44,6 @@ __all__ = [
     "WarmupCosine",
     "build_transforms",
     "classification_loss",
-    "configure_eval_parser",
-    "configure_finetune_parser",
     "evaluate",
     "evaluate_split",
     "export_pretrained",
@@ -61,8 +57,6 @@ __all__ = [
     "parse_overrides",
     "recipe_defaults",
     "resolve_device",
-    "run_eval",
-    "run_finetune",
     "save_checkpoint",
     "train_step",
     "warmup_cosine",

@@ -12,8 +12,9 @@ Every `plot_*` returns a matplotlib Figure and, given `out`, writes it as a PNG 
 The numbers behind the pictures are plain functions too (`patch_sequence`, `identity_patch_embed`,
 `filter_principal_components`, `position_similarity`, `attention_weights`, `attention_rollout`,
 ...). matplotlib is an optional dependency, the `viz` extra: `pip install 'vitzoo[viz]'`; it is
-imported only when a picture is drawn (`require_matplotlib` imports it, or names the extra). Modules: images (reading and fitting images), patches,
-patch_embedding, position_embedding, attention_maps, curves, command (`vitzoo viz ...`).
+imported only when a picture is drawn (`require_matplotlib` imports it, or names the extra). Modules:
+images (reading and fitting images), patches, patch_embedding, position_embedding, attention_maps,
+curves; the `vitzoo viz ...` command is vitzoo/commands/viz.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from .attention_maps import (
     plot_attention,
     rollout_map,
 )
-from .command import configure_viz_parser, run_viz
 from .curves import plot_curves, read_metrics
 from .images import prepare_image, read_image, synthetic_image
 from .patch_embedding import filter_principal_components, identity_patch_embed, plot_patch_embedding, unpatchify
@@ -37,7 +37,6 @@ __all__ = [
     "attention_rollout",
     "attention_weights",
     "class_token_attention",
-    "configure_viz_parser",
     "filter_principal_components",
     "identity_patch_embed",
     "patch_sequence",
@@ -52,7 +51,6 @@ __all__ = [
     "read_metrics",
     "require_matplotlib",
     "rollout_map",
-    "run_viz",
     "synthetic_image",
     "unpatchify",
 ]

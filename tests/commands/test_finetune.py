@@ -1,9 +1,8 @@
-"""vitzoo/train/cli.py: `finetune` / `eval` argument handling and runs end to end, including a
-run killed with SIGKILL and resumed to the same weights as an uninterrupted one."""
+"""`vitzoo finetune` (and `vitzoo eval` on what it wrote): argument handling and runs end to end,
+including a run killed with SIGKILL and resumed to the same weights as an uninterrupted one."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -18,38 +17,13 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-import vitzoo
-from vitzoo import registry
-from vitzoo.train import CheckpointError, configure_eval_parser, configure_finetune_parser, run_eval, run_finetune
+from vitzoo.train import CheckpointError
 from vitzoo.train.checkpoint import read_checkpoint_meta
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from _worker import register_tiny  # noqa: E402  (the same tiny model the subprocess registers)
+from .training import TRAIN_TESTS as HERE
+from .training import evaluate, finetune
 
-
-@pytest.fixture(autouse=True)
-def tiny_models():
-    register_tiny()
-    vitzoo.register(
-        "test_tiny_rgb", base="deit_ti16", override=True, img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2
-    )
-    yield
-    for name in ("test_tiny_vit", "test_tiny_rgb"):
-        if name in registry.snapshot():
-            registry.unregister(name)
-
-
-def _finetune(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    configure_finetune_parser(parser)
-    return run_finetune(parser.parse_args(list(argv)))
-
-
-def _eval(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    configure_eval_parser(parser)
-    return run_eval(parser.parse_args(list(argv)))
+pytestmark = pytest.mark.usefixtures("tiny_models", "one_thread")
 
 
 @pytest.mark.parametrize("ema", [(), ("--ema", "0.95")], ids=["weights", "ema"])
@@ -57,7 +31,7 @@ def test_finetune_then_eval_prints_accuracy_and_confusion(mnist_dir: Path, tmp_p
     out = tmp_path / "run"
     args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
     assert (
-        _finetune(
+        finetune(
             "test_tiny_vit", *args, "--epochs", "2", "--batch-size", "32", "--out", str(out), "--no-progress", *ema
         )
         == 0
@@ -68,11 +42,11 @@ def test_finetune_then_eval_prints_accuracy_and_confusion(mnist_dir: Path, tmp_p
     assert json.loads((out / "run.json").read_text())["train_config"]["ema_decay"] == (0.95 if ema else None)
     best = json.loads((out / "best" / "train_result.json").read_text())
 
-    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args) == 0
+    assert evaluate("test_tiny_vit", "--weights", str(out / "best"), *args) == 0
     printed = capsys.readouterr().out
     assert f"accuracy {100 * best['val_acc']:.2f}%" in printed
     assert "confusion matrix" in printed and "recall" in printed
-    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args, "--json") == 0
+    assert evaluate("test_tiny_vit", "--weights", str(out / "best"), *args, "--json") == 0
     result = json.loads(capsys.readouterr().out)
     assert sum(map(sum, result["confusion"])) == 200 and result["accuracy"] == pytest.approx(best["val_acc"])
 
@@ -85,7 +59,7 @@ def test_folder_data_with_rgb_model(tmp_path: Path, capsys) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 Image.new("RGB", (40 + i, 36), color).save(path)
     out = tmp_path / "run"
-    code = _finetune(
+    code = finetune(
         "test_tiny_rgb",
         "--data",
         "folder",
@@ -119,7 +93,7 @@ def test_folder_data_with_rgb_model(tmp_path: Path, capsys) -> None:
 )
 def test_bad_data_arguments(argv: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=message):
-        _finetune("test_tiny_vit", *argv, "--out", str(tmp_path))
+        finetune("test_tiny_vit", *argv, "--out", str(tmp_path))
 
 
 @pytest.mark.slow
@@ -161,13 +135,13 @@ def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(
 
     torch.set_num_threads(1)
     assert (killed / "run.lock").is_file()  # left behind by the killed run: must not block the resume
-    assert _finetune("test_tiny_vit", *common, "--out", str(killed), "--resume") == 0
+    assert finetune("test_tiny_vit", *common, "--out", str(killed), "--resume") == 0
     assert f"took over the lock {killed / 'run.lock'} left by a run that is no longer running (pid {proc.pid}" in (
         capsys.readouterr().err
     )
     assert not (killed / "run.lock").exists()
     reference = tmp_path / "reference"
-    assert _finetune("test_tiny_vit", *common, "--out", str(reference)) == 0
+    assert finetune("test_tiny_vit", *common, "--out", str(reference)) == 0
     a, b = load_file(killed / "checkpoint.safetensors"), load_file(reference / "checkpoint.safetensors")
     model_keys = [k for k in a if k.startswith("model.")]
     assert model_keys and all(torch.equal(a[k], b[k]) for k in model_keys)
@@ -179,38 +153,17 @@ def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(
 def test_resume_without_out_continues_the_latest_run(mnist_dir: Path, tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     args = ["--data", "mnist", "--data-dir", str(mnist_dir), "--batch-size", "64", "--no-progress"]
-    assert _finetune("test_tiny_vit", *args, "--epochs", "1") == 0
+    assert finetune("test_tiny_vit", *args, "--epochs", "1") == 0
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert run_dir.name.startswith("test_tiny_vit-mnist-")
     # a longer schedule in the same directory: a changed setting must be asked for explicitly
     with pytest.raises(CheckpointError, match=r"changed settings: epochs 1 -> 2.*--override epochs=2"):
-        _finetune("test_tiny_vit", *args, "--epochs", "2", "--resume")
-    assert _finetune("test_tiny_vit", *args, "--epochs", "2", "--resume", "--override", "epochs=2") == 0
+        finetune("test_tiny_vit", *args, "--epochs", "2", "--resume")
+    assert finetune("test_tiny_vit", *args, "--epochs", "2", "--resume", "--override", "epochs=2") == 0
     assert f"resuming {Path('runs') / run_dir.name} at epoch 2" in capsys.readouterr().out
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
     with pytest.raises(FileExistsError, match="already holds a run"):
-        _finetune("test_tiny_vit", *args, "--epochs", "1", "--out", str(run_dir))
-
-
-def test_eval_dtype_auto_says_what_it_picked(mnist_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
-    from vitzoo import precision
-
-    out = tmp_path / "run"
-    args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
-    assert (
-        _finetune("test_tiny_vit", *args, "--epochs", "1", "--batch-size", "64", "--out", str(out), "--no-progress")
-        == 0
-    )
-    capsys.readouterr()
-    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("amx_bf16",))
-    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args, "--dtype", "auto", "--json") == 0
-    captured = capsys.readouterr()
-    assert "evaluating in bf16: this CPU multiplies bf16 matrices natively (amx_bf16)" in captured.err
-    bf16 = json.loads(captured.out)
-    assert _eval("test_tiny_vit", "--weights", str(out / "best"), *args, "--json") == 0  # fp32 by default
-    fp32 = json.loads(capsys.readouterr().out)
-    # 200 digits: bf16 may flip a borderline prediction or two, not more
-    assert abs(bf16["accuracy"] - fp32["accuracy"]) <= 0.02
+        finetune("test_tiny_vit", *args, "--epochs", "1", "--out", str(run_dir))
 
 
 def test_streaming_a_folder_from_the_command_line_and_on_resume(tmp_path: Path, capsys) -> None:
@@ -222,24 +175,26 @@ def test_streaming_a_folder_from_the_command_line_and_on_resume(tmp_path: Path, 
                 Image.new("RGB", (40 + 4 * i, 30), color).save(path)
     out = tmp_path / "run"
     args = ["--data", "folder", str(tmp_path / "imgs"), "--batch-size", "4", "--out", str(out), "--no-progress"]
-    assert _finetune("test_tiny_rgb", *args, "--epochs", "1", "--stream", "--workers", "1") == 0
+    assert finetune("test_tiny_rgb", *args, "--epochs", "1", "--stream", "--workers", "1") == 0
     run = json.loads((out / "run.json").read_text())
     assert run["streamed"] is True and run["train_images"] == 12 and run["train_config"]["workers"] == 1
     # resumed without --stream: streamed again, as the run was (held in memory it would see other batches)
     with pytest.raises(CheckpointError, match=r"streamed from disk \(--stream\) but this data is decoded into memory"):
-        _finetune("test_tiny_rgb", *args, "--epochs", "2", "--resume", "--override", "epochs=2", "--in-memory")
-    assert _finetune("test_tiny_rgb", *args, "--epochs", "2", "--resume", "--override", "epochs=2") == 0
+        finetune("test_tiny_rgb", *args, "--epochs", "2", "--resume", "--override", "epochs=2", "--in-memory")
+    assert finetune("test_tiny_rgb", *args, "--epochs", "2", "--resume", "--override", "epochs=2") == 0
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     capsys.readouterr()
     assert (
-        _eval("test_tiny_rgb", "--weights", str(out / "best"), "--data", "folder", str(tmp_path / "imgs"), "--stream")
+        evaluate(
+            "test_tiny_rgb", "--weights", str(out / "best"), "--data", "folder", str(tmp_path / "imgs"), "--stream"
+        )
         == 0
     )
     assert re.search(r"accuracy [\d.]+% \(\d/4\)", capsys.readouterr().out)
     with pytest.raises(ValueError, match="--stream applies to --data folder PATH; mnist-sample is always decoded"):
-        _finetune("test_tiny_vit", "--stream", "--out", str(tmp_path / "digits"))
+        finetune("test_tiny_vit", "--stream", "--out", str(tmp_path / "digits"))
     with pytest.raises(SystemExit):
-        _finetune("test_tiny_rgb", *args, "--workers", "-1")
+        finetune("test_tiny_rgb", *args, "--workers", "-1")
     assert "expected a number of worker processes >= 0, got '-1'" in capsys.readouterr().err
 
 

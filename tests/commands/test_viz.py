@@ -11,8 +11,11 @@ import torch
 import vitzoo
 from vitzoo import registry
 from vitzoo.cli import main
+from vitzoo.commands.viz import configure_parser, run
 from vitzoo.layout import save_pretrained
-from vitzoo.viz import configure_viz_parser, plot_position_embedding, run_viz
+from vitzoo.viz import plot_position_embedding
+
+from . import helpers
 
 
 @pytest.fixture(autouse=True)
@@ -28,7 +31,7 @@ def avg_pool_model():
 
 def test_parser_offers_every_kind_with_its_options():
     parser = argparse.ArgumentParser(prog="vitzoo viz")
-    configure_viz_parser(parser)
+    configure_parser(parser)
     args = parser.parse_args(
         [
             "attention",
@@ -142,9 +145,28 @@ def test_errors_are_one_line_with_exit_code_1(argv, message, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_run_viz_can_be_called_directly(tmp_path, png_size):
+def test_run_can_be_called_directly(tmp_path, png_size):
     parser = argparse.ArgumentParser()
-    configure_viz_parser(parser)
+    configure_parser(parser)
     args = parser.parse_args(["posembed", "vit_mnist_tiny", "--out", str(tmp_path / "p.png"), "--dpi", "40"])
-    assert run_viz(args) == 0
+    assert run(args) == 0
     assert png_size(tmp_path / "p.png") == (400, 200)
+
+
+def test_viz_runs_through_the_command(tmp_path, capsys):
+    code, _, err = helpers.run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(tmp_path / "p.png"))
+    assert code == 0, err
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_viz_json(tmp_path, capsys):
+    """`vitzoo viz` takes --json like every subcommand, after KIND or before it."""
+    out_png = tmp_path / "p.png"
+    for argv in (["viz", "patches", "--json"], ["viz", "--json", "patches"]):
+        code, out, err = helpers.run(capsys, *argv, "--patch-size", "32", "--dpi", "50", "--out", str(out_png))
+        assert code == 0, err
+        data = json.loads(out)
+        assert data["kind"] == "patches" and data["out"] == str(out_png) and data["dpi"] == 50
+        assert data["width"] > 0 and data["height"] > 0 and out_png.is_file()
+    code, out, _ = helpers.run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(out_png))
+    assert code == 0 and out.startswith(f"wrote {out_png} (")  # without --json: the sentence

@@ -1,0 +1,27 @@
+"""Running `vitzoo` in-process for the command tests (the same code path as the console script)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from vitzoo import cli
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def digit_images(tmp_path: Path) -> list[Path]:
+    """Two 32x32 grayscale PNGs (the input size of vit_mnist_tiny: no resize involved)."""
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"digit{i}.png"
+        Image.fromarray(rng.integers(0, 256, (32, 32), dtype=np.uint8), mode="L").save(path)
+        paths.append(path)
+    return paths

@@ -1,0 +1,32 @@
+"""`vitzoo eval`: --dtype auto says what it picked (the end-to-end runs are in test_finetune.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .training import evaluate, finetune
+
+pytestmark = pytest.mark.usefixtures("tiny_models", "one_thread")
+
+
+def test_eval_dtype_auto_says_what_it_picked(mnist_dir: Path, tmp_path: Path, capsys, monkeypatch) -> None:
+    from vitzoo import precision
+
+    out = tmp_path / "run"
+    args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
+    assert (
+        finetune("test_tiny_vit", *args, "--epochs", "1", "--batch-size", "64", "--out", str(out), "--no-progress") == 0
+    )
+    capsys.readouterr()
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    assert evaluate("test_tiny_vit", "--weights", str(out / "best"), *args, "--dtype", "auto", "--json") == 0
+    captured = capsys.readouterr()
+    assert "evaluating in bf16: this CPU multiplies bf16 matrices natively (amx_bf16)" in captured.err
+    bf16 = json.loads(captured.out)
+    assert evaluate("test_tiny_vit", "--weights", str(out / "best"), *args, "--json") == 0  # fp32 by default
+    fp32 = json.loads(capsys.readouterr().out)
+    # 200 digits: bf16 may flip a borderline prediction or two, not more
+    assert abs(bf16["accuracy"] - fp32["accuracy"]) <= 0.02

@@ -1,0 +1,61 @@
+"""`vitzoo info`: config, parameters, GFLOPs, sources, preprocessing and origin."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import vitzoo
+from vitzoo import registry
+
+from .helpers import run
+
+
+def test_info(capsys):
+    code, out, _ = run(capsys, "info", "deit_ti16_distilled")
+    assert code == 0
+    assert "origin       built-in" in out and "5,910,800" in out
+    assert "GFLOPs       2.522 at 3x224x224" in out
+    pre = vitzoo.model_info("deit_ti16_distilled")["preprocessing"]
+    assert "deit_ti16_distilled.fb_in1k" in out and f"crop_pct {pre['crop_pct']}" in out
+    assert f"mean / std     {pre['mean']} / {pre['std']}" in out
+
+    code, out, _ = run(capsys, "info", "vit_b16.augreg_in21k_ft_in1k", "--json")
+    info = json.loads(out)
+    assert info["default_pretrained"] == "augreg_in21k_ft_in1k"
+    assert info["config"]["embed_dim"] == 768 and info["num_params"] == 86_567_656
+    assert round(info["gflops"], 3) == 35.128
+    assert info["preprocessing"]["source"] == "hf-hub:timm/vit_base_patch16_224.augreg_in21k_ft_in1k"
+    code, _, err = run(capsys, "info", "vit_b16.nope")
+    assert code == 1 and "has no pretrained tag 'nope'" in err
+
+
+def test_info_reports_user_code_origin(capsys):
+    vitzoo.register("cli_user_variant", base="vit_mnist_tiny", depth=1)
+    try:
+        code, out, _ = run(capsys, "info", "cli_user_variant", "--json")
+        assert code == 0 and json.loads(out)["origin"] == "user code"
+    finally:
+        registry.unregister("cli_user_variant")
+
+
+def test_info_of_a_builder_that_is_not_a_vit(capsys):
+    """GFLOPs of any module a builder returns are counted on the meta device."""
+    from torch import nn
+
+    @vitzoo.register_model(name="cli_convnet", default_cfg=vitzoo.PretrainedCfg(input_size=(3, 16, 16), num_classes=10))
+    def build(**overrides):
+        return nn.Sequential(nn.Conv2d(3, 4, 4, stride=4), nn.Flatten(), nn.Linear(64, 10))
+
+    try:
+        code, out, err = run(capsys, "info", "cli_convnet", "--json")
+        assert code == 0, err
+        info = json.loads(out)
+        assert info["config"] is None and info["num_params"] == 3 * 4 * 16 + 4 + 64 * 10 + 10
+        # conv: 16 positions x 4 filters x 48 multiply-adds; linear: 64 x 10
+        assert info["gflops"] * 1e9 == pytest.approx(2 * (16 * 4 * 48 + 64 * 10))
+        code, out, _ = run(capsys, "list", "cli_conv")
+        assert code == 0 and "cli_convnet" in out and "user code" in out
+    finally:
+        registry.unregister("cli_convnet")

@@ -1,0 +1,50 @@
+"""`vitzoo list`: the table, --json, patterns, and a pattern that matches nothing."""
+
+from __future__ import annotations
+
+import json
+
+import vitzoo
+from vitzoo.flops import vit_flops
+from vitzoo.model import ViTConfig
+
+from .helpers import run
+
+
+def test_list_table_json_and_patterns(capsys):
+    code, out, _ = run(capsys, "list", "deit")  # a bare word is a substring
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "PARAMS", "GFLOPS", "INPUT", "PRETRAINED", "ORIGIN"]
+    assert [line.split()[0] for line in lines[1:]] == vitzoo.list_models("deit*")
+
+    code, out, _ = run(capsys, "list", "mnist")  # tiny figures stay readable: no scientific notation
+    assert out.splitlines()[2].split()[:4] == ["vit_mnist_tiny", "5,689", "0.0000505", "1x32x32"]
+
+    code, out, _ = run(capsys, "list", "vit_?16", "--json")
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == ["vit_b16", "vit_l16", "vit_s16"]
+    b16 = rows[0]
+    info = vitzoo.model_info("vit_b16")
+    assert b16["num_params"] == info["num_params"] == 86_567_656
+    assert b16["gflops"] == vit_flops(ViTConfig.from_dict(info["config"])).total / 1e9
+    assert b16["pretrained"] == list(info["pretrained"]) and b16["origin"] == "built-in"
+
+    code, out, _ = run(capsys, "list", "--pretrained", "--json")
+    assert [r["name"] for r in json.loads(out)] == vitzoo.list_models(pretrained=True)
+    code, out, _ = run(capsys, "list", "--pretrained", "vit_b16")
+    assert "vit_b16.augreg2_in21k_ft_in1k  *" in out and "hf-hub:timm/vit_base_patch16_224.augreg_in21k_ft_in1k" in out
+
+
+def test_pattern_matching_nothing_fails(capsys):
+    code, out, err = run(capsys, "list", "resnet*")
+    assert (code, out) == (1, "")
+    assert err == "vitzoo: error: no model matches 'resnet*' (run `vitzoo list` to see every name)\n"
+    code, _, err = run(capsys, "list", "--pretrained", "mnist")  # MNIST models have no weights
+    assert code == 1 and "no pretrained model matches 'mnist'" in err
+
+
+def test_pattern_matching_nothing_is_an_empty_json_list(capsys):
+    """For a program an empty list is an answer: `[]` and exit 0 (people get the error above)."""
+    for argv in (["list", "NOMATCH", "--json"], ["list", "--pretrained", "mnist", "--json"]):
+        assert run(capsys, *argv) == (0, "[]\n", "")

@@ -1,0 +1,153 @@
+"""What every subcommand shares: the usage error, the output (a table or --json), number
+formatting, argument types, and running a command with its errors as one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+PROG = "vitzoo"
+JSON_HELP = "print JSON instead of a table"
+
+
+class UsageError(Exception):
+    """Arguments that parse but make no sense together: exit code 2, like argparse's own errors."""
+
+
+# ------------------------------------------------------------------------------------ arguments
+def add_json_option(parser: argparse.ArgumentParser, help: str = JSON_HELP) -> None:
+    parser.add_argument("--json", action="store_true", help=help)
+
+
+def add_debug_option(parser: argparse.ArgumentParser) -> None:
+    # SUPPRESS: a subcommand's absent --debug must not overwrite `vitzoo --debug CMD`.
+    parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks on errors")
+
+
+def add_weights_option(parser: argparse.ArgumentParser | Any, help: str) -> None:
+    """--weights SRC: file, directory, hf-hub:org/repo or timm:<name>, with what it is for."""
+    parser.add_argument("--weights", metavar="SRC", help=f"file, directory, hf-hub:org/repo or timm:<name> {help}")
+
+
+def add_dtype_option(parser: argparse.ArgumentParser, *, auto: bool, help: str) -> None:
+    """--dtype: precision.CHOICES ("auto" included) or the fixed precisions only, fp32 by default."""
+    from ..precision import CHOICES, DTYPES
+
+    parser.add_argument("--dtype", choices=CHOICES if auto else tuple(DTYPES), default="fp32", help=help)
+
+
+def bounded_int(minimum: int, what: str) -> Callable[[str], int]:
+    """argparse type: an int >= `minimum`; a bad value is reported as "expected `what` ..."."""
+
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            n = minimum - 1
+        if n < minimum:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+        return n
+
+    return parse
+
+
+# ------------------------------------------------------------------------------------ output
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Left-aligned columns, numbers right-aligned, two spaces apart."""
+    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    numeric = [all(_is_number(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(row, widths, numeric)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace(",", "").removesuffix("M"))
+    except ValueError:
+        return False
+    return True
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    """`data` as JSON with --json, else `text`."""
+    print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False) else text)
+
+
+def human_count(n: int) -> str:
+    return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n:,}"
+
+
+def significant(x: float | None, digits: int = 3) -> str:
+    """`digits` significant digits without scientific notation: 123, 35.1, 0.0236, 0.0000505."""
+    if x is None:
+        return "?"
+    if x <= 0:
+        return "0"
+    return f"{x:.{max(0, digits - 1 - math.floor(math.log10(x)))}f}"
+
+
+def size(input_size: Sequence[Any] | None) -> str:
+    return "x".join(map(str, input_size)) if input_size else "?"
+
+
+def require_vit(model: Any, name: str) -> Any:
+    """`model` as the VisionTransformer that fine-tuning and evaluation need (they read its
+    config and replace its classifier); a plugin builder may return any nn.Module."""
+    from ..model import VisionTransformer
+
+    if not isinstance(model, VisionTransformer):
+        raise TypeError(
+            f"model {name!r} is a {type(model).__name__}; vitzoo finetune/eval need a vitzoo VisionTransformer"
+        )
+    return model
+
+
+# ------------------------------------------------------------------------------------ errors
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    # KeyError wraps its message in quotes; other exceptions' own words are clearer without a type.
+    return text.strip("'\"") if isinstance(exc, KeyError) else text
+
+
+def _one_line_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Run the parsed command: exit code 0 success, 1 failure, 2 bad usage, 130 interrupted, with
+    a one-line "vitzoo: error: ..." (and warnings as one line each) unless --debug."""
+    debug = bool(getattr(args, "debug", False))
+    with warnings.catch_warnings():
+        if not debug:
+            warnings.showwarning = _one_line_warning
+        try:
+            return int(args.handler(args) or 0)
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted", file=sys.stderr)
+            return 130
+        except BrokenPipeError:  # `vitzoo list | head`
+            sys.stderr.close()
+            return 0
+        except Exception as exc:
+            if debug:
+                raise
+            code = 2 if isinstance(exc, UsageError) else 1
+            hint = f" (see `{PROG} {args.command} --help`)" if code == 2 else ""
+            print(f"{PROG}: error: {one_line(exc)}{hint}", file=sys.stderr)
+            return code

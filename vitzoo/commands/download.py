@@ -1,0 +1,27 @@
+"""`vitzoo download NAME[.TAG]...`: fill the weights cache ahead of air-gapped use."""
+
+from __future__ import annotations
+
+import argparse
+
+from .base import add_json_option, emit, table
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Fetch weights into the Hugging Face cache ahead of time, for later offline use "
+        "(HF_HUB_OFFLINE=1). Honours HF_ENDPOINT, HF_HOME and HF_HUB_CACHE."
+    )
+    add_json_option(parser)
+    parser.add_argument("names", nargs="+", metavar="NAME[.TAG]", help="models (their default source, or the tag's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..builder import download
+
+    result: dict[str, list[str]] = {}
+    for name in args.names:
+        result[name] = [str(p) for p in download(name)]
+    rows = [[name, path] for name, paths in result.items() for path in paths]
+    emit(args, result, table(["NAME", "CACHED FILE"], rows))
+    return 0

@@ -1,0 +1,80 @@
+"""`vitzoo eval MODEL --weights SRC ...`: accuracy and confusion matrix on the evaluation split."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .base import add_dtype_option, require_vit
+from .data_args import add_data_arguments, data_spec, load_splits
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `vitzoo eval MODEL --weights SRC ...`."""
+    parser.add_argument("model", help="the registered model name the weights belong to, e.g. vit_mnist")
+    parser.add_argument(
+        "--weights", required=True, help="a run's best/ directory, a weights file, hf-hub:org/repo or timm:<name>"
+    )
+    add_data_arguments(parser)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the folder split (must match training)")
+    parser.add_argument("--device", default="auto")
+    add_dtype_option(
+        parser,
+        auto=True,
+        help="inference precision: fp32 (the default, the numbers training reported), bf16, fp16, or auto "
+        "(bf16 where the hardware multiplies it natively, else fp32; it says what it picked)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _saved_overrides(weights: str) -> dict[str, Any]:
+    """num_classes / img_size / in_chans of a saved vitzoo directory, so the model is rebuilt as
+    trained instead of with the registered defaults."""
+    config = Path(weights) / "config.json"
+    if not config.is_file():
+        return {}
+    fields = json.loads(config.read_text(encoding="utf-8")).get("config", {})
+    return {k: fields[k] for k in ("num_classes", "img_size", "in_chans") if k in fields}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Accuracy and confusion matrix of `--weights` on the evaluation split of `--data`."""
+    from ..builder import create
+    from ..precision import name_of, parse_dtype
+    from ..train import evaluate_split, format_confusion, resolve_device
+
+    spec = data_spec(args)
+    overrides = _saved_overrides(args.weights) or {"num_classes": spec.num_classes()}
+    dtype, why = parse_dtype(args.dtype, resolve_device(args.device))
+    if args.dtype == "auto":
+        print(f"vitzoo: evaluating in {name_of(dtype)}: {why}", file=sys.stderr)
+    model = require_vit(create(args.model, weights=args.weights, dtype=dtype, **overrides), args.model)
+    splits = load_splits(args, spec, model, args.seed)
+    if model.config.num_classes != splits.val.num_classes:
+        raise ValueError(
+            f"the weights {args.weights} predict {model.config.num_classes} classes but {splits.val.source} has "
+            f"{splits.val.num_classes}; evaluate on the data the model was trained for"
+        )
+    result = evaluate_split(
+        model, splits.val, kind=splits.kind, batch_size=args.batch_size, device=args.device, workers=args.workers
+    )
+    if args.json:
+        data = {
+            "accuracy": result.accuracy,
+            "loss": result.loss,
+            "count": result.count,
+            "confusion": result.confusion.tolist(),
+            "classes": list(splits.classes),
+        }
+        print(json.dumps(data))
+        return 0
+    print(f"{args.model} with {args.weights} on {splits.val.source}")
+    print(
+        f"accuracy {100 * result.accuracy:.2f}% ({int(result.confusion.trace())}/{result.count}), loss {result.loss:.4f}"
+    )
+    print(format_confusion(result.confusion, splits.classes))
+    return 0

@@ -1,0 +1,76 @@
+"""`vitzoo export NAME --out FILE`: an ONNX file or a torch.export program (.onnx/.pt2)."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+from .base import UsageError, add_dtype_option, add_json_option, add_weights_option, emit, size
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Write a model as an ONNX file (onnxruntime, TensorRT, OpenVINO, ...; needs "
+        'pip install "vitzoo[onnx]") or as a torch.export program (.pt2), for any batch size. The input '
+        "is a float32 image batch at the model's input size (--img-size changes it)."
+    )
+    add_json_option(parser)
+    parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model (a .TAG loads those pretrained weights)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="where to write it (.onnx or .pt2)")
+    parser.add_argument(
+        "--format", choices=["onnx", "torch-export"], help="what to write (default: from the suffix of --out)"
+    )
+    parser.add_argument("--pretrained", action="store_true", help="load the model's default pretrained weights")
+    add_weights_option(parser, "to load instead")
+    add_dtype_option(
+        parser,
+        auto=False,
+        help="precision of the weights (default: fp32); the input stays float32, the output has this precision",
+    )
+    parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset version (default: the exporter's)")
+    parser.add_argument("--img-size", type=int, metavar="N", help="input height and width (default: the model's)")
+
+
+def _check(args: argparse.Namespace) -> str:
+    """The format to write; a bad name, format or option fails here, before the model loads."""
+    from .. import deploy
+
+    try:
+        fmt = deploy.format_of(args.out, args.format)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.opset is not None and (fmt != "onnx" or args.opset < 1):
+        raise UsageError(
+            f"--opset {args.opset} is invalid; expected a positive ONNX opset version, with --format onnx only"
+        )
+    if args.img_size is not None and args.img_size < 1:
+        raise UsageError(f"--img-size must be >= 1, got {args.img_size}")
+    if args.pretrained and args.weights is not None:
+        raise UsageError("--pretrained and --weights both choose the weights; pass one of them")
+    return fmt
+
+
+def run(args: argparse.Namespace) -> int:
+    from .. import builder, deploy, registry
+    from ..precision import DTYPES
+    from ..pretrained_cfg import pretrained_cfg_of
+
+    fmt = _check(args)
+    deploy.check_available(fmt)  # a missing package or an old torch, before the weights load
+    overrides = {} if args.img_size is None else {"img_size": args.img_size}
+    model = builder.create(
+        args.name, pretrained=args.pretrained, weights=args.weights, dtype=DTYPES[args.dtype], **overrides
+    )
+    if not (args.pretrained or args.weights or registry.split_name(args.name)[1]):  # a .TAG loads weights
+        warnings.warn(
+            f"exporting {args.name} with randomly initialised weights; pass --pretrained or --weights SRC "
+            "for trained ones",
+            stacklevel=1,
+        )
+    path = deploy.export(model, args.out, fmt, opset=args.opset)
+    cfg = pretrained_cfg_of(model)
+    input_shape = ["batch", *(cfg.input_size if cfg else ())]
+    data = {"output": str(path), "format": fmt, "dtype": args.dtype, "input": input_shape, "opset": args.opset}
+    text = f"wrote {path} ({fmt}, {args.dtype} weights, input {deploy.INPUT_NAME!r} float32 {size(input_shape)})"
+    emit(args, data, text)
+    return 0

@@ -1,0 +1,359 @@
+"""`vitzoo finetune MODEL ...`: fine-tune (or train from scratch) with the training engine
+(vitzoo.train), the recipe chosen by vitzoo.train.recipe_defaults unless flags say otherwise.
+The example scripts train through the same engine."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .base import bounded_int, require_vit
+from .data_args import add_data_arguments, data_spec, load_splits
+
+RUNS_DIR = Path("runs")
+_THREADS = bounded_int(1, "a number of threads >= 1 or 'auto'")
+# The recipe options, in the order --help lists them: flag, type (bool: a switch), default, help.
+_RECIPE_OPTIONS: tuple[tuple[str, type, Any, str | None], ...] = (
+    ("--epochs", int, None, None),
+    ("--batch-size", int, None, "global batch size (split over torchrun processes)"),
+    ("--lr", float, None, "peak learning rate after warmup"),
+    ("--weight-decay", float, None, None),
+    ("--warmup-epochs", float, None, None),
+    ("--label-smoothing", float, 0.1, None),
+    ("--clip-grad", float, 1.0, "max gradient norm (0 disables)"),
+    ("--layer-decay", float, None, "layer-wise lr decay, e.g. 0.75 (default with pretrained weights)"),
+    ("--linear-probe", bool, False, "freeze the backbone, train only the classifier head"),
+    ("--drop-path", float, None, "stochastic depth rate of the model"),
+    ("--img-size", int, None, "model input size (pretrained position embeddings are resampled)"),
+    (
+        "--augment",
+        float,
+        None,
+        "digits: strength of the random affine, 0 to 3 (recipe default 1 on the MNIST sample, 0 on full MNIST / "
+        "Fashion-MNIST)",
+    ),
+    (
+        "--erase",
+        float,
+        None,
+        "random erasing: probability per training image (recipe default 0.25 on full MNIST / Fashion-MNIST, else 0)",
+    ),
+)
+# The TrainConfig fields of the recipe that a flag given on the command line overrides.
+_RECIPE_FIELDS = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "warmup_epochs",
+    "layer_decay",
+    "augment",
+    "erase",
+    "ema_decay",
+)
+# Mixup / CutMix: flag, default, metavar, help.
+_MIX_OPTIONS = (
+    (
+        "--mixup",
+        0.0,
+        "ALPHA",
+        "Mixup: blend each image with its neighbour, weight ~ Beta(ALPHA, ALPHA) (DeiT: 0.8; 0: off)",
+    ),
+    ("--cutmix", 0.0, "ALPHA", "CutMix: paste a box of the neighbour, area ~ Beta(ALPHA, ALPHA) (DeiT: 1.0; 0: off)"),
+    ("--mix-prob", 1.0, "P", "probability that a batch is mixed (default 1)"),
+    (
+        "--mix-switch-prob",
+        0.5,
+        "P",
+        "with both on: probability that a mixed batch gets CutMix rather than Mixup (default 0.5)",
+    ),
+)
+
+
+def _threads_arg(value: str) -> int | None:
+    """--threads: "auto" (None) or a positive thread count."""
+    return None if value == "auto" else _THREADS(value)
+
+
+# ----------------------------------------------------------------------------- arguments
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `vitzoo finetune MODEL ...`."""
+    parser.add_argument("model", help="a registered model name, e.g. vit_mnist, vit_ti16, deit_s16 (vitzoo list)")
+    add_data_arguments(parser)
+    src = parser.add_mutually_exclusive_group()
+    src.add_argument("--pretrained", action="store_true", help="start from the model's default pretrained weights")
+    src.add_argument(
+        "--weights", default=None, help="start from these weights: a file, a directory, hf-hub:org/repo or timm:<name>"
+    )
+    _add_recipe_arguments(parser)
+    _add_distillation_arguments(parser)
+    _add_mix_arguments(parser)
+    _add_run_arguments(parser)
+
+
+def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
+    rec = parser.add_argument_group("recipe (defaults depend on data and on --pretrained)")
+    for flag, kind, default, text in _RECIPE_OPTIONS:
+        if kind is bool:
+            rec.add_argument(flag, action="store_true", help=text)
+        else:
+            rec.add_argument(flag, type=kind, default=default, help=text)
+    rec.add_argument(
+        "--ema",
+        dest="ema_decay",
+        type=float,
+        default=None,
+        metavar="DECAY",
+        help="evaluate and export an exponential moving average of the weights with this decay per step, e.g. 0.9995 (0 disables)",
+    )
+    rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
+    rec.add_argument(
+        "--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)"
+    )
+    rec.add_argument(
+        "--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout"
+    )
+
+
+def _add_distillation_arguments(parser: argparse.ArgumentParser) -> None:
+    """DeiT distillation: TrainConfig's teacher and distill_* fields."""
+    kd = parser.add_argument_group(
+        "distillation (DeiT)",
+        "A frozen teacher's predictions become a second target: loss = (1 - alpha) * CE(class head, labels) + "
+        "alpha * distillation(distillation head, teacher). A student with a distillation token (deit_*_distilled, "
+        "distilled=True) learns the labels with its class head and the teacher with its distillation head, and "
+        "evaluation averages the two. A student WITHOUT a distillation token distils through its class head "
+        "(classic knowledge distillation; --distill soft is the usual choice there).",
+    )
+    kd.add_argument(
+        "--teacher",
+        metavar="NAME|SOURCE",
+        default=None,
+        help="the teacher: a registered name (NAME.tag: its pretrained weights), a run directory (its best/), a "
+        "saved model directory or file, hf-hub:org/repo, or timm:NAME[.TAG] (any timm model). It must predict "
+        "the data's classes; its input size, channels and mean/std are adapted to each batch",
+    )
+    kd.add_argument(
+        "--teacher-weights",
+        metavar="SOURCE",
+        default=None,
+        help="weights for a teacher given by name (registered name or timm:NAME), e.g. a checkpoint file",
+    )
+    kd.add_argument(
+        "--distill",
+        choices=("none", "hard", "soft"),
+        default=None,
+        help="hard (the default with --teacher, DeiT's best): learn the teacher's top class; soft: its "
+        "probabilities softened at --distill-tau (KL divergence x tau^2); none: no teacher",
+    )
+    kd.add_argument("--distill-tau", type=float, default=1.0, metavar="TAU", help="soft: temperature (default 1)")
+    kd.add_argument(
+        "--distill-alpha",
+        type=float,
+        default=0.5,
+        metavar="ALPHA",
+        help="weight of the teacher's term, 0 to 1; the labels get 1 - ALPHA (default 0.5, DeiT's)",
+    )
+
+
+def _add_mix_arguments(parser: argparse.ArgumentParser) -> None:
+    """Mixup / CutMix: TrainConfig's mixup, cutmix and mix_* fields."""
+    mix = parser.add_argument_group(
+        "Mixup / CutMix (off by default)",
+        "Mixed images with mixed label targets, as timm's Mixup (label smoothing folded into the targets). With "
+        "--teacher the teacher sees the mixed images.",
+    )
+    for flag, default, metavar, text in _MIX_OPTIONS:
+        mix.add_argument(flag, type=float, default=default, metavar=metavar, help=text)
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    run = parser.add_argument_group("run")
+    run.add_argument("--out", default=None, help="run directory (default runs/<model>-<data>-<time>)")
+    run.add_argument(
+        "--resume", action="store_true", help="continue the run in --out (or the latest matching run in runs/)"
+    )
+    run.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="with --resume: change a setting the run was started with, e.g. epochs=30 (repeatable or "
+        "comma-separated; recorded in run.json's settings_history). Without it a changed setting is refused",
+    )
+    run.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    run.add_argument(
+        "--threads",
+        type=_threads_arg,
+        default=None,
+        metavar="N|auto",
+        help="CPU threads for torch: a number fixes it (runs repeat bit for bit); auto (the default) uses "
+        "the cores other processes leave free, re-decided every few seconds",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no progress bars (epoch lines still print)")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON on stdout (progress and epoch lines go to stderr)",
+    )
+
+
+# ----------------------------------------------------------------------------- the run
+def run(args: argparse.Namespace) -> int:
+    """Fine-tune (or train from scratch) and report where the results went. Returns an exit code.
+    With --json, stdout carries only the JSON result: everything else printed goes to stderr."""
+    if not getattr(args, "json", False):
+        return _finetune(args)
+    result: dict[str, Any] = {}
+    with contextlib.redirect_stdout(sys.stderr):
+        code = _finetune(args, result)
+    print(json.dumps(result))
+    return code
+
+
+def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) -> int:
+    import torch
+
+    from ..train import fit, parse_overrides
+
+    overrides = parse_overrides(getattr(args, "override", None) or [])
+    if overrides and not args.resume:
+        raise ValueError(
+            f"--override {','.join(overrides)} changes a run being resumed; add --resume, or for a new run give "
+            "the settings as options (--epochs ...)"
+        )
+    spec = data_spec(args)
+    config = _train_config(args, spec.name)
+    out_dir = _run_dir(args, spec.name)
+    torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
+    model = require_vit(_build_model(args, spec.num_classes()), args.model)
+    splits = load_splits(args, spec, model, args.seed, resuming=out_dir if args.resume else None)
+    if splits.train.num_classes != model.config.num_classes:  # e.g. a folder class without images
+        model.reset_classifier(splits.train.num_classes)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    if rank0:
+        n_params = sum(p.numel() for p in model.parameters())
+        print(
+            f"fine-tuning {args.model} ({n_params:,} parameters) on {splits.name}: {len(splits.train)} train / "
+            f"{len(splits.val)} val images, {splits.train.num_classes} classes, {config.epochs} epoch{'s' if config.epochs != 1 else ''} -> {out_dir}",
+            flush=True,
+        )
+    result = fit(
+        model,
+        splits,
+        config=config,
+        out_dir=out_dir,
+        resume=args.resume,
+        overrides=overrides,
+        run_info={"model": args.model, "weights": args.weights, "pretrained": args.pretrained},
+    )
+    if not rank0:
+        return 0
+    if report is not None:
+        report.update(_report(args, out_dir, splits.name, result))
+    return _print_summary(args, out_dir, spec.name, result)
+
+
+def _train_config(args: argparse.Namespace, data_name: str) -> Any:
+    """The TrainConfig of this run: the recipe for the data, start and model, then the flags given."""
+    from ..train import TrainConfig, recipe_defaults
+
+    from_pretrained = bool(args.pretrained or args.weights or "." in args.model)
+    recipe = recipe_defaults(data_name, from_pretrained, model=args.model)
+    for key in _RECIPE_FIELDS:
+        if getattr(args, key, None) is not None:
+            recipe[key] = getattr(args, key)
+    if recipe.get("ema_decay") == 0:
+        recipe["ema_decay"] = None
+    distillation = ("teacher", "teacher_weights", "distill", "distill_tau", "distill_alpha")
+    mixing = ("mixup", "cutmix", "mix_prob", "mix_switch_prob")
+    return TrainConfig(
+        **recipe,
+        label_smoothing=args.label_smoothing,
+        clip_grad=args.clip_grad or None,
+        linear_probe=args.linear_probe,
+        amp=args.amp,
+        seed=args.seed,
+        randaugment=not args.no_randaugment,
+        progress=not args.no_progress,
+        device=args.device,
+        threads=args.threads,
+        workers=args.workers,
+        **{name: getattr(args, name) for name in (*distillation, *mixing)},
+    )
+
+
+def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
+    if args.out is not None:
+        return Path(args.out)
+    prefix = f"{args.model.replace('.', '-')}-{data_name}"
+    if args.resume:
+        candidates = sorted(p for p in RUNS_DIR.glob(f"{prefix}-*") if (p / "checkpoint.safetensors").is_file())
+        if not candidates:
+            raise FileNotFoundError(
+                f"--resume: no run of {prefix} with a checkpoint under {RUNS_DIR}/; pass --out RUN_DIR"
+            )
+        return candidates[-1]
+    return RUNS_DIR / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _build_model(args: argparse.Namespace, num_classes: int) -> Any:
+    from ..builder import create
+
+    overrides: dict[str, Any] = {"num_classes": num_classes}
+    if args.img_size is not None:
+        overrides["img_size"] = args.img_size
+    if getattr(args, "drop_path", None) is not None:
+        overrides["drop_path_rate"] = args.drop_path
+    if args.weights is not None:
+        return create(args.model, weights=args.weights, **overrides)
+    return create(args.model, pretrained=args.pretrained, **overrides)
+
+
+def _report(args: argparse.Namespace, out_dir: Path, data: str, result: Any) -> dict[str, Any]:
+    """The --json result of a run."""
+    from ..train import CURVES_NAME, METRICS_NAME
+
+    return {
+        "run_dir": str(out_dir),
+        "model": args.model,
+        "data": data,
+        "interrupted": result.interrupted,
+        "epochs_done": len(result.history),
+        "best_acc": result.best_acc if result.best_epoch >= 0 else None,
+        "best_epoch": result.best_epoch + 1 if result.best_epoch >= 0 else None,
+        "final_acc": result.final_acc if result.history else None,
+        "train_seconds": result.train_seconds,
+        "best_dir": str(result.best_dir) if result.best_dir is not None else None,
+        "metrics": str(out_dir / METRICS_NAME),
+        "curves": str(out_dir / CURVES_NAME),
+        "checkpoint": str(out_dir / "checkpoint.safetensors"),
+    }
+
+
+def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, result: Any) -> int:
+    """Where the results went (or how to resume an interrupted run); the exit code."""
+    from ..train import BEST_DIR, CURVES_NAME, METRICS_NAME
+
+    if result.interrupted:
+        print(
+            f"interrupted; resume with: vitzoo finetune {args.model} --out {out_dir} --resume (plus the same options)"
+        )
+        return 130
+    print(
+        f"done in {result.train_seconds:.0f} s of training: best val accuracy {100 * result.best_acc:.2f}% "
+        f"(epoch {result.best_epoch + 1}), final {100 * result.final_acc:.2f}%\n"
+        f"  run directory  {out_dir}\n"
+        f"  best model     {out_dir / BEST_DIR}   (vitzoo.create({args.model.split('.')[0]!r}, weights={str(out_dir / BEST_DIR)!r}))\n"
+        f"  metrics        {out_dir / METRICS_NAME}\n"
+        f"  curves         {out_dir / CURVES_NAME}\n"
+        f"  evaluate with  vitzoo eval {args.model.split('.')[0]} --weights {out_dir / BEST_DIR}"
+        + (f" --data {' '.join(args.data)}" if data_name != "mnist-sample" else "")
+    )
+    return 0

@@ -1,0 +1,92 @@
+"""`vitzoo info NAME[.TAG]`: config, parameters, GFLOPs, sources, preprocessing and origin."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .base import add_json_option, emit, human_count, significant, size
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Describe one model: its config, parameter count, GFLOPs at its input size, "
+        "pretrained sources, preprocessing and origin (built-in, plugin or user code)."
+    )
+    add_json_option(parser)
+    parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model, optionally with a pretrained tag")
+
+
+def gflops_of(name: str, info: dict[str, Any]) -> float | None:
+    """GFLOPs of one image at the model's input size; None when it cannot be measured."""
+    from ..flops import measure_flops, vit_flops
+    from ..model import ViTConfig
+
+    if info["config"] is not None:
+        return vit_flops(ViTConfig.from_dict(info["config"])).total / 1e9
+    import torch
+
+    from ..registry import get_entry
+
+    try:  # a builder that returns something other than our ViT: count it on the meta device
+        with torch.device("meta"):
+            model = get_entry(name).builder()
+        return measure_flops(model, tuple(info["preprocessing"]["input_size"])) / 1e9
+    except Exception:
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..registry import model_info
+
+    info = model_info(args.name)
+    info["gflops"] = gflops_of(args.name, info)
+    pre = info["preprocessing"]
+    lines = [info["name"] + (f" — {info['description']}" if info["description"] else "")]
+    flops = (
+        "unknown (this model cannot run on the meta device)"
+        if info["gflops"] is None
+        else (f"{significant(info['gflops'], 4)} at {size(pre['input_size'])} (one image, multiply-add = 2 FLOPs)")
+    )
+    lines += [
+        f"  origin       {info['origin']}",
+        f"  parameters   {info['num_params']:,}"
+        + (f" ({human_count(info['num_params'])})" if info["num_params"] >= 1e5 else ""),
+        f"  GFLOPs       {flops}",
+    ]
+    if info["config"]:
+        lines.append("config")
+        lines += [f"  {key:<20} {value}" for key, value in info["config"].items()]
+    lines += _sources(info)
+    lines += _preprocessing(info)
+    emit(args, info, "\n".join(lines))
+    return 0
+
+
+def _sources(info: dict[str, Any]) -> list[str]:
+    lines = ["pretrained sources" + (" (the first is the default)" if info["pretrained"] else "")]
+    if not info["pretrained"]:
+        lines.append("  none (random init; use --weights / vitzoo.create(..., weights=...) for your own)")
+    for tag, cfg in info["pretrained"].items():
+        lines.append(f"  {info['name']}.{tag}")
+        lines.append(f"      source   {cfg['source']}   license {cfg['license'] or '-'}")
+        if cfg["description"]:
+            lines.append(f"      about    {cfg['description']}")
+    return lines
+
+
+def _preprocessing(info: dict[str, Any]) -> list[str]:
+    pre = info["preprocessing"]
+    which = f" ({info['name']}.{info['default_pretrained']})" if info["default_pretrained"] else ""
+    labels = pre["label_names"]
+    if labels:
+        label_text = f"{len(labels)} names: {', '.join(labels[:5])}{', ...' if len(labels) > 5 else ''}"
+    else:  # a named set (resolved when weights load) or none: predictions show class indices
+        label_text = f"{pre['label_set']} label names" if pre.get("label_set") else "no names: class indices"
+    return [
+        f"preprocessing{which}",
+        f"  input_size     {size(pre['input_size'])}",
+        f"  mean / std     {tuple(pre['mean'])} / {tuple(pre['std'])}",
+        f"  interpolation  {pre['interpolation']}, crop_pct {pre['crop_pct']}",
+        f"  classes        {pre['num_classes']} ({label_text})",
+    ]
