@@ -20,8 +20,13 @@ class UsageError(Exception):
 
 
 # ------------------------------------------------------------------------------------ arguments
-def add_json_option(parser: argparse.ArgumentParser, help: str = JSON_HELP) -> None:
-    parser.add_argument("--json", action="store_true", help=help)
+def describe(parser: argparse.ArgumentParser, description: str) -> None:
+    """A subcommand that prints a table for people: its description, and --json for programs
+    (then --debug again, so that --help lists it after --json; vitzoo's subparsers resolve the
+    repeated option)."""
+    parser.description = description
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_debug_option(parser)
 
 
 def add_debug_option(parser: argparse.ArgumentParser) -> None:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from .base import add_json_option, emit
+from .base import describe, emit
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Read a checkpoint in any supported layout (timm, transformers, Google .npz, "
-        "torchvision, vitzoo) and write it in vitzoo's layout (a save_pretrained directory) or timm's."
+        "torchvision, vitzoo) and write it in vitzoo's layout (a save_pretrained directory) or timm's.",
     )
-    add_json_option(parser)
     parser.add_argument("src", metavar="SRC", help="file, directory, hf-hub:org/repo or timm:<name>")
     parser.add_argument("dst", metavar="DST", help="where to write the converted checkpoint")
     parser.add_argument("--to", choices=["vitzoo", "timm"], default="vitzoo", help="target layout (default: vitzoo)")

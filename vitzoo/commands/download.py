@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from .base import add_json_option, emit, table
+from .base import describe, emit, table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Fetch weights into the Hugging Face cache ahead of time, for later offline use "
-        "(HF_HUB_OFFLINE=1). Honours HF_ENDPOINT, HF_HOME and HF_HUB_CACHE."
+        "(HF_HUB_OFFLINE=1). Honours HF_ENDPOINT, HF_HOME and HF_HUB_CACHE.",
     )
-    add_json_option(parser)
     parser.add_argument("names", nargs="+", metavar="NAME[.TAG]", help="models (their default source, or the tag's)")
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from .base import UsageError, add_dtype_option, add_json_option, add_weights_option, emit, size
+from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, size
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Write a model as an ONNX file (onnxruntime, TensorRT, OpenVINO, ...; needs "
         'pip install "vitzoo[onnx]") or as a torch.export program (.pt2), for any batch size. The input '
-        "is a float32 image batch at the model's input size (--img-size changes it)."
+        "is a float32 image batch at the model's input size (--img-size changes it).",
     )
-    add_json_option(parser)
     parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model (a .TAG loads those pretrained weights)")
     parser.add_argument("--out", required=True, metavar="FILE", help="where to write it (.onnx or .pt2)")
     parser.add_argument(

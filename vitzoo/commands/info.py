@@ -5,15 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .base import add_json_option, emit, human_count, significant, size
+from .base import describe, emit, human_count, significant, size
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Describe one model: its config, parameter count, GFLOPs at its input size, "
-        "pretrained sources, preprocessing and origin (built-in, plugin or user code)."
+        "pretrained sources, preprocessing and origin (built-in, plugin or user code).",
     )
-    add_json_option(parser)
     parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model, optionally with a pretrained tag")
 
 

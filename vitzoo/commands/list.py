@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .base import add_json_option, emit, human_count, significant, size, table
+from .base import describe, emit, human_count, significant, size, table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "List registered models. PATTERN is a shell pattern (vit_*16); a bare word matches as a substring."
+    describe(
+        parser,
+        "List registered models. PATTERN is a shell pattern (vit_*16); a bare word matches as a substring.",
     )
-    add_json_option(parser)
     parser.add_argument(
         "patterns", nargs="*", metavar="PATTERN", help="shell-style pattern(s); a bare word matches anywhere"
     )

@@ -6,17 +6,17 @@ import argparse
 import sys
 from typing import Any
 
-from .base import UsageError, add_dtype_option, add_json_option, add_weights_option, emit, table
+from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
+    describe(
+        parser,
         "Classify images with a model's pretrained weights (or --weights), using the "
         "preprocessing those weights expect. Folders are searched recursively (no symbolic link "
         "followed out of them). Without --output the results are printed (a table, or --json); with "
-        "--output FILE they are streamed to a CSV or JSON-lines file in batches."
+        "--output FILE they are streamed to a CSV or JSON-lines file in batches.",
     )
-    add_json_option(parser)
     parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model")
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
     add_weights_option(parser, "instead of the default source")
