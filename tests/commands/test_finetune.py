@@ -115,7 +115,8 @@ def test_kill_9_leaves_a_resumable_checkpoint_with_identical_final_weights(
         "--no-progress",
     ]
     killed = tmp_path / "killed"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)  # the caller's vitzoo
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "_worker.py"), "cli", "test_tiny_vit", *common, "--out", str(killed)],
         env=env,
