@@ -39,10 +39,16 @@ def add_weights_option(parser: argparse.ArgumentParser | Any, help: str) -> None
     parser.add_argument("--weights", metavar="SRC", help=f"file, directory, hf-hub:org/repo or timm:<name> {help}")
 
 
-def add_dtype_option(parser: argparse.ArgumentParser, *, auto: bool, help: str) -> None:
-    """--dtype: precision.CHOICES ("auto" included) or the fixed precisions only, fp32 by default."""
+def add_dtype_option(parser: argparse.ArgumentParser, *, auto: bool, help: str | None = None) -> None:
+    """--dtype, fp32 by default: precision.CHOICES ("auto" included, `help` saying what fp32 is for
+    this command) or, without `auto`, the fixed precisions only (`help` the whole text)."""
     from ..precision import CHOICES, DTYPES
 
+    if auto:
+        help = (
+            f"inference precision: fp32 ({help}), bf16, fp16, or auto (bf16 where the hardware multiplies it "
+            "natively, else fp32; it says what it picked)"
+        )
     parser.add_argument("--dtype", choices=CHOICES if auto else tuple(DTYPES), default="fp32", help=help)
 
 

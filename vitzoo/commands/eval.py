@@ -22,12 +22,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0, help="seed of the folder split (must match training)")
     parser.add_argument("--device", default="auto")
-    add_dtype_option(
-        parser,
-        auto=True,
-        help="inference precision: fp32 (the default, the numbers training reported), bf16, fp16, or auto "
-        "(bf16 where the hardware multiplies it natively, else fp32; it says what it picked)",
-    )
+    add_dtype_option(parser, auto=True, help="the default, the numbers training reported")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 

@@ -39,12 +39,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="image-decoding processes with --output (0: none; default: the cores torch's threads leave free)",
     )
     parser.add_argument("--strict", action="store_true", help="with --output, an unreadable image is an error")
-    add_dtype_option(
-        parser,
-        auto=True,
-        help="inference precision: fp32 (default), bf16, fp16, or auto (bf16 where the hardware multiplies it "
-        "natively, else fp32; it says what it picked)",
-    )
+    add_dtype_option(parser, auto=True, help="default")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
