@@ -10,6 +10,7 @@ from torchvision.models._meta import _IMAGENET_CATEGORIES
 
 import vitzoo
 from vitzoo.weights import WeightsError
+from vitzoo.weights.files import read_checkpoint
 
 ATOL = 1e-5
 
@@ -90,6 +91,30 @@ def test_load_weights_into_an_existing_model(tmp_path, timm_checkpoint):
         pretrained_cfg_overlay=dict(file=str(ckpt / "model.safetensors"), custom_load=False),
     )
     assert torch.equal(model.pos_embed, reference.pos_embed)
+
+
+def _laid_out_as_allocated(t: torch.Tensor) -> bool:
+    """Contiguous, in storage of its own, at an address aligned as torch's CPU allocator aligns."""
+    own = t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    return t.is_contiguous() and own and t.data_ptr() % 64 == 0
+
+
+def test_assigned_weights_are_laid_out_as_a_fresh_model_and_compute_the_same(tmp_path):
+    # safetensors maps the file and hands out views at each tensor's file offset; the CPU matmul
+    # kernels reduce in another order for unaligned weights, so loading must copy such tensors.
+    torch.manual_seed(0)
+    model = vitzoo.create("deit_ti16_distilled", depth=2, num_classes=4).eval()
+    model.save_pretrained(tmp_path)
+    raw = read_checkpoint(tmp_path / "model.safetensors")
+    assert not all(_laid_out_as_allocated(t) for t in raw.values())  # the case this test is about
+    loaded = vitzoo.from_pretrained(tmp_path).eval()
+    tensors = dict(loaded.state_dict())
+    assert tensors.keys() == raw.keys()
+    assert [k for k, t in tensors.items() if not _laid_out_as_allocated(t)] == []
+    assert all(torch.equal(tensors[k], raw[k]) for k in raw)
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
 
 
 def test_model_without_registered_weights(hf_cache):

@@ -6,7 +6,12 @@ preprocessing and labels that travel with the loaded weights.
 
 Models that receive a whole checkpoint are built on the meta device and the checkpoint tensors are
 assigned to them (`load_state_dict(assign=True)`): no random initialisation that would be
-overwritten, and no second copy of the weights in memory.
+overwritten, and no second copy of the weights in memory. An assigned tensor must be laid out as
+a freshly built parameter is (contiguous, in storage of its own, at an address aligned as torch's
+CPU allocator aligns): safetensors hands out views into its memory map of the file, at whatever
+offset the tensor has in the file, and the CPU matmul kernels reduce in another order for weights
+at an unaligned address, so a reloaded model would compute different last bits than the model
+that was saved. Such tensors are copied (`_owned`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..layers import to_2tuple
@@ -49,6 +55,8 @@ def load_checkpoint(
     ckpt.state = {}  # drop our reference: the model now owns the tensors
     if assign is None:
         assign = any(p.is_meta for p in model.parameters())
+    if assign:
+        state = _owned(state)
     model.load_state_dict(state, strict=strict, assign=assign)
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if leftover:
@@ -92,6 +100,27 @@ def vit_config(ckpt: Checkpoint) -> ViTConfig:
         return ViTConfig.from_dict(ckpt.config)
     except (TypeError, ValueError) as e:
         raise WeightsMismatchError(f"{ckpt.file}: the source describes an invalid ViT config ({e})") from e
+
+
+# torch's CPU allocator aligns every allocation to this many bytes; kernels pick their code path by it.
+_CPU_ALIGNMENT = 64
+
+
+def _owned(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state` with each tensor that is not laid out as a fresh allocation (unaligned, strided, or
+    part of a larger storage) replaced by a contiguous copy in storage of its own. One tensor at a
+    time, dropping the original as it goes, so at most one extra tensor is held."""
+    for key in list(state):
+        t = state[key]
+        fresh = (
+            t.is_contiguous()
+            and t.storage_offset() == 0
+            and t.untyped_storage().nbytes() == t.numel() * t.element_size()
+            and t.data_ptr() % _CPU_ALIGNMENT == 0
+        )
+        if not fresh and not t.is_meta and t.numel():
+            state[key] = t.clone(memory_format=torch.contiguous_format)
+    return state
 
 
 def _set_norm_eps(model: nn.Module, eps: float) -> None:
