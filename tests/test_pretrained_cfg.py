@@ -36,3 +36,11 @@ def test_crop_mode_is_checked():
     assert PretrainedCfg.from_dict({"crop_mode": "squash"}).crop_mode == "squash"
     with pytest.raises(ValueError, match=r"crop_mode='border' is invalid; expected one of 'center', 'squash'"):
         PretrainedCfg.from_dict({"crop_mode": "border"})
+
+
+def test_label_names_are_one_per_class():
+    assert PretrainedCfg.from_dict({"num_classes": 2, "label_names": ["a", "b"]}).label_names == ("a", "b")
+    with pytest.raises(ValueError, match=r"label_names=.* is invalid; expected one name per class: num_classes=10, 3"):
+        PretrainedCfg.from_dict({"num_classes": 10, "label_names": ["a", "b", "c"]})
+    with pytest.raises(TypeError, match=r"label_names=\('a', None\) is invalid; expected a list of strings"):
+        PretrainedCfg.from_dict({"num_classes": 2, "label_names": ["a", None]})

@@ -5,7 +5,7 @@
 
 The package's layers import downwards only (tests/test_layering.py checks it):
 
-    atomic, checks, precision, pretrained_cfg, layers/         import nothing of vitzoo above them
+    atomic, checks, errors, jsonio, precision, pretrained_cfg, layers/   import nothing of vitzoo above them
     layout, model, flops, deploy                               the model, its saved layout, its export
     zoo, plugins                                               the built-in table, entry-point loading
     registry                                                   names -> builders, configs, sources

@@ -125,6 +125,9 @@ def check_pretrained_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         problems.append((0 < values["crop_pct"] <= 1, "crop_pct", "a number in (0, 1]"))
     if "num_classes" in values:
         problems.append((values["num_classes"] >= 0, "num_classes", "an int >= 0"))
+    if values.get("label_names") is not None and "num_classes" in values:
+        expected = f"one name per class: num_classes={values['num_classes']}, {len(values['label_names'])} names given"
+        problems.append((len(values["label_names"]) == values["num_classes"], "label_names", expected))
     for ok, name, expected in problems:
         if not ok:
             raise ValueError(f"{name}={values[name]!r} is invalid; expected {expected}")

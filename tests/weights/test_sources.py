@@ -178,3 +178,61 @@ def test_tensor_of_the_wrong_rank_is_named(tmp_path):
     save_file(state, directory / "model.safetensors")
     with pytest.raises(WeightsMismatchError, match=r"pos_embed has shape \(272,\); expected 3 dimensions"):
         vitzoo.from_pretrained(directory)
+
+
+# --------------------------------------------------------------------- label names
+@pytest.mark.parametrize("pretrained_classes", [10, 3])
+def test_label_names_must_name_each_class_of_the_head(tmp_path, pretrained_classes):
+    names = ["cat", "dog", "rocket"]
+    directory = edit_config(saved(tmp_path), "pretrained_cfg", label_names=names, num_classes=pretrained_classes)
+    with pytest.raises(WeightsFileError) as err:
+        vitzoo.from_pretrained(directory)
+    message = str(err.value)
+    assert "label_names" in message and "10" in message and "3 names" in message
+
+
+def transformers_dir(tmp_path: Path, num_labels: int) -> tuple[Path, dict[str, Any]]:
+    from transformers import ViTConfig, ViTForImageClassification
+
+    small = dict(
+        hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=32, patch_size=8
+    )
+    ViTForImageClassification(ViTConfig(**small, num_labels=num_labels)).save_pretrained(tmp_path)
+    return tmp_path, json.loads((tmp_path / "config.json").read_text())
+
+
+@pytest.mark.parametrize("bad", [5, None, {"x": 1}])
+def test_transformers_id2label_names_must_be_strings(tmp_path, bad):
+    directory, cfg = transformers_dir(tmp_path, 3)
+    id2label = {"0": "cat", "1": bad, "2": "rocket"}
+    (directory / "config.json").write_text(json.dumps({**cfg, "id2label": id2label}))
+    with pytest.raises(WeightsFileError, match=r"config\.json': id2label\['1'\]=.* is invalid; expected a string"):
+        vitzoo.from_pretrained(directory)
+
+
+def test_transformers_id2label_must_name_each_class_of_the_head(tmp_path):
+    directory, cfg = transformers_dir(tmp_path, 10)
+    for id2label in ({"0": "cat", "1": "dog", "2": "rocket"}, {str(i + 1): f"c{i}" for i in range(10)}):
+        (directory / "config.json").write_text(json.dumps({**cfg, "id2label": id2label}))
+        with pytest.raises(WeightsFileError, match=r"id2label names (3|10) classes for a head of 10; expected one"):
+            vitzoo.from_pretrained(directory)
+    # transformers' placeholder names (it writes LABEL_0, LABEL_1 for any model) are no names
+    (directory / "config.json").write_text(json.dumps({**cfg, "id2label": {"0": "LABEL_0", "1": "LABEL_1"}}))
+    assert vitzoo.from_pretrained(directory).pretrained_cfg.label_names is None
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nests deeper than Python can parse"),
+        ('{"format": "vitzoo", "x": NaN}', "the constant NaN is not JSON"),
+        ('{"format": "vitzoo",', "is not valid JSON (Expecting property name"),
+        ("[]", "holds a JSON array at the top level"),
+    ],
+)
+def test_config_json_is_read_by_the_checked_reader(tmp_path, text, problem):
+    directory = saved(tmp_path)
+    (directory / "config.json").write_text(text)
+    with pytest.raises(WeightsFileError) as err:
+        vitzoo.from_pretrained(directory)
+    assert str(err.value).startswith(repr(str(directory / "config.json"))) and problem in str(err.value)

@@ -3,8 +3,10 @@ file (and key) involved and what was expected, so a user can act on it without a
 
 from __future__ import annotations
 
+from ..errors import VitzooError
 
-class WeightsError(Exception):
+
+class WeightsError(VitzooError):
     """Base class of every weights error."""
 
 

@@ -7,7 +7,6 @@ object that is not a tensor or a plain container; .npz archives are read with pi
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import zipfile
@@ -17,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..jsonio import JSONFileError
+from ..jsonio import read_json as read_checked_json
 from ..pretrained_cfg import check_pretrained_fields
 from .errors import WeightsFileError
 
@@ -133,14 +134,13 @@ def unwrap_state_dict(obj: Any, *, file: str) -> StateDict:
     return tensors
 
 
-def read_json(path: str | os.PathLike[str]) -> dict[str, Any]:
+def read_json(path: str | os.PathLike[str], *, what: str = "a JSON object (a config)") -> dict[str, Any]:
+    """The JSON object in a config file, read by vitzoo's one checked reader (vitzoo/jsonio.py);
+    its refusal is raised as a WeightsFileError naming the file."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WeightsFileError(f"{str(path)!r} is not a readable JSON config ({e})") from e
-    if not isinstance(data, dict):
-        raise WeightsFileError(f"{str(path)!r} should hold a JSON object, found {type(data).__name__}")
-    return data
+        return read_checked_json(path, what=what)
+    except JSONFileError as e:
+        raise WeightsFileError(str(e)) from e
 
 
 def checked_pretrained(values: Any, where: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from ..model import VisionTransformer, ViTConfig
 from ..pretrained_cfg import PretrainedCfg, check_pretrained_fields, resolve_label_names
 from .adapt import FitReport, fit_state_dict
 from .checkpoint import Checkpoint
-from .errors import WeightsMismatchError
+from .errors import WeightsFileError, WeightsMismatchError
 from .verify import check_fits
 
 logger = logging.getLogger("vitzoo.weights")
@@ -150,6 +150,12 @@ def pretrained_cfg_for(ckpt: Checkpoint, model: nn.Module, base: PretrainedCfg |
     if updates:
         cfg = cfg.replace(**updates)
     ckpt_classes = ckpt.config.get("num_classes", cfg.num_classes)
+    stated = updates.get("label_names") if "label_names" in ckpt.pretrained else None
+    if stated is not None and len(stated) != ckpt_classes:
+        raise WeightsFileError(
+            f"{ckpt.file}: label_names has {len(stated)} names for the weights' head of {ckpt_classes} classes; "
+            "expected one name per class"
+        )
     config = getattr(model, "config", None)
     if config is None:
         return cfg

@@ -20,6 +20,7 @@ A whole CLIP or SigLIP model (text and vision, "clip" / "siglip") is read for it
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -172,16 +173,26 @@ def _size(value: int | list[int] | tuple[int, int]) -> int | tuple[int, int]:
 
 
 def transformers_labels(cfg: dict[str, Any], num_classes: int, where: str) -> dict[str, Any]:
-    """label_names from a config's id2label, when it names every class (not LABEL_0, LABEL_1, ...)."""
+    """label_names from a config's id2label: one string per class of the head, keyed "0".."n-1".
+    transformers' placeholder names (LABEL_0, LABEL_1, ...), which it writes for any model, and the
+    id2label of a model without a head are ignored; other names that do not fit the head are an error."""
     id2label = cfg.get("id2label") or {}
     if not isinstance(id2label, dict):
         raise WeightsFileError(f"{where!r}: id2label={id2label!r} is invalid; expected a JSON object")
-    out: dict[str, Any] = {}
-    if num_classes and len(id2label) == num_classes:
-        names = tuple(str(id2label.get(str(i), id2label.get(i, i))) for i in range(num_classes))
-        if not all(n == f"LABEL_{i}" for i, n in enumerate(names)):  # transformers' placeholder names
-            out["label_names"] = names
-    return out
+    for key, name in id2label.items():
+        if not isinstance(name, str):
+            raise WeightsFileError(
+                f"{where!r}: id2label[{key!r}]={name!r} is invalid; expected a string (a class name)"
+            )
+    if not num_classes or all(re.fullmatch(r"LABEL_\d+", n) for n in id2label.values()):
+        return {}
+    names = tuple(id2label.get(str(i)) for i in range(num_classes))
+    if len(id2label) != num_classes or None in names:
+        raise WeightsFileError(
+            f"{where!r}: id2label names {len(id2label)} classes for a head of {num_classes}; "
+            f'expected one name per class, keyed "0" to "{num_classes - 1}"'
+        )
+    return {"label_names": names}
 
 
 # ----------------------------------------------------------------------------- preprocessing

@@ -1,0 +1,98 @@
+"""One checked JSON reader for every config file vitzoo reads (config.json, preprocessor_config.json,
+run and checkpoint metadata): a file that is not what it should be gives one JSONFileError naming
+it, the problem and what was expected, never a bare parser error or a RecursionError.
+
+Refused: something that is not a regular file (a FIFO would block the read forever), a file larger
+than MAX_JSON_BYTES, bytes that are not UTF-8, invalid JSON (with its line and column), the
+constants NaN / Infinity (not JSON, and never a valid config value), nesting deeper than MAX_DEPTH
+(or than Python's recursion limit), and a top level that is not a JSON object.
+Standard library only, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+from .errors import VitzooError
+
+# Real configs are far smaller: transformers' and timm's are a few KB, a vitzoo config naming the
+# 21,843 ImageNet-21k classes under a megabyte. The bound keeps a hostile file from costing
+# gigabytes of parsed objects.
+MAX_JSON_BYTES = 16 * 2**20
+# Real configs nest a few levels (a dict of lists); nothing vitzoo reads goes deeper than this.
+MAX_DEPTH = 64
+
+
+class JSONFileError(VitzooError, ValueError):
+    """A JSON file (or bytes read from one) that is not the JSON object it should be."""
+
+
+def read_json(path: str | os.PathLike[str], *, what: str = "a JSON object") -> dict[str, Any]:
+    """The JSON object in `path`, checked (see the module docstring); `what` says in the error
+    what the file should hold ("a vitzoo, transformers or timm config")."""
+    where = str(path)
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise JSONFileError(f"{where!r} is not a regular file; expected a file holding {what}")
+        if info.st_size > MAX_JSON_BYTES:
+            raise JSONFileError(_too_large(where, info.st_size, what))
+        with open(path, "rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)  # the file may have grown since stat
+    except OSError as err:
+        raise JSONFileError(f"cannot read {where!r} ({err.strerror or err}); expected a file holding {what}") from err
+    return parse_json(raw, where=where, what=what)
+
+
+def parse_json(raw: bytes | str, *, where: str, what: str = "a JSON object") -> dict[str, Any]:
+    """The JSON object in `raw` (the contents of `where`, which the error names), checked."""
+    if len(raw) > MAX_JSON_BYTES:
+        raise JSONFileError(_too_large(where, len(raw), what))
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise JSONFileError(
+                f"{where!r} is not UTF-8 text (byte {err.start} is {raw[err.start : err.start + 1]!r}); expected {what}"
+            ) from err
+    try:
+        data = json.loads(raw, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as err:
+        raise JSONFileError(f"{where!r} is not valid JSON ({err}); expected {what}") from err
+    except ValueError as err:  # _refuse_constant
+        raise JSONFileError(f"{where!r}: {err}; expected {what}") from err
+    except RecursionError as err:
+        raise JSONFileError(f"{where!r} nests deeper than Python can parse; expected {what}") from err
+    if not isinstance(data, dict):
+        raise JSONFileError(f"{where!r} holds a JSON {_json_type(data)} at the top level; expected {what}")
+    if _too_deep(data):
+        raise JSONFileError(f"{where!r} nests arrays / objects more than {MAX_DEPTH} levels deep; expected {what}")
+    return data
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"the constant {name} is not JSON (a number must be finite)")
+
+
+def _too_large(where: str, size: int, what: str) -> str:
+    return f"{where!r} is {size} bytes, more than the {MAX_JSON_BYTES} a config may have; expected {what}"
+
+
+def _json_type(value: Any) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _too_deep(data: Any) -> bool:
+    """Whether `data` nests arrays / objects more than MAX_DEPTH deep (iteratively: no recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return False
