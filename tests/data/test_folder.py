@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from vitzoo.data import CorruptImageError, FolderDataError, ImageFiles, load_data, load_image_folder, store_size_for
+from vitzoo.data.folder import UnreadableImageError, decode_image
 
 
 def _image(path: Path, color: tuple[int, int, int], size: tuple[int, int] = (40, 30)) -> None:
@@ -154,6 +155,69 @@ def test_16_bit_images_are_scaled_to_8_bits_not_clipped(tmp_path: Path) -> None:
     rgb = images[labels == 1]
     assert rgb[:, 0].unique().tolist() == [128] and rgb[:, 1].unique().tolist() == [255]
     assert rgb[:, 2].unique().tolist() == [0]
+
+
+def test_float_tiff_intensities_0_to_1_are_scaled_to_0_to_255(tmp_path: Path) -> None:
+    import numpy as np
+    from torchvision.transforms.v2 import functional as TF
+
+    from vitzoo.data.transforms import ReadAs8Bit
+
+    values = np.linspace(0, 1, 16 * 8, dtype=np.float32).reshape(8, 16)
+    Image.fromarray(values, "F").save(tmp_path / "float.tif")  # a 32-bit float TIFF
+    with Image.open(tmp_path / "float.tif") as img:
+        assert img.mode == "F"
+    expected = torch.from_numpy(np.rint(values * 255).astype(np.uint8))
+    rgb = decode_image(tmp_path / "float.tif", TF.pil_to_tensor)  # the data pipeline (RGB)
+    assert rgb.shape == (3, 8, 16) and all(torch.equal(rgb[c], expected) for c in range(3))
+    as_is = decode_image(tmp_path / "float.tif", lambda img: TF.pil_to_tensor(ReadAs8Bit(1)(img)), rgb=False)
+    assert torch.equal(as_is[0], expected)  # vitzoo predict's path (the image in its own mode)
+
+
+@pytest.mark.parametrize(
+    ("values", "found"),
+    [(255.0, "values from 0 to 255"), (float("nan"), "values that are not finite"), (-0.5, "values from -0.5 to")],
+)
+def test_float_images_outside_0_to_1_are_refused_by_mode(tmp_path: Path, values: float, found: str) -> None:
+    import numpy as np
+
+    pixels = np.zeros((4, 4), dtype=np.float32)
+    pixels[0, 0] = values
+    Image.fromarray(pixels, "F").save(tmp_path / "float.tif")
+    with pytest.raises(UnreadableImageError, match=rf"32-bit float image \(mode F\) with {found}.*expected .* 0\.\.1"):
+        decode_image(tmp_path / "float.tif", lambda img: img)
+
+
+def test_16_bit_tiff_is_scaled_like_a_16_bit_png(tmp_path: Path) -> None:
+    Image.new("I;16", (6, 4), 32768).save(tmp_path / "half.tif")
+    with Image.open(tmp_path / "half.tif") as img:
+        assert img.mode == "I;16"
+    assert decode_image(tmp_path / "half.tif", lambda img: (img.mode, img.getpixel((0, 0)))) == ("RGB", (128,) * 3)
+
+
+def test_a_fifo_named_like_an_image_is_refused_without_opening_it(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this platform")
+    os.mkfifo(tmp_path / "x.png")  # opening it would block until a writer comes: forever
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            decode_image(str(tmp_path / "x.png"), lambda img: img)
+        except BaseException as err:
+            outcome.append(err)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=30)
+    assert outcome, "decode_image opened the FIFO and hangs"
+    assert isinstance(outcome[0], UnreadableImageError)
+    assert str(outcome[0]) == "not a regular file (a FIFO); refused without opening it"
+    with pytest.raises(UnreadableImageError, match=r"not a regular file \(a folder\)"):
+        decode_image(tmp_path, lambda img: img)
 
 
 def _small_tree(root: Path) -> None:

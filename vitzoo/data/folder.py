@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -207,6 +208,10 @@ def decode_image(path: str | os.PathLike[str] | BinaryIO, decode: Callable[[Any]
     message always says why."""
     from PIL import Image, UnidentifiedImageError
 
+    if isinstance(path, (str, os.PathLike)):
+        kind = _special_file(path)
+        if kind:
+            raise UnreadableImageError(f"not a regular file ({kind}); refused without opening it")
     try:
         with Image.open(path) as img:  # reads the header only: the size is known before decoding
             width, height = img.size
@@ -229,6 +234,19 @@ def decode_image(path: str | os.PathLike[str] | BinaryIO, decode: Callable[[Any]
         message = " ".join(str(err).split())
         # Some errors carry no message (MemoryError(), OSError()); the type is then the reason.
         raise UnreadableImageError(message or f"{type(err).__name__} (no message)") from err
+
+
+def _special_file(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is when it is not a regular file (opening a FIFO blocks until someone writes to
+    it: forever, for a FIFO that merely carries an image's name), else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None  # missing or unreadable: PIL's own error says so
+    if stat.S_ISREG(mode):
+        return None
+    kinds = [(stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a folder"), (stat.S_ISSOCK, "a socket")]
+    return next((name for test, name in kinds if test(mode)), "a device")
 
 
 def _decode_all(

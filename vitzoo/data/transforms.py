@@ -119,7 +119,12 @@ def as_8bit(img: Any) -> Any:
     """A PIL image with more than 8 bits per sample as an 8-bit one ("L"), scaled rather than
     clipped: PIL's own convert() clips 16-bit grayscale at 255, so mid-grey 32768 would become white.
     "I" (32-bit integer; how older Pillow opens 16-bit PNGs) is read as 16-bit. 16-bit RGB(A) PNGs
-    are already reduced to 8 bits by PIL when opened. Other images are returned unchanged."""
+    are already reduced to 8 bits by PIL when opened. 32-bit float ("F", e.g. a float TIFF) holds
+    intensities in 0..1, scaled to 0..255 (PIL's convert() would truncate them to 0 and 1: a black
+    image); values outside 0..1 or not finite are refused with a ValueError naming the mode.
+    Other images are returned unchanged."""
+    if img.mode == "F":
+        return _float_as_8bit(img)
     if not img.mode.startswith("I"):
         return img
     import numpy as np
@@ -129,6 +134,18 @@ def as_8bit(img: Any) -> Any:
     if values.dtype.kind != "u":  # signed ("I", "I;16S"): negatives are black, above 16 bits white
         values = np.clip(values, 0, 65535)
     return Image.fromarray((values >> 8).astype(np.uint8), "L")
+
+
+def _float_as_8bit(img: Any) -> Any:
+    import numpy as np
+    from PIL import Image
+
+    values = np.asarray(img, dtype=np.float64)
+    finite = bool(np.isfinite(values).all())
+    if not finite or (values.size and (values.min() < 0 or values.max() > 1)):
+        found = "values that are not finite" if not finite else f"values from {values.min():g} to {values.max():g}"
+        raise ValueError(f"32-bit float image (mode F) with {found}; expected intensities in 0..1")
+    return Image.fromarray(np.rint(values * 255).astype(np.uint8), "L")
 
 
 class ReadAs8Bit(v2.Transform):
