@@ -107,3 +107,69 @@ def test_temporary_files_are_recognised_and_only_they_are_removed(tmp_path: Path
 def test_write_json_round_trip(tmp_path: Path) -> None:
     path = write_json(tmp_path / "a" / "b.json", {"x": [1, 2]})
     assert path.read_text() == '{\n  "x": [\n    1,\n    2\n  ]\n}\n'
+
+
+_WRITER = """
+import multiprocessing, sys, time
+from vitzoo.atomic import atomic_path
+
+with atomic_path(sys.argv[1]) as tmp, open(tmp, "w") as f:
+    f.write("partial\\n" * 1000)
+    f.flush()
+    # a forked child (a DataLoader worker) ended by SIGTERM leaves its parent's file alone
+    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    child.start()
+    child.terminate()
+    child.join()
+    assert tmp.exists() and child.exitcode == -15, child.exitcode
+    print(tmp, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.slow
+@posix_only
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_signal_mid_write_removes_the_temporary_file(tmp_path: Path, signame: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out" / "predictions.csv"
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(out)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert writer.stdout is not None
+        tmp = Path(writer.stdout.readline().strip())
+        assert tmp.parent == out.parent and is_temp_file(tmp.name) and tmp.stat().st_size == 8000
+        writer.send_signal(getattr(signal, signame))
+        assert writer.wait(timeout=60) == -getattr(signal, signame)  # ended by the signal, as without us
+    finally:
+        writer.kill()
+    assert list(out.parent.iterdir()) == []  # no temporary file, no half output
+
+
+@posix_only
+def test_signal_handlers_are_only_borrowed_while_writing(tmp_path: Path) -> None:
+    import signal
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with atomic_path(tmp_path / "a.json") as tmp:
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        tmp.write_text("{}")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with pytest.raises(ValueError), atomic_path(tmp_path / "b.json"):
+        raise ValueError("failed")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+    def own(signum: int, frame: object) -> None:
+        pass
+
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        with atomic_path(tmp_path / "c.json") as tmp:
+            assert signal.getsignal(signal.SIGTERM) is own  # the program's own handler is left alone
+            tmp.write_text("{}")
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -290,3 +290,59 @@ def test_default_workers_use_only_the_cores_torch_leaves_free(monkeypatch):
     assert predict.default_workers() == 0  # every core already runs a torch thread
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
     assert predict.default_workers() == 4  # spare cores decode, at most 4 processes
+
+
+def _strict_json(line: str):
+    """json.loads that refuses NaN / Infinity, as every JSON parser but Python's does."""
+
+    def refuse(name: str):
+        raise ValueError(f"{name} is not JSON")
+
+    return json.loads(line, parse_constant=refuse)
+
+
+def test_non_finite_probabilities_are_null_in_json_lines(tmp_path, capsys, weights, photos):
+    wdir, _ = weights
+    broken = vitzoo.from_pretrained(wdir)
+    with torch.no_grad():
+        broken.head.weight[0, 0] = float("nan")  # one NaN weight: every probability is NaN
+    broken.save_pretrained(tmp_path / "nan")
+    image = photos[1][0]
+    for suffix, written in ((".jsonl", "null"), (".csv", "nan")):
+        out_file = tmp_path / f"preds{suffix}"
+        code, _, err = run(
+            capsys, "predict", "vit_mnist_tiny", image, "--weights", str(tmp_path / "nan"),
+            "--output", str(out_file), "--topk", "2", "--no-progress",
+        )  # fmt: skip
+        assert code == 0, err
+        warning = [line for line in err.splitlines() if "not finite" in line]
+        assert len(warning) == 1 and "1 of 1 image(s)" in warning[0] and f"written as {written}" in warning[0]
+    (record,) = [_strict_json(line) for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
+    assert record["image"] == image and [p["probability"] for p in record["predictions"]] == [None, None]
+    with open(tmp_path / "preds.csv", newline="", encoding="utf-8") as f:
+        assert list(csv.reader(f))[1][3] == "nan"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file names of arbitrary bytes")
+def test_file_names_that_are_not_utf8_are_written_escaped(tmp_path, capsys, weights, photos):
+    wdir, _ = weights
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    raw = os.fsencode(folder) + b"/caf\xe9.png"  # Latin-1 e-acute: not UTF-8
+    try:
+        with open(raw, "wb") as f:
+            f.write(Path(photos[1][0]).read_bytes())
+    except OSError:
+        pytest.skip("this file system refuses names that are not UTF-8")
+    for suffix in (".csv", ".jsonl"):
+        out_file = tmp_path / f"preds{suffix}"
+        code, out, err = run(
+            capsys, "predict", "vit_mnist_tiny", str(folder), "--weights", str(wdir),
+            "--output", str(out_file), "--no-progress",
+        )  # fmt: skip
+        assert code == 0, err
+        assert out.strip() == f"wrote 1 prediction(s) to {out_file} ({suffix[1:]})"
+    (record,) = [_strict_json(line) for line in (tmp_path / "preds.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert os.fsencode(record["image"]) == raw  # the JSON string is the name, escaped: its very bytes
+    with open(tmp_path / "preds.csv", newline="", encoding="utf-8") as f:  # valid UTF-8
+        assert list(csv.reader(f))[1][0] == str(folder) + "/caf\\xe9.png"

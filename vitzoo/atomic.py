@@ -11,6 +11,8 @@ import json
 import os
 import re
 import secrets
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -72,6 +74,45 @@ def _create_temp(path: Path) -> tuple[Path, int]:
     raise FileExistsError(errno_codes.EEXIST, "no unused temporary file name", str(path.parent))
 
 
+# Temporary files being written, with the process writing them. SIGINT raises KeyboardInterrupt,
+# and atomic_path's cleanup runs; SIGTERM and SIGHUP end the process without running it, so while a
+# temporary file is open their default action is replaced by _remove_live_temps, which deletes the
+# files and then lets the signal end the process as it would have (same exit status). A handler the
+# program installed itself is left alone; SIGKILL cannot be caught (remove_stale_temp_files).
+_live: dict[Path, int] = {}
+_replaced: dict[int, Any] = {}  # signal -> the handler _remove_live_temps stands in for
+_CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _remove_live_temps(signum: int, frame: Any) -> None:
+    for tmp, pid in list(_live.items()):
+        if pid == os.getpid():  # not a forked child's copy of the parent's list (DataLoader workers)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _track(tmp: Path) -> None:
+    if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+        for sig in _CLEANUP_SIGNALS:
+            if sig not in _replaced and signal.getsignal(sig) is signal.SIG_DFL:
+                _replaced[sig] = signal.signal(sig, _remove_live_temps)
+    _live[tmp] = os.getpid()
+
+
+def _untrack(tmp: Path) -> None:
+    _live.pop(tmp, None)
+    if _live or threading.current_thread() is not threading.main_thread():
+        return
+    for sig, previous in list(_replaced.items()):
+        if signal.getsignal(sig) is _remove_live_temps:
+            signal.signal(sig, previous)
+        del _replaced[sig]
+
+
 def _write_error(path: Path, err: OSError) -> AtomicWriteError:
     reason = err.strerror or str(err) or type(err).__name__
     return AtomicWriteError(err.errno, reason, str(path))
@@ -80,7 +121,8 @@ def _write_error(path: Path, err: OSError) -> AtomicWriteError:
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success fsync it and rename it over `path`, on
-    failure delete it. Readers therefore see either the old file or the complete new one.
+    failure (an exception, Ctrl-C, SIGTERM or SIGHUP) delete it. Readers therefore see either the
+    old file or the complete new one, and an interrupted write leaves nothing behind.
 
     An OSError while writing (disk full, permission denied) is raised as AtomicWriteError, which
     keeps the errno and names `path`: the caller's own message ("No space left on device") would
@@ -93,6 +135,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         raise
     except OSError as err:
         raise _write_error(path, err) from err
+    _track(tmp)
     try:
         yield tmp
         with open(tmp, "rb+") as f:
@@ -106,6 +149,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         if isinstance(err, OSError) and not isinstance(err, AtomicWriteError):
             raise _write_error(path, err) from err
         raise
+    finally:
+        _untrack(tmp)
     _fsync_dir(path.parent)
 
 

@@ -5,13 +5,15 @@ it, the problem and what was expected, never a bare parser error or a RecursionE
 Refused: something that is not a regular file (a FIFO would block the read forever), a file larger
 than MAX_JSON_BYTES, bytes that are not UTF-8, invalid JSON (with its line and column), the
 constants NaN / Infinity (not JSON, and never a valid config value), nesting deeper than MAX_DEPTH
-(or than Python's recursion limit), and a top level that is not a JSON object.
+(or than Python's recursion limit), and a top level that is not a JSON object. Writing: `to_json`
+always gives valid JSON (a NaN or infinite float becomes null).
 Standard library only, so every layer may use it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 from typing import Any
@@ -71,6 +73,22 @@ def parse_json(raw: bytes | str, *, where: str, what: str = "a JSON object") -> 
     if _too_deep(data):
         raise JSONFileError(f"{where!r} nests arrays / objects more than {MAX_DEPTH} levels deep; expected {what}")
     return data
+
+
+def to_json(value: Any, **options: Any) -> str:
+    """json.dumps(value, **options) that always gives valid JSON: a float that is not finite (NaN,
+    inf, which json.dumps would write as the bare words NaN / Infinity) becomes null."""
+    return json.dumps(_finite(value), allow_nan=False, **options)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _refuse_constant(name: str) -> Any:

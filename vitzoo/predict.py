@@ -25,7 +25,7 @@ FILE at the end (`vitzoo.atomic.atomic_path`): an interrupted run leaves no half
 from __future__ import annotations
 
 import csv
-import json
+import math
 import os
 import sys
 import warnings
@@ -41,6 +41,7 @@ from .atomic import atomic_path
 from .data import InputSpec, eval_transform, find_image_files
 from .data.folder import UnreadableImageError, decode_image
 from .data.stream import usable_cores
+from .jsonio import to_json
 from .pretrained_cfg import pretrained_cfg_of
 
 __all__ = [
@@ -185,23 +186,35 @@ def write_predictions(
 ) -> int:
     """Stream `records` into `path` (CSV or JSON lines, see output_format), atomically; returns the
     number of records written. CSV has `topk` groups of columns; an image with fewer classes than
-    that leaves the rest empty."""
+    that leaves the rest empty.
+
+    The file is always valid UTF-8, and JSON lines always valid JSON: a probability that is not
+    finite (NaN weights, an overflow) is written as null in JSON ("nan" in CSV), with one warning.
+    A file name whose bytes are not UTF-8 (held by Python as surrogate escapes) is written with its
+    bytes escaped: `\\xff` in CSV, the JSON escape `\\udcff` in JSON lines, which json.loads turns
+    back into the name os.listdir gives (os.fsencode of it: the file's own bytes)."""
     fmt = output_format(path, fmt)
-    count = 0
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+    count = non_finite = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", errors="backslashreplace", newline="") as f:
         if fmt == "csv":
             writer = csv.writer(f)
             writer.writerow(
                 ["image"] + [f"top{r}_{col}" for r in range(1, topk + 1) for col in ("index", "label", "prob")]
             )
-            for record in records:
-                row: list[Any] = [record["image"]]
+        for record in records:
+            non_finite += not all(math.isfinite(p["probability"]) for p in record["predictions"])
+            if fmt == "csv":
+                row: list[Any] = [os.fsencode(record["image"]).decode("utf-8", "backslashreplace")]
                 for p in record["predictions"]:
                     row += [p["index"], p["label"], repr(p["probability"])]
                 writer.writerow(row + [""] * (1 + 3 * topk - len(row)))
-                count += 1
-        else:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                count += 1
+            else:
+                f.write(to_json(record, ensure_ascii=False) + "\n")
+            count += 1
+    if non_finite:
+        warnings.warn(
+            f"{non_finite} of {count} image(s) got probabilities that are not finite (NaN or infinite: the "
+            f"weights or the computation overflowed); written as {'null' if fmt == 'jsonl' else 'nan'} in {path}",
+            stacklevel=2,
+        )
     return count
