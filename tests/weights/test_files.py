@@ -68,6 +68,17 @@ def test_garbage_and_missing_files(tmp_path):
         read_checkpoint(bad)
 
 
+@pytest.mark.parametrize("content", [b"\x80", b"\x80\x02}q\x00"])
+def test_a_broken_pickle_is_named_whatever_the_unpickler_raises(tmp_path, content):
+    # found by tests/weights/test_fuzz.py: torch's weights-only unpickler raised a bare IndexError
+    path = tmp_path / "w.pth"
+    path.write_bytes(content)
+    with pytest.raises(
+        WeightsFileError, match=r"w\.pth' is not a readable PyTorch checkpoint \(truncated or corrupt: \w+"
+    ):
+        read_checkpoint(path)
+
+
 class _Exploit:
     """A pickle payload: unpickling it would run os.system (and create a marker file)."""
 

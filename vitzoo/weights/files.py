@@ -98,8 +98,11 @@ def _read_torch(path: Path) -> StateDict:
             f"(torch.load(weights_only=True) said: {str(e).splitlines()[0]}); convert the file to "
             "safetensors in an environment you trust"
         ) from e
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
-        raise WeightsFileError(f"{str(path)!r} is not a readable PyTorch checkpoint (truncated or corrupt: {e})") from e
+    except Exception as e:  # a corrupt pickle makes the unpickler fail in any way
+        # (EOFError, IndexError, KeyError, struct.error, ...): the file is what is wrong.
+        raise WeightsFileError(
+            f"{str(path)!r} is not a readable PyTorch checkpoint (truncated or corrupt: {_reason(e)})"
+        ) from e
     return unwrap_state_dict(obj, file=str(path))
 
 
@@ -107,8 +110,14 @@ def _read_npz(path: Path) -> StateDict:
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {key: torch.from_numpy(np.ascontiguousarray(archive[key])) for key in archive.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise WeightsFileError(f"{str(path)!r} is not a readable .npz archive (truncated or corrupt: {e})") from e
+    except Exception as e:  # zipfile and numpy's header parser fail in many ways on corrupt bytes
+        raise WeightsFileError(
+            f"{str(path)!r} is not a readable .npz archive (truncated or corrupt: {_reason(e)})"
+        ) from e
+
+
+def _reason(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
 
 
 def unwrap_state_dict(obj: Any, *, file: str) -> StateDict:
