@@ -113,12 +113,19 @@ _WRITER = """
 import multiprocessing, sys, time
 from vitzoo.atomic import atomic_path
 
+def nap(ready):
+    ready.set()
+    time.sleep(60)
+
 with atomic_path(sys.argv[1]) as tmp, open(tmp, "w") as f:
     f.write("partial\\n" * 1000)
     f.flush()
     # a forked child (a DataLoader worker) ended by SIGTERM leaves its parent's file alone
-    child = multiprocessing.get_context("fork").Process(target=time.sleep, args=(60,))
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    child = context.Process(target=nap, args=(ready,))
     child.start()
+    assert ready.wait(30)
     child.terminate()
     child.join()
     assert tmp.exists() and child.exitcode == -15, child.exitcode

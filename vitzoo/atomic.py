@@ -95,6 +95,23 @@ def _remove_live_temps(signum: int, frame: Any) -> None:
     os.kill(os.getpid(), signum)
 
 
+def _restore_in_child() -> None:
+    """A forked child (a DataLoader worker) writes none of its parent's files: it gets the default
+    signal actions back at once, so a SIGTERM ends it as it would have without us."""
+    _live.clear()
+    for sig, previous in list(_replaced.items()):
+        try:
+            if signal.getsignal(sig) is _remove_live_temps:
+                signal.signal(sig, previous)
+        except ValueError:  # not the main thread
+            pass
+    _replaced.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_restore_in_child)
+
+
 def _track(tmp: Path) -> None:
     if threading.current_thread() is threading.main_thread():  # handlers can only be set there
         for sig in _CLEANUP_SIGNALS:
