@@ -86,7 +86,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
         fields["global_pool"] = "map"
-    if depth:
+    if depth and "blocks.0.mlp.fc1.weight" in state:  # missing, the load names it
         fields["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / embed_dim
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])

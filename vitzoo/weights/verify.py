@@ -86,7 +86,7 @@ def check_stated(
         raise mismatch("global_pool", stated["global_pool"], "attn_pool.latent", inferred["global_pool"])
     if "norm_eps" in stated and not stated["norm_eps"] > 0:
         raise WeightsFileError(f"{config!r}: norm_eps={stated['norm_eps']!r} is invalid; expected a positive number")
-    if "mlp_ratio" in stated and depth:
+    if "mlp_ratio" in stated and depth and "blocks.0.mlp.fc1.weight" in state:
         hidden = int(state["blocks.0.mlp.fc1.weight"].shape[0])
         if int(dim * stated["mlp_ratio"]) != hidden:
             raise mismatch("mlp_ratio", stated["mlp_ratio"], "blocks.0.mlp.fc1.weight", hidden / dim)
