@@ -242,3 +242,78 @@ def test_download_by_registered_name_fetches_default_source(fake_hub, hf_cache, 
     paths = vitzoo.download("vit_ti16")
     assert [p.name for p in paths] == ["model.safetensors"]
     assert paths[0].is_file() and str(paths[0]).startswith(str(hf_cache))
+
+
+def test_failing_download_leaves_a_concurrent_one_of_the_repo_alone(fake_hub, hf_cache, sleeps, monkeypatch):
+    """Two downloads of one repo at once: `@broken` breaks off mid-body while `@main` is half-way.
+    The failure cleans only its own partial file, and `@main` completes with the right bytes."""
+    import threading
+
+    good = b"\x01" * 4096
+    bad = b"\x02" * 4096
+    for revision, data in (("main", good), ("broken", bad)):
+        fake_hub.publish(REPO, {"model.safetensors": _safetensors_bytes(data)}, revision=revision)
+    good_bytes = _safetensors_bytes(good)
+    healthy_waiting = threading.Event()  # main's GET has arrived: its partial file exists
+    broken_done = threading.Event()  # the broken download has failed and cleaned up
+    broken_gets: list[str] = []
+    answer = fake_hub._answer
+
+    def answer_in_order(handler, *, body):
+        revision = handler.path.split("/")[4]
+        if body and revision == "main":
+            healthy_waiting.set()
+            assert broken_done.wait(timeout=10)  # the healthy body is held until then
+        if body and revision == "broken":
+            broken_gets.append(handler.path)
+            return (
+                _break_off(handler, len(bad)) if len(broken_gets) == 1 else fake_hub._send(handler, 500, b"", {}, True)
+            )
+        return answer(handler, body=body)
+
+    monkeypatch.setattr(fake_hub, "_answer", answer_in_order)
+    outcome: list[object] = []
+
+    def healthy():
+        try:
+            outcome.append(vitzoo.download(f"hf-hub:{REPO}"))
+        except Exception as e:  # reported by the assertions below
+            outcome.append(e)
+
+    thread = threading.Thread(target=healthy, daemon=True)
+    thread.start()
+    try:
+        assert healthy_waiting.wait(timeout=10)
+        with pytest.raises(
+            WeightsDownloadError, match=r"^'model\.safetensors' of hf-hub:tester/tiny-vit@broken: "
+        ) as err:
+            vitzoo.download(f"hf-hub:{REPO}@broken")
+        assert "\n" not in str(err.value)
+        assert [p for p in hf_cache.rglob("*") if ".incomplete" in p.name] != []  # main's, still being written
+    finally:
+        broken_done.set()
+        thread.join(timeout=20)
+    assert not thread.is_alive()
+    [paths] = outcome
+    assert not isinstance(paths, BaseException), paths
+    assert [p.name for p in paths] == ["model.safetensors"] and paths[0].read_bytes() == good_bytes
+    assert [p for p in hf_cache.rglob("*") if ".incomplete" in p.name] == []
+    assert sorted(p.read_bytes() for p in hf_cache.rglob("blobs/*")) == [good_bytes]
+
+
+def _safetensors_bytes(data: bytes) -> bytes:
+    import json
+
+    header = json.dumps({"w": {"dtype": "U8", "shape": [len(data)], "data_offsets": [0, len(data)]}}).encode()
+    return len(header).to_bytes(8, "little") + header + data
+
+
+def _break_off(handler, size: int) -> None:
+    """Announce `size` bytes, send half of them, hang up."""
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(size))
+    handler.send_header("Connection", "close")
+    handler.end_headers()
+    handler.wfile.write(b"\x02" * (size // 2))
+    handler.wfile.flush()
+    handler.close_connection = True

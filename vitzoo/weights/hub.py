@@ -13,6 +13,8 @@ transient failure (HTTP 408/429/5xx, a refused or timed-out connection) is tried
 times in all, `HUB_RETRY_WAIT_S` apart, and then the file comes from the cache or the call fails
 with one line. huggingface_hub's own retry loop (minutes of exponential backoff) is never entered
 that way, and its log lines are dropped while vitzoo's calls run (only in the calling thread; hub_logs.py).
+A transfer that breaks off removes its own partial file and nothing else, so downloads of the
+same repo at the same time (other revisions, other files) are independent.
 
 Every file is checked right after it is fetched (safetensors header, torch zip or pickle start,
 config.json a JSON object; hub_verify.py): a proxy's HTML page saved as `model.safetensors` is an error at
@@ -24,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,7 @@ class _Link:
 
     down: str | None = None  # why the Hub could not be used ("HTTP 503", "ConnectError: ...")
     server_error: bool = False  # it answered with an HTTP error (not: it could not be reached)
+    etags: dict[str, str] = field(default_factory=dict)  # file name -> its ETag: the blob it downloads to
 
 
 def _hub_errors() -> tuple[Any, Any, Any, Any, Any]:
@@ -188,10 +191,10 @@ def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, .
             return None
         raise WeightsNotFoundError(f"{where}: the repository has no file {filename!r}") from None
     except HfHubHTTPError as e:
-        _remove_incomplete(ref)
+        _remove_partial(ref, link.etags.get(filename))
         raise WeightsDownloadError(f"{where}: download failed with HTTP {_status(e)} ({_first_line(e)})") from None
     except NETWORK_ERRORS as e:  # connection broken mid-transfer, disk full, ...
-        _remove_incomplete(ref)
+        _remove_partial(ref, link.etags.get(filename))
         raise WeightsDownloadError(f"{where}: download failed ({type(e).__name__}: {_first_line(e)})") from None
     _verify_download(ref, filename, path)
     return path
@@ -234,7 +237,7 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
         if attempt:
             time.sleep(HUB_RETRY_WAIT_S)
         try:
-            get_hf_file_metadata(url, timeout=timeout)
+            metadata = get_hf_file_metadata(url, timeout=timeout)
         except http_error as e:  # HfHubHTTPError, before NETWORK_ERRORS: it is an OSError too
             if _status_code(e) not in _TRANSIENT_STATUS:
                 raise
@@ -243,6 +246,8 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
             link.down, link.server_error = f"{type(e).__name__}: {_first_line(e)}", False
         else:
             link.down, link.server_error = None, False
+            if metadata.etag:
+                link.etags[filename] = metadata.etag
             return
 
 
@@ -342,13 +347,29 @@ def _server_error(e: BaseException) -> str | None:
     return None
 
 
-def _remove_incomplete(ref: HubRef) -> None:
-    """Delete partial downloads of this repo, so a broken transfer leaves nothing in the cache."""
+def _remove_partial(ref: HubRef, etag: str | None) -> None:
+    """Delete what a failed download of the blob `etag` left in the cache, and nothing else: other
+    downloads of the repo (other files, other revisions, other processes) may be writing theirs.
+
+    huggingface_hub writes a blob to `blobs/<etag>.incomplete` while holding `.locks/<repo>/<etag>.lock`
+    and keeps the partial file to resume from (recent versions write a temporary file of their own
+    instead, which they delete themselves). It is deleted only when that lock is free: a holder
+    is another download of the same blob, which resumes from it."""
+    if etag is None:  # the probe did not answer, so no download began
+        return
+    from filelock import FileLock, Timeout
     from huggingface_hub.file_download import repo_folder_name
 
-    blobs = cache_dir() / repo_folder_name(repo_id=ref.repo_id, repo_type="model") / "blobs"
-    for partial in blobs.glob("*.incomplete") if blobs.is_dir() else []:
-        partial.unlink(missing_ok=True)
+    folder = repo_folder_name(repo_id=ref.repo_id, repo_type="model")
+    partial = cache_dir() / folder / "blobs" / f"{etag}.incomplete"
+    if not partial.exists():
+        return
+    lock = FileLock(str(cache_dir() / ".locks" / folder / f"{etag}.lock"), timeout=0)
+    try:
+        with lock:
+            partial.unlink(missing_ok=True)
+    except (Timeout, OSError, NotImplementedError):  # held, or a filesystem without locks: leave it
+        pass
 
 
 def _verify_download(ref: HubRef, filename: str, path: Path) -> None:
