@@ -180,3 +180,15 @@ def test_signal_handlers_are_only_borrowed_while_writing(tmp_path: Path) -> None
             tmp.write_text("{}")
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_write_json_writes_valid_json_for_nan(tmp_path: Path) -> None:
+    import json
+
+    from vitzoo.atomic import write_json
+
+    write_json(tmp_path / "m.json", {"loss": float("nan"), "lr": [float("-inf"), 0.1]})
+    assert json.loads((tmp_path / "m.json").read_text(), parse_constant=pytest.fail) == {
+        "loss": None,
+        "lr": [None, 0.1],
+    }

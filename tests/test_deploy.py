@@ -324,3 +324,25 @@ def test_export_command_in_a_fresh_process(tmp_path, ort):
     session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"image": np.zeros((2, 1, 32, 32), np.float32)})
     assert got.shape == (2, 10) and np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("suffix", [".onnx", ".pt2"])
+def test_ctrl_c_inside_the_exporter_is_an_interruption(tmp_path, capsys, monkeypatch, suffix):
+    """torch's exporters catch what they trace and raise their own error from it: a Ctrl-C that
+    lands inside them comes back chained under another type, and must still exit 130."""
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Failed to export the model with torch.export") from exc
+
+    try:
+        deploy.check_available(deploy.format_of(f"m{suffix}"))
+    except (ImportError, RuntimeError) as exc:
+        pytest.skip(str(exc))
+    monkeypatch.setattr(torch.onnx, "export", interrupted)
+    monkeypatch.setattr(torch.export, "export", interrupted)
+    code, out, err = run(capsys, "export", "vit_mnist_tiny", "--out", str(tmp_path / f"m{suffix}"))
+    assert code == 130 and out == "" and err.endswith("vitzoo: interrupted\n") and "failed" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -65,3 +65,35 @@ def test_auto_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path: Pat
     dtype, why = auto_dtype("cpu")
     assert dtype == torch.float32 and "no native bf16" in why
     assert parse_dtype("auto")[0] == torch.float32
+
+
+def test_a_cast_that_would_overflow_is_refused_naming_the_tensor():
+    model = vitzoo.create("vit_mnist_tiny")
+    with torch.no_grad():
+        model.blocks[0].mlp.fc1.weight[0, 0] = -7e4
+    with pytest.raises(ValueError, match=r"cannot cast the model to fp16: blocks\.0\.mlp\.fc1\.weight hold values"):
+        precision.cast_model(model, torch.float16)
+    assert model.blocks[0].mlp.fc1.weight.dtype == torch.float32  # left as it was
+    assert precision.cast_model(model, torch.bfloat16).blocks[0].mlp.fc1.weight.dtype == torch.bfloat16
+
+
+def test_create_with_fp16_refuses_weights_beyond_its_range(tmp_path: Path):
+    model = vitzoo.create("vit_mnist_tiny")
+    with torch.no_grad():
+        model.head.bias[2] = 1e6
+    model.save_pretrained(tmp_path / "w")
+    with pytest.raises(ValueError, match=r"fp16: head\.bias hold values beyond its range \(largest 65504\)"):
+        vitzoo.create("vit_mnist_tiny", weights=tmp_path / "w", dtype=torch.float16)
+    assert vitzoo.create("vit_mnist_tiny", weights=tmp_path / "w", dtype="bf16").head.bias.dtype == torch.bfloat16
+
+
+def test_loading_nonfinite_weights_warns_once_naming_them(tmp_path: Path):
+    model = vitzoo.create("vit_mnist_tiny")
+    with torch.no_grad():
+        model.head.bias[1] = float("nan")
+    model.save_pretrained(tmp_path / "w")
+    with pytest.warns(UserWarning, match=r"model.safetensors holds NaN or infinite values in head.bias$") as caught:
+        loaded = vitzoo.from_pretrained(tmp_path / "w")
+    assert len(caught) == 1 and precision.nonfinite_tensors(loaded) == ["head.bias"]
+    with pytest.raises(ValueError, match=r"NaN or infinite values in head.bias; its outputs would be NaN"):
+        precision.refuse_nonfinite(loaded, "the weights")

@@ -1,13 +1,12 @@
 """Atomic file writes: a reader (or a crash) sees the old file or the complete new one, never half.
 
 Every file vitzoo writes goes through here: weights, configs, training checkpoints, metrics, PNGs.
-It imports nothing of vitzoo, so every layer may use it.
+It imports only `jsonio` of vitzoo (standard library only), so every layer may use it.
 """
 
 from __future__ import annotations
 
 import errno as errno_codes
-import json
 import os
 import re
 import secrets
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from .jsonio import to_json
 
 StateDict = dict[str, torch.Tensor]
 
@@ -239,6 +240,7 @@ def write_safetensors(path: str | os.PathLike[str], tensors: StateDict, metadata
 
 
 def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
+    """`data` as an indented JSON file, always valid JSON (a NaN or infinite float is written as null)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        tmp.write_text(to_json(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
     return Path(path)

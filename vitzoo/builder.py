@@ -26,9 +26,9 @@ from torch import nn
 
 from . import registry
 from .atomic import write_safetensors
-from .layout import attach_architecture, save_pretrained
+from .layout import CONFIG_NAME, WEIGHTS_NAME, attach_architecture, save_pretrained
 from .model import VisionTransformer, ViTConfig
-from .precision import parse_dtype
+from .precision import cast_model, parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .weights import (
     Architecture,
@@ -89,10 +89,11 @@ def create(
     `pretrained_cfg_overlay` (as in timm) replaces preprocessing fields of `model.pretrained_cfg`
     (mean, std, crop_pct, crop_mode, interpolation, label_names, ...): the user's word wins over
     the checkpoint's. `dtype` ("fp32", "bf16", "fp16", "auto" or a torch dtype) casts the model
-    for inference (see vitzoo/precision.py); None keeps fp32."""
+    for inference (see vitzoo/precision.py), refused where a weight is beyond that precision's range;
+    None keeps fp32."""
     model = _create(name, pretrained, weights, **overrides)
     if dtype is not None:
-        model.to(parse_dtype(dtype, "cpu")[0])
+        model = cast_model(model, parse_dtype(dtype, "cpu")[0])
     if pretrained_cfg_overlay:
         cfg = pretrained_cfg_of(model) or PretrainedCfg()
         unknown = sorted(set(pretrained_cfg_overlay) - set(cfg.to_dict()))
@@ -215,6 +216,12 @@ def convert(src: Source, dst: Source, *, to: str = "vitzoo", model: str | nn.Mod
     passing a model instance already built as wanted."""
     if to not in EXPORT_FORMATS:
         raise ValueError(f"convert: unknown target format to={to!r}; expected one of {', '.join(EXPORT_FORMATS)}")
+    dst = Path(dst)
+    if to == "timm":
+        written = [dst if dst.suffix == ".safetensors" else dst / "model.safetensors"]
+    else:
+        written = [dst] if dst.suffix == ".safetensors" else [dst / WEIGHTS_NAME, dst / CONFIG_NAME]
+    _check_not_overwriting(src, dst, written)
     if model is None:
         built = from_pretrained(src)
     elif isinstance(model, str):
@@ -224,9 +231,30 @@ def convert(src: Source, dst: Source, *, to: str = "vitzoo", model: str | nn.Mod
         built = model
     else:
         raise TypeError(f"convert: model must be None, a registered name or an nn.Module, got {type(model).__name__}")
-    dst = Path(dst)
     if to == "timm":
-        return export(built, "timm", dst if dst.suffix == ".safetensors" else dst / "model.safetensors")
+        return export(built, "timm", written[0])
     if dst.suffix == ".safetensors":
         return write_safetensors(dst, built.state_dict(), metadata={"format": "pt"})
     return save_pretrained(built, dst)
+
+
+def _check_not_overwriting(src: Source, dst: Path, written: list[Path]) -> None:
+    """Refuse (ValueError naming both) an output that is the input, that would replace one of the
+    input's files, or a directory that holds the input file (its config.json may be the input's own)."""
+    if isinstance(src, str) and (src.startswith(HF_PREFIX) or src.startswith(TIMM_PREFIX)):
+        return
+    source = Path(src).resolve()
+    if not source.exists():
+        return  # the read names the missing source
+    inputs = {p.resolve() for p in source.iterdir() if p.is_file()} if source.is_dir() else {source}
+    target = dst.resolve()
+    clash = (
+        target == source
+        or any(p.resolve() in inputs for p in written)
+        or (source.is_file() and dst.suffix != ".safetensors" and source.parent == target)
+    )
+    if clash:
+        raise ValueError(
+            f"convert: the output {str(dst)!r} would overwrite the input {str(src)!r} (or files next to it); "
+            "expected an output outside the input, such as a new directory"
+        )

@@ -129,11 +129,14 @@ def export_onnx(
     with _eval_mode(model), atomic_path(path) as tmp:
         try:
             written = (_onnx_via_torch_export if use_dynamo else _onnx_via_tracing)(model, example, tmp, opset)
-        except OSError:
+        except OSError as exc:
+            _reraise_interrupt(exc)
             raise
         except ImportError as exc:  # a module the exporter imports on its own, such as onnx_ir
+            _reraise_interrupt(exc)
             raise ImportError(f"ONNX export needs {exc.name or exc}, which is not installed: {EXTRA_HINT}") from exc
         except Exception as exc:
+            _reraise_interrupt(exc)
             raise RuntimeError(f"ONNX export failed with torch {torch.__version__}: {_first_line(exc)}") from exc
         if opset is not None and written is not None and written != opset:
             # Below the opsets it implements, the torch.export-based exporter converts the graph
@@ -205,6 +208,7 @@ def export_program(model: nn.Module, path: str | os.PathLike[str], *, input_size
         try:
             program = torch.export.export(model, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
         except Exception as exc:
+            _reraise_interrupt(exc)
             raise RuntimeError(f"torch.export failed with torch {torch.__version__}: {_first_line(exc)}") from exc
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         # An open file rather than a name: torch.export.save wants names that end in .pt2.
@@ -290,3 +294,16 @@ def _torch_at_least(major: int, minor: int) -> bool:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _reraise_interrupt(exc: BaseException) -> None:
+    """Raise KeyboardInterrupt when `exc` comes of one: torch's exporters catch what the traced
+    code raises and raise their own error from it, so a Ctrl-C during an export would otherwise be
+    reported as a failed export (exit 1) instead of an interruption (exit 130)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt from exc
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__

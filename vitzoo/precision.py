@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from torch import nn
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHOICES = ("auto", *DTYPES)
@@ -63,3 +64,46 @@ def parse_dtype(value: str | torch.dtype | None, device: torch.device | str = "c
 
 def name_of(dtype: torch.dtype) -> str:
     return next((k for k, v in DTYPES.items() if v == dtype), str(dtype).removeprefix("torch."))
+
+
+# ------------------------------------------------------------------------------------ checked values
+def nonfinite_tensors(model: nn.Module) -> list[str]:
+    """The names of `model`'s floating-point parameters and buffers that hold a NaN or an infinity
+    (the one check behind the load warning and the refusals of predict, eval and export)."""
+    return [name for name, t in _named_floats(model) if not t.is_meta and not bool(torch.isfinite(t).all())]
+
+
+def describe_nonfinite(names: list[str], where: str) -> str:
+    """The message naming non-finite tensors: "`where` holds NaN or infinite values in a, b, ..."."""
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"{where} holds NaN or infinite values in {shown}"
+
+
+def refuse_nonfinite(model: nn.Module, where: str) -> None:
+    """Raise ValueError naming the tensors of `model` that are not finite (its outputs would be NaN)."""
+    names = nonfinite_tensors(model)
+    if names:
+        raise ValueError(describe_nonfinite(names, where) + "; its outputs would be NaN (expected finite weights)")
+
+
+def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """`model.to(dtype)`, refused (ValueError naming the tensors) where a finite value would become
+    infinite: fp16's largest value is 65504, and a weight beyond it would silently change every output."""
+    overflow = [
+        name
+        for name, t in _named_floats(model)
+        if not t.is_meta
+        and torch.finfo(dtype).max < torch.finfo(t.dtype).max
+        and bool((torch.isinf(t.to(dtype)) & torch.isfinite(t)).any())
+    ]
+    if overflow:
+        shown = ", ".join(overflow[:5]) + (f" and {len(overflow) - 5} more" if len(overflow) > 5 else "")
+        raise ValueError(
+            f"cannot cast the model to {name_of(dtype)}: {shown} hold values beyond its range "
+            f"(largest {torch.finfo(dtype).max:g}), which would become infinite; use fp32 or bf16"
+        )
+    return model.to(dtype)
+
+
+def _named_floats(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    return [(n, t) for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_floating_point()]

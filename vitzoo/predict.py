@@ -11,7 +11,8 @@ outside). Paths are sorted, so the output order is deterministic. Images are dec
 with `vitzoo.data.eval_transform(model)` in a torch DataLoader (`workers` processes, 0 = in this
 one), batched and classified under `torch.inference_mode()`; a tqdm progress bar goes to stderr.
 
-An image that cannot be read is left out of the output; the reasons are collected in `skipped`
+Standard input ("-"), a pipe or a FIFO named as an input is read once, into memory
+(`read_streams`), and decoded from there. An image that cannot be read is left out of the output; the reasons are collected in `skipped`
 (path, reason) and, at the end, one warning gives their count and the first few. With
 `strict=True` the first unreadable image raises `UnreadableImageError` instead.
 
@@ -25,11 +26,13 @@ FILE at the end (`vitzoo.atomic.atomic_path`): an interrupted run leaves no half
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
+import stat
 import sys
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +53,14 @@ __all__ = [
     "find_images",
     "output_format",
     "predict_images",
+    "read_streams",
     "write_predictions",
 ]
 
 FORMATS = ("csv", "jsonl")
+STDIN = "-"  # the input name of standard input
+# An image read from a pipe is held in memory whole; larger ones belong in a file.
+MAX_STREAM_BYTES = 256 * 2**20
 _SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl"}
 Record = dict[str, Any]  # {"image": path, "predictions": [{"index", "label", "probability"}, ...]}
 
@@ -67,8 +74,9 @@ def default_workers() -> int:
 
 
 def find_images(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], list[str]]:
-    """(image paths, skipped links): files are taken as given (any name), folders walked
-    recursively; the result is sorted and without duplicates. A missing input is an error."""
+    """(image paths, skipped links): files are taken as given (any name; "-" is standard input),
+    folders walked recursively; the result is sorted and without duplicates. A missing input is
+    an error."""
     found: set[str] = set()
     skipped: list[str] = []
     for item in inputs:
@@ -79,8 +87,8 @@ def find_images(inputs: Sequence[str | os.PathLike[str]]) -> tuple[list[str], li
                 raise FileNotFoundError(f"folder {str(path)!r} holds no images (PNG, JPEG, ...; searched recursively)")
             found.update(files)
             skipped.extend(links)
-        elif path.exists():
-            found.add(str(path))
+        elif str(item) == STDIN or path.exists():
+            found.add(str(item) if str(item) == STDIN else str(path))
         else:
             raise FileNotFoundError(f"image {str(item)!r} does not exist")
     if skipped:
@@ -108,18 +116,65 @@ def output_format(path: str | os.PathLike[str], fmt: str | None = None) -> str:
     return _SUFFIXES[suffix]
 
 
+def read_streams(paths: Sequence[str]) -> dict[str, bytes]:
+    """The bytes of each input in `paths` that is not a regular file: "-" (standard input), a pipe
+    such as /dev/stdin, a FIFO named on the command line. Such an input can be read once only, so
+    it is read here, whole (at most MAX_STREAM_BYTES), and decoded from memory; a regular file is
+    left to the decoder. A FIFO with no writer reads as empty instead of blocking (it is opened
+    non-blocking). FIFOs inside a folder are never listed (find_images skips special files)."""
+    streams: dict[str, bytes] = {}
+    for path in paths:
+        if path == STDIN:
+            streams[path] = _read_bounded(sys.stdin.buffer, "standard input")
+        elif _is_stream(path):
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+            except OSError as err:
+                raise OSError(f"cannot read image {path!r}: {err.strerror or err}") from err
+            os.set_blocking(fd, True)  # a writer that is there may still be writing: wait for it
+            with os.fdopen(fd, "rb") as f:
+                streams[path] = _read_bounded(f, repr(path))
+    return streams
+
+
+def _is_stream(path: str) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode)
+
+
+def _read_bounded(f: Any, what: str) -> bytes:
+    data = f.read(MAX_STREAM_BYTES + 1)
+    if len(data) > MAX_STREAM_BYTES:
+        raise ValueError(f"image from {what} is larger than {MAX_STREAM_BYTES} bytes; save it to a file")
+    return bytes(data)
+
+
+def decode_input(path: str, decode: Any, streams: Mapping[str, bytes]) -> Any:
+    """decode_image of `path`, or of its bytes when read_streams read it (empty: nothing written to it)."""
+    if path not in streams:
+        return decode_image(path, decode, rgb=False)
+    if not streams[path]:
+        raise UnreadableImageError("nothing was written to it (an empty pipe or FIFO)")
+    return decode_image(io.BytesIO(streams[path]), decode, rgb=False)
+
+
 class _ImageFiles(Dataset):
     """path -> (position, prepared tensor or zeros, "" or why it could not be read)."""
 
-    def __init__(self, paths: Sequence[str], transform: Any, shape: tuple[int, ...]) -> None:
-        self.paths, self.transform, self.shape = list(paths), transform, shape
+    def __init__(
+        self, paths: Sequence[str], transform: Any, shape: tuple[int, ...], streams: Mapping[str, bytes]
+    ) -> None:
+        self.paths, self.transform, self.shape, self.streams = list(paths), transform, shape, streams
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
         try:
-            return i, decode_image(self.paths[i], self.transform, rgb=False), ""
+            return i, decode_input(self.paths[i], self.transform, self.streams), ""
         except UnreadableImageError as err:
             return i, torch.zeros(self.shape), str(err)
 
@@ -134,9 +189,11 @@ def predict_images(
     strict: bool = False,
     progress: bool = True,
     skipped: list[tuple[str, str]] | None = None,
+    streams: Mapping[str, bytes] | None = None,
 ) -> Iterator[Record]:
     """Yield one record per readable image, in the order of `paths`; unreadable ones are appended
-    to `skipped` as (path, reason) and warned about once at the end (or raise under `strict`)."""
+    to `skipped` as (path, reason) and warned about once at the end (or raise under `strict`).
+    "-" and pipes are read once (read_streams; `streams`: what the caller already read of them)."""
     from tqdm.auto import tqdm
 
     if topk < 1 or batch_size < 1 or workers < 0:
@@ -144,7 +201,9 @@ def predict_images(
     cfg = pretrained_cfg_of(model)
     labels = cfg.label_names if cfg is not None else None
     spec = InputSpec.from_model(model)
-    dataset = _ImageFiles(paths, eval_transform(model), (spec.channels, *spec.size))
+    if streams is None:
+        streams = read_streams(paths)
+    dataset = _ImageFiles(paths, eval_transform(model), (spec.channels, *spec.size), streams)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
     lost = skipped if skipped is not None else []
     start = len(lost)

@@ -42,3 +42,25 @@ def test_convert_bare_file_to_vitzoo_and_timm(tmp_path, capsys):
     code, _, err = run(capsys, "convert", str(tmp_path / "absent.safetensors"), str(tmp_path / "x"))
     assert code == 1 and "absent.safetensors' is neither an existing file" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_convert_refuses_to_overwrite_its_input(tmp_path, capsys):
+    torch.manual_seed(0)
+    vitzoo.create("vit_mnist_tiny").save_pretrained(tmp_path / "ours")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "ours").iterdir()}
+    single = tmp_path / "single" / "model.safetensors"
+    single.parent.mkdir()
+    save_file(vitzoo.create("vit_mnist_tiny").state_dict(), single)
+    cases = [
+        (tmp_path / "ours", tmp_path / "ours", []),  # the same directory
+        (tmp_path / "ours", tmp_path / "ours" / ".." / "ours", []),  # the same, another spelling
+        (tmp_path / "ours", tmp_path / "ours" / "model.safetensors", []),  # one of its files
+        (single, single.parent, ["--model", "vit_mnist_tiny"]),  # a file source inside the output directory
+        (single, single, ["--model", "vit_mnist_tiny", "--to", "timm"]),
+    ]
+    for src, dst, extra in cases:
+        code, out, err = run(capsys, "convert", str(src), str(dst), *extra)
+        assert code == 1 and out == "" and err.count("\n") == 1, (src, dst, err)
+        assert f"the output {str(dst)!r} would overwrite the input {str(src)!r}" in err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "ours").iterdir()} == before
+    assert sorted(p.name for p in single.parent.iterdir()) == ["model.safetensors"]

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from vitzoo import cli
+
 from .training import evaluate, finetune
 
 pytestmark = pytest.mark.usefixtures("tiny_models", "one_thread")
@@ -30,3 +32,18 @@ def test_eval_dtype_auto_says_what_it_picked(mnist_dir: Path, tmp_path: Path, ca
     fp32 = json.loads(capsys.readouterr().out)
     # 200 digits: bf16 may flip a borderline prediction or two, not more
     assert abs(bf16["accuracy"] - fp32["accuracy"]) <= 0.02
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [('{"format": "vitzoo", "config": {', "is not valid JSON"), ("[1, 2]", "holds a JSON array at the top level")],
+    ids=["truncated", "list"],
+)
+def test_eval_names_a_bad_config_json(mnist_dir: Path, tmp_path: Path, capsys, text, problem) -> None:
+    weights = tmp_path / "best"
+    weights.mkdir()
+    (weights / "config.json").write_text(text)
+    args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
+    assert cli.main(["eval", "test_tiny_vit", "--weights", str(weights), *args]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{str(weights / 'config.json')!r} {problem}" in err

@@ -59,3 +59,30 @@ def test_info_of_a_builder_that_is_not_a_vit(capsys):
         assert code == 0 and "cli_convnet" in out and "user code" in out
     finally:
         registry.unregister("cli_convnet")
+
+
+def test_info_escapes_control_characters_in_descriptions_and_labels(capsys):
+    from vitzoo.pretrained_cfg import PretrainedCfg
+
+    labels = ["\x1b[31mred\x1b[0m", *[str(i) for i in range(1, 10)]]
+    cfg = PretrainedCfg(input_size=(1, 32, 32), num_classes=10, mean=(0.5,), std=(0.5,), label_names=labels)
+    vitzoo.register("cli_escapes", base="vit_mnist_tiny", default_cfg=cfg, description="a \x1b]0;title\x07 model")
+    try:
+        code, out, _ = run(capsys, "info", "cli_escapes")
+        assert code == 0 and "\x1b" not in out and "\x07" not in out
+        assert "10 names: \\x1b[31mred\\x1b[0m, 1, 2" in out and "a \\x1b]0;title\\x07 model" in out
+        code, out, _ = run(capsys, "info", "cli_escapes", "--json")
+        info = json.loads(out)
+        assert info["preprocessing"]["label_names"] == labels and info["description"] == "a \x1b]0;title\x07 model"
+    finally:
+        registry.unregister("cli_escapes")
+
+
+def test_json_output_is_always_valid_json(capsys):
+    """--json output goes through one writer: a NaN or infinite number is null, not a bare NaN."""
+    import argparse
+
+    from vitzoo.commands.base import emit
+
+    emit(argparse.Namespace(json=True), {"loss": float("nan"), "values": [1.5, float("inf")]}, "")
+    assert json.loads(capsys.readouterr().out) == {"loss": None, "values": [1.5, None]}

@@ -64,3 +64,106 @@ def test_predict_bad_input(tmp_path, capsys):
     assert code == 2 and "has no pretrained weights; pass --weights" in err
     code, _, err = run(capsys, "predict", "not_a_model", str(good))
     assert code == 1 and "unknown model 'not_a_model'" in err
+
+
+def _saved(tmp_path, **overlay):
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_mnist_tiny", pretrained_cfg_overlay=overlay or None).eval()
+    model.save_pretrained(tmp_path / "weights")
+    return model
+
+
+def test_weights_with_nan_are_refused_naming_the_tensor(tmp_path, capsys):
+    model = _saved(tmp_path)
+    with torch.no_grad():
+        model.head.weight[3, 0] = float("nan")
+        model.blocks[0].norm1.bias[0] = float("inf")
+    model.save_pretrained(tmp_path / "weights")
+    image = digit_images(tmp_path)[0]
+    for extra in ([], ["--json"], ["--output", str(tmp_path / "p.jsonl")]):
+        code, out, err = run(
+            capsys, "predict", "vit_mnist_tiny", str(image), "--weights", str(tmp_path / "weights"), *extra
+        )
+        assert code == 1 and out == "", err
+        # loading warns once; predict refuses, naming both tensors
+        assert err.count("warning:") == 1 and err.count("error:") == 1
+        assert "NaN or infinite values in blocks.0.norm1.bias, head.weight" in err.splitlines()[-1]
+    assert not (tmp_path / "p.jsonl").exists()
+
+
+def test_fp16_cast_that_would_overflow_is_refused(tmp_path, capsys):
+    model = _saved(tmp_path)
+    with torch.no_grad():
+        model.head.weight[0, 0] = 1e5  # beyond fp16's 65504: it would become inf
+    model.save_pretrained(tmp_path / "weights")
+    image = digit_images(tmp_path)[0]
+    code, _, err = run(
+        capsys, "predict", "vit_mnist_tiny", str(image), "--weights", str(tmp_path / "weights"), "--dtype", "fp16"
+    )
+    assert code == 1 and err.count("\n") == 1
+    assert "cannot cast the model to fp16: head.weight hold values beyond its range (largest 65504)" in err
+    code, _, err = run(
+        capsys, "predict", "vit_mnist_tiny", str(image), "--weights", str(tmp_path / "weights"), "--dtype", "bf16"
+    )
+    assert code == 0, err  # bf16 has fp32's range
+
+
+def test_control_characters_in_labels_are_escaped_in_the_table_not_in_json(tmp_path, capsys):
+    labels = [f"c{i}" for i in range(10)]
+    labels = ["\x1b[2J\x1b]0;pwned\x07evil", "back\rspace\u202e", *labels[2:]]
+    model = _saved(tmp_path, label_names=labels)
+    with torch.no_grad():  # every image predicts classes 0 and 1 first
+        model.head.bias.copy_(torch.tensor([50.0, 40.0] + [0.0] * 8))
+        model.head.weight.zero_()
+    model.save_pretrained(tmp_path / "weights")
+    image = digit_images(tmp_path)[0]
+    argv = ("predict", "vit_mnist_tiny", str(image), "--weights", str(tmp_path / "weights"), "--topk", "2")
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "\x1b" not in out and "\r" not in out and "\x07" not in out and "\u202e" not in out
+    assert "\\x1b[2J\\x1b]0;pwned\\x07evil" in out and "back\\rspace\\u202e" in out
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0 and [p["label"] for p in json.loads(out)[0]["predictions"]] == labels[:2]
+
+
+def test_an_image_piped_on_standard_input_is_read_once(tmp_path, capsys, monkeypatch):
+    import io
+    import os
+
+    _saved(tmp_path)
+    image = digit_images(tmp_path)[0]
+    weights = ("--weights", str(tmp_path / "weights"))
+    code, out, _ = run(capsys, "predict", "vit_mnist_tiny", str(image), *weights, "--json")
+    assert code == 0
+    expected = json.loads(out)[0]["predictions"]
+
+    def piped() -> str:  # a pipe holding the image, its writer closed: what `cat img.png |` gives
+        read, write = os.pipe()
+        os.write(write, image.read_bytes())
+        os.close(write)
+        return f"/dev/fd/{read}"
+
+    code, out, err = run(capsys, "predict", "vit_mnist_tiny", piped(), *weights, "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["predictions"] == expected
+    output = tmp_path / "p.jsonl"
+    code, _, err = run(capsys, "predict", "vit_mnist_tiny", piped(), *weights, "--output", str(output), "--strict")
+    assert code == 0, err
+    assert json.loads(output.read_text())["predictions"] == expected
+    stdin = io.TextIOWrapper(io.BytesIO(image.read_bytes()))
+    monkeypatch.setattr("sys.stdin", stdin)
+    code, out, err = run(capsys, "predict", "vit_mnist_tiny", "-", *weights, "--json")
+    assert code == 0, err
+    assert json.loads(out) == [{"image": "-", "predictions": expected}]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs on this platform")
+def test_a_fifo_with_no_writer_is_an_error_not_a_hang(tmp_path, capsys):
+    import os
+
+    _saved(tmp_path)
+    os.mkfifo(tmp_path / "x.png")
+    code, _, err = run(
+        capsys, "predict", "vit_mnist_tiny", str(tmp_path / "x.png"), "--weights", str(tmp_path / "weights")
+    )
+    assert code == 1 and "nothing was written to it (an empty pipe or FIFO)" in err

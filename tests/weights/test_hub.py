@@ -183,7 +183,11 @@ HTML = b"<!DOCTYPE html>\n<html><head><title>Sign in to the proxy</title></head>
             r"not a valid PyTorch checkpoint: it starts with '<!DOCTYPE",
         ),
         ({"config.json": HTML}, "config.json", r"not a valid JSON object: it does not parse as JSON"),
-        ({"config.json": b"[1, 2]"}, "config.json", r"it holds a JSON list, not an object"),
+        (
+            {"config.json": b"[1, 2]"},
+            "config.json",
+            r"it does not parse as JSON: .*holds a JSON array at the top level",
+        ),
     ],
     ids=["safetensors-html", "bin-html", "config-html", "config-list"],
 )

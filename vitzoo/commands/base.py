@@ -4,9 +4,9 @@ formatting, argument types, and running a command with its errors as one line.""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
+import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -70,7 +70,9 @@ def bounded_int(minimum: int, what: str) -> Callable[[str], int]:
 # ------------------------------------------------------------------------------------ output
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """Left-aligned columns, numbers right-aligned, two spaces apart."""
-    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in row] for row in rows]
+    cells = [[printable(str(h)) for h in headers]] + [
+        ["" if v is None else printable(str(v)) for v in row] for row in rows
+    ]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     numeric = [all(_is_number(r[i]) for r in cells[1:]) and len(cells) > 1 for i in range(len(headers))]
     lines = []
@@ -88,9 +90,24 @@ def _is_number(text: str) -> bool:
     return True
 
 
+def printable(text: str, keep: str = "") -> str:
+    """`text` safe for a terminal: control and format characters (an escape sequence's ESC, a
+    carriage return, a right-to-left override) written as Python escapes (\\x1b, \\r, \\u202e),
+    except those in `keep`. Label and file names come from files: printed raw, they could move
+    the cursor, recolour or hide what a table says. CSV and JSON output keep them as they are."""
+    return "".join(c if c in keep or unicodedata.category(c) not in _UNPRINTABLE else repr(c)[1:-1] for c in text)
+
+
+# Control, format, line and paragraph separator characters: a terminal acts on them.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
-    """`data` as JSON with --json, else `text`."""
-    print(json.dumps(data, indent=2, default=str) if getattr(args, "json", False) else text)
+    """`data` as JSON with --json (always valid: a NaN becomes null), else `text` with its control
+    characters escaped (see printable)."""
+    from ..jsonio import to_json
+
+    print(to_json(data, indent=2, default=str) if getattr(args, "json", False) else printable(text, keep="\n"))
 
 
 def human_count(n: int) -> str:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from .base import add_dtype_option, require_vit
+from .base import add_dtype_option, printable, require_vit
 from .data_args import add_data_arguments, data_spec, load_splits
 
 
@@ -29,17 +28,21 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def _saved_overrides(weights: str) -> dict[str, Any]:
     """num_classes / img_size / in_chans of a saved vitzoo directory, so the model is rebuilt as
     trained instead of with the registered defaults."""
+    from ..jsonio import JSONFileError, read_json
+
     config = Path(weights) / "config.json"
     if not config.is_file():
         return {}
-    fields = json.loads(config.read_text(encoding="utf-8")).get("config", {})
+    fields = read_json(config, what="a vitzoo config (written by save_pretrained)").get("config", {})
+    if not isinstance(fields, dict):
+        raise JSONFileError(f'{str(config)!r}: its "config" is a {type(fields).__name__}; expected a JSON object')
     return {k: fields[k] for k in ("num_classes", "img_size", "in_chans") if k in fields}
 
 
 def run(args: argparse.Namespace) -> int:
     """Accuracy and confusion matrix of `--weights` on the evaluation split of `--data`."""
     from ..builder import create
-    from ..precision import name_of, parse_dtype
+    from ..precision import name_of, parse_dtype, refuse_nonfinite
     from ..train import evaluate_split, format_confusion, resolve_device
 
     spec = data_spec(args)
@@ -48,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dtype == "auto":
         print(f"vitzoo: evaluating in {name_of(dtype)}: {why}", file=sys.stderr)
     model = require_vit(create(args.model, weights=args.weights, dtype=dtype, **overrides), args.model)
+    refuse_nonfinite(model, f"the weights {args.weights}")
     splits = load_splits(args, spec, model, args.seed)
     if model.config.num_classes != splits.val.num_classes:
         raise ValueError(
@@ -58,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         model, splits.val, kind=splits.kind, batch_size=args.batch_size, device=args.device, workers=args.workers
     )
     if args.json:
+        from ..jsonio import to_json
+
         data = {
             "accuracy": result.accuracy,
             "loss": result.loss,
@@ -65,11 +71,12 @@ def run(args: argparse.Namespace) -> int:
             "confusion": result.confusion.tolist(),
             "classes": list(splits.classes),
         }
-        print(json.dumps(data))
+        print(to_json(data))
         return 0
-    print(f"{args.model} with {args.weights} on {splits.val.source}")
+    print(printable(f"{args.model} with {args.weights} on {splits.val.source}"))
     print(
         f"accuracy {100 * result.accuracy:.2f}% ({int(result.confusion.trace())}/{result.count}), loss {result.loss:.4f}"
     )
-    print(format_confusion(result.confusion, splits.classes))
+    # Class names come from folder names or a dataset's features: escaped before the columns are aligned.
+    print(format_confusion(result.confusion, [printable(c) for c in splits.classes]))
     return 0

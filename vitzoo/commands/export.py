@@ -52,7 +52,7 @@ def _check(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from .. import builder, deploy, registry
-    from ..precision import DTYPES
+    from ..precision import DTYPES, refuse_nonfinite
     from ..pretrained_cfg import pretrained_cfg_of
 
     fmt = _check(args)
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     model = builder.create(
         args.name, pretrained=args.pretrained, weights=args.weights, dtype=DTYPES[args.dtype], **overrides
     )
+    refuse_nonfinite(model, f"the weights {args.weights or args.name}")
     if not (args.pretrained or args.weights or registry.split_name(args.name)[1]):  # a .TAG loads weights
         warnings.warn(
             f"exporting {args.name} with randomly initialised weights; pass --pretrained or --weights SRC "

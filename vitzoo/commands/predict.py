@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, table
@@ -18,7 +19,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--output FILE they are streamed to a CSV or JSON-lines file in batches.",
     )
     parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model")
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image files (PNG, JPEG, ...) or folders of them")
+    parser.add_argument(
+        "images",
+        nargs="+",
+        metavar="IMAGE",
+        help="image files (PNG, JPEG, ...) or folders of them; '-' or /dev/stdin reads one image from standard input",
+    )
     add_weights_option(parser, "instead of the default source")
     parser.add_argument(
         "--topk", type=int, default=5, metavar="K", help="how many classes to show per image (default: 5)"
@@ -60,12 +66,20 @@ def run(args: argparse.Namespace) -> int:
     if args.format is not None:
         raise UsageError("--format applies to --output FILE; without --output use --json")
     paths, _ = predict.find_images(args.images)
+    streams = predict.read_streams(paths)  # "-" and pipes: read once, decoded twice from memory
     for path in paths:
-        _check_readable(path)
+        _check_readable(path, streams)
     model = _predict_model(args)
     results = list(
         predict.predict_images(
-            model, paths, topk=args.topk, batch_size=args.batch_size, workers=0, strict=True, progress=False
+            model,
+            paths,
+            topk=args.topk,
+            batch_size=args.batch_size,
+            workers=0,
+            strict=True,
+            progress=False,
+            streams=streams,
         )
     )
     rows = [
@@ -106,20 +120,21 @@ def _predict_to_file(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_readable(path: str) -> None:
-    """Decode `path` once (the same reader and checks as the data pipeline), so that an unreadable
-    image is an error before any model loads."""
-    from ..data.folder import UnreadableImageError, decode_image
+def _check_readable(path: str, streams: Mapping[str, bytes]) -> None:
+    """Decode `path` (or the bytes read of it) once, with the same reader and checks as the data
+    pipeline, so that an unreadable image is an error before any model loads."""
+    from ..data.folder import UnreadableImageError
+    from ..predict import decode_input
 
     try:
-        decode_image(path, lambda img: None, rgb=False)
+        decode_input(path, lambda img: None, streams)
     except UnreadableImageError as exc:
         raise OSError(f"cannot read image {path!r}: {exc} (expected a PNG, JPEG or other PIL-readable image)") from None
 
 
 def _predict_model(args: argparse.Namespace) -> Any:
     from .. import builder, registry
-    from ..precision import name_of, parse_dtype
+    from ..precision import name_of, parse_dtype, refuse_nonfinite
     from ..pretrained_cfg import pretrained_cfg_of
 
     dtype, why = parse_dtype(args.dtype, "cpu")
@@ -137,6 +152,7 @@ def _predict_model(args: argparse.Namespace) -> Any:
     else:
         model = builder.create(args.name, weights=args.weights, dtype=dtype)
     model.eval()
+    refuse_nonfinite(model, f"the weights {args.weights or args.name}")
     cfg = pretrained_cfg_of(model)
     if cfg is None:
         raise ValueError(f"model {args.name!r} carries no pretrained_cfg, so its labels and preprocessing are unknown")

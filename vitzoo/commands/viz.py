@@ -16,10 +16,10 @@ drawn, so `vitzoo viz --help` works without the [viz] extra.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from ..jsonio import to_json
 from .base import add_debug_option
 
 KINDS = {
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     width, height = (round(v * args.dpi) for v in fig.get_size_inches())
     if getattr(args, "json", False):
         data = {"kind": args.kind, "out": str(Path(args.out)), "width": width, "height": height, "dpi": args.dpi}
-        print(json.dumps(data, indent=2))
+        print(to_json(data, indent=2))
     else:
         print(f"wrote {Path(args.out)} ({width}x{height} px)")
     return 0

@@ -5,10 +5,11 @@ body that fills the file, a torch zip archive or pickle, a JSON object. A proxy'
 
 from __future__ import annotations
 
-import json
 import zipfile
 from pathlib import Path
 from typing import Any
+
+from ..jsonio import JSONFileError, parse_json, read_json
 
 _SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024  # the safetensors library's own limit
 KIND = {".safetensors": "safetensors file", ".bin": "PyTorch checkpoint", ".json": "JSON object"}
@@ -34,10 +35,10 @@ def content_problem(path: Path, filename: str) -> str | None:
                     return None  # torch.save's legacy pickle format
                 return f"it starts with {_looks_like(head)}, not a zip archive or a pickle"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return f"it does not parse as JSON ({type(exc).__name__}: {exc}); it starts with {_looks_like(head)}"
-        return None if isinstance(data, dict) else f"it holds a JSON {type(data).__name__}, not an object"
+            read_json(path)
+        except JSONFileError as exc:  # the checked reader's message: the problem and where
+            return f"it does not parse as JSON: {exc}; it starts with {_looks_like(head)}"
+        return None
     except OSError as exc:
         return f"it cannot be read ({type(exc).__name__}: {exc})"
 
@@ -48,11 +49,9 @@ def _safetensors_problem(f: Any, head: bytes, size: int) -> str | None:
         return f"it starts with {_looks_like(head)}, not a safetensors header"
     f.seek(8)
     try:
-        header = json.loads(f.read(n).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return f"its header does not parse as JSON; it starts with {_looks_like(head)}"
-    if not isinstance(header, dict):
-        return "its header is not a JSON object"
+        header = parse_json(f.read(n), where="header", what="a safetensors header (a JSON object)")
+    except JSONFileError as exc:
+        return f"its {exc}; it starts with {_looks_like(head)}"
     try:
         end = max(
             (int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"),

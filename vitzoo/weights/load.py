@@ -17,6 +17,7 @@ that was saved. Such tensors are copied (`_owned`).
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from torch import nn
 
 from ..layers import to_2tuple
 from ..model import VisionTransformer, ViTConfig
+from ..precision import describe_nonfinite, nonfinite_tensors
 from ..pretrained_cfg import PretrainedCfg, check_pretrained_fields, resolve_label_names
 from .adapt import FitReport, fit_state_dict
 from .checkpoint import Checkpoint
@@ -43,7 +45,8 @@ def load_checkpoint(
     sets it on the model and in `model.config`. The checkpoint's tensors are assigned to the model
     (`assign`; None: when it has parameters on the meta device, built to be filled). strict=False
     loads the keys that fit and reports the rest in the returned FitReport. The tensors are handed
-    over: `ckpt.state` is emptied."""
+    over: `ckpt.state` is emptied. Tensors holding NaN or infinite values load with one warning
+    naming them (vitzoo predict, eval and export refuse such a model)."""
     check_fits(model, ckpt)
     config = getattr(model, "config", None)
     if config is not None and "norm_eps" in ckpt.declared and ckpt.config["norm_eps"] != config.norm_eps:
@@ -63,6 +66,9 @@ def load_checkpoint(
         raise WeightsMismatchError(
             f"{ckpt.file}: no values for {', '.join(leftover[:10])} (the model was built without data)"
         )
+    nonfinite = nonfinite_tensors(model)
+    if nonfinite:  # loaded as asked (a run may be inspected), said once; predict, eval and export refuse it
+        warnings.warn(describe_nonfinite(nonfinite, str(ckpt.file)), stacklevel=2)
     if report.missing or report.unexpected:
         logger.warning(
             "%s: loaded non-strictly; missing: %s; unexpected: %s",
