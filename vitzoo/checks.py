@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import types
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
 
 # A file may state an image size that no tensor confirms (a sinusoidal position embedding is not
@@ -111,3 +112,46 @@ def check_image_bounds(img_size: tuple[int, int], grid: tuple[int, int], *, fiel
             f"{field}={img_size} is invalid; expected at most {MAX_IMAGE_SIDE} pixels per side and at most "
             f"{MAX_TOKENS} patches ({grid[0]} x {grid[1]} = {grid[0] * grid[1]} here)"
         )
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric setting may take: an int or a finite float between optional bounds,
+    each bound closed or open. `noun` names the value in messages ("a probability"), `note`
+    follows the range ("0: off"). The one description of a setting's range, used by the config
+    dataclasses and by the command-line flags that set them."""
+
+    kind: type = float
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    noun: str | None = None
+    note: str | None = None
+
+    def contains(self, value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if self.kind is int else (int, float)):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def describe(self) -> str:
+        """The range in words: "an int >= 1", "a positive float", "a float in [0, 1)"."""
+        noun = self.noun or ("an int" if self.kind is int else "a float")
+        if self.low is not None and self.high is not None:
+            text = (
+                f"{noun} in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+            )
+        elif self.low == 0 and self.low_open:
+            text = f"a positive {noun.split(' ', 1)[1]}"
+        elif self.low is not None:
+            text = f"{noun} {'>' if self.low_open else '>='} {self.low:g}"
+        elif self.high is not None:
+            text = f"{noun} {'<' if self.high_open else '<='} {self.high:g}"
+        else:
+            text = noun
+        extra = [w for w in ("finite" if self.kind is float and self.high is None else None, self.note) if w]
+        return text + (f" ({'; '.join(extra)})" if extra else "")

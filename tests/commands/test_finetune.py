@@ -232,3 +232,38 @@ def test_ctrl_c_in_a_terminal_stops_a_streamed_run_cleanly(tmp_path: Path) -> No
     assert proc.returncode == 130, output[-3000:]
     assert "checkpoint saved" in output and "exited unexpectedly" not in output, output[-3000:]
     assert 1 <= read_checkpoint_meta(out / "checkpoint.safetensors")["state"]["epoch"] < 50
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--lr", "inf"], r"argument --lr: expected a positive float \(finite\), got 'inf'"),
+        (["--lr", "0"], r"argument --lr: expected a positive float \(finite\), got '0'"),
+        (["--warmup-epochs", "inf"], r"argument --warmup-epochs: expected a float >= 0 \(finite\), got 'inf'"),
+        (["--mixup", "inf"], r"argument --mixup: expected a float >= 0 \(finite; 0: off\), got 'inf'"),
+        (["--cutmix", "nan"], r"argument --cutmix: expected a float >= 0 \(finite; 0: off\), got 'nan'"),
+        (["--clip-grad", "-1"], r"argument --clip-grad: expected a float >= 0 \(finite\), got '-1'"),
+        (["--ema", "1"], r"argument --ema: expected a float in \[0, 1\) \(e\.g\. 0\.9995\), got '1'"),
+        (["--epochs", "2.5"], r"argument --epochs: expected an int >= 1, got '2\.5'"),
+        (["--mix-prob", "1.5"], r"argument --mix-prob: expected a probability in \[0, 1\], got '1\.5'"),
+        (["--val-split", "nan"], r"argument --val-split: expected a fraction in \(0, 1\), got 'nan'"),
+    ],
+)
+def test_numeric_flags_out_of_range_are_usage_errors_naming_flag_and_range(
+    argv: list[str], message: str, tmp_path: Path, capsys
+) -> None:
+    from vitzoo import cli
+
+    assert cli.main(["finetune", "test_tiny_vit", *argv, "--out", str(tmp_path / "run")]) == 2
+    assert re.search(message, capsys.readouterr().err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_zero_still_turns_clip_grad_and_ema_off(tmp_path: Path, capsys) -> None:
+    from vitzoo.commands import finetune as command
+
+    parser = __import__("argparse").ArgumentParser()
+    command.configure_parser(parser)
+    args = parser.parse_args(["test_tiny_vit", "--clip-grad", "0", "--ema", "0"])
+    config = command._train_config(args, "mnist-sample")
+    assert config.clip_grad is None and config.ema_decay is None

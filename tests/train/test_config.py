@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from vitzoo.train import TrainConfig, parse_overrides
@@ -47,3 +49,20 @@ def test_overrides_are_typed_by_the_setting_and_none_clears_an_optional_one() ->
 def test_bad_override_names_the_setting_and_what_it_expects(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_overrides([value])
+
+
+@pytest.mark.parametrize(
+    "field, value, expected",
+    [
+        ("lr", math.inf, r"lr=inf is invalid; expected a positive float \(finite\)"),
+        ("lr", math.nan, r"lr=nan is invalid; expected a positive float"),
+        ("warmup_epochs", math.inf, r"warmup_epochs=inf is invalid; expected a float >= 0 \(finite\)"),
+        ("mixup", math.inf, r"mixup=inf is invalid; expected a float >= 0 \(finite; 0: off\)"),
+        ("clip_grad", math.nan, r"clip_grad=nan is invalid; expected None or a positive float"),
+        ("seed", -1, r"seed=-1 is invalid; expected an int >= 0"),
+        ("epochs", 2.5, r"epochs=2.5 is invalid; expected an int >= 1"),
+    ],
+)
+def test_train_config_refuses_non_finite_and_out_of_range_numbers(field: str, value: float, expected: str) -> None:
+    with pytest.raises(ValueError, match=expected):
+        TrainConfig(**{field: value})

@@ -11,6 +11,8 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..checks import Range
+
 PROG = "vitzoo"
 JSON_HELP = "print JSON instead of a table"
 
@@ -52,19 +54,41 @@ def add_dtype_option(parser: argparse.ArgumentParser, *, auto: bool, help: str |
     parser.add_argument("--dtype", choices=CHOICES if auto else tuple(DTYPES), default="fp32", help=help)
 
 
-def bounded_int(minimum: int, what: str) -> Callable[[str], int]:
-    """argparse type: an int >= `minimum`; a bad value is reported as "expected `what` ..."."""
+def number(
+    kind: type = float,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    what: str | None = None,
+) -> Callable[[str], Any]:
+    """argparse type: an int (`kind=int`) or a finite float between the optional bounds (each
+    closed unless `*_open`); a bad value is reported as "expected <the range>, got 'VALUE'", the
+    range in words unless `what` says it."""
+    return in_range(Range(kind, low, high, low_open, high_open), what)
 
-    def parse(value: str) -> int:
+
+def in_range(allowed: Range, what: str | None = None) -> Callable[[str], Any]:
+    """argparse type: a number that `allowed` contains (nan, inf and out-of-range values refused);
+    argparse prefixes the message with the flag."""
+
+    def parse(value: str) -> Any:
         try:
-            n = int(value)
+            n = allowed.kind(value)
         except ValueError:
-            n = minimum - 1
-        if n < minimum:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {value!r}")
+            n = None
+        if not allowed.contains(n):
+            raise argparse.ArgumentTypeError(f"expected {what or allowed.describe()}, got {value!r}")
         return n
 
+    parse.__name__ = "int" if allowed.kind is int else "number"  # argparse's "invalid <name> value"
     return parse
+
+
+def bounded_int(minimum: int, what: str) -> Callable[[str], int]:
+    """argparse type: an int >= `minimum`; a bad value is reported as "expected `what` ..."."""
+    return number(int, low=minimum, what=what)
 
 
 # ------------------------------------------------------------------------------------ output

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .base import bounded_int
+from .base import bounded_int, number
 
 WORKERS_TYPE = bounded_int(0, "a number of worker processes >= 0")
 
@@ -34,7 +34,10 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--no-download", action="store_true", help="never download; fail if --data-dir lacks the files")
     group.add_argument(
-        "--val-split", type=float, default=None, help="folder without val/: seeded validation fraction (default 0.2)"
+        "--val-split",
+        type=number(low=0, high=1, low_open=True, high_open=True, what="a fraction in (0, 1)"),
+        default=None,
+        help="folder without val/: seeded validation fraction (default 0.2)",
     )
     group.add_argument(
         "--strict", action="store_true", help="folder: stop at the first unreadable image instead of skipping it"

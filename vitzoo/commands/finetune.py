@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -13,34 +14,50 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import bounded_int, require_vit
+from .base import bounded_int, in_range, number, require_vit
 from .data_args import add_data_arguments, data_spec, load_splits
 
 RUNS_DIR = Path("runs")
 _THREADS = bounded_int(1, "a number of threads >= 1 or 'auto'")
-# The recipe options, in the order --help lists them: flag, type (bool: a switch), default, help.
-_RECIPE_OPTIONS: tuple[tuple[str, type, Any, str | None], ...] = (
-    ("--epochs", int, None, None),
-    ("--batch-size", int, None, "global batch size (split over torchrun processes)"),
-    ("--lr", float, None, "peak learning rate after warmup"),
-    ("--weight-decay", float, None, None),
-    ("--warmup-epochs", float, None, None),
-    ("--label-smoothing", float, 0.1, None),
-    ("--clip-grad", float, 1.0, "max gradient norm (0 disables)"),
-    ("--layer-decay", float, None, "layer-wise lr decay, e.g. 0.75 (default with pretrained weights)"),
-    ("--linear-probe", bool, False, "freeze the backbone, train only the classifier head"),
-    ("--drop-path", float, None, "stochastic depth rate of the model"),
-    ("--img-size", int, None, "model input size (pretrained position embeddings are resampled)"),
+
+
+def _setting(name: str, *, zero_off: bool = False) -> Any:
+    """argparse type of the flag that sets TrainConfig's `name`: the field's own range (config.py's
+    TRAIN_RANGES); `zero_off`: 0 is also accepted, meaning off."""
+    from ..train.config import TRAIN_RANGES
+
+    allowed = TRAIN_RANGES[name]
+    return in_range(dataclasses.replace(allowed, low_open=False) if zero_off else allowed)
+
+
+# The recipe options, in the order --help lists them: flag, type (None: a switch), default, help.
+_RECIPE_OPTIONS: tuple[tuple[str, Any, Any, str | None], ...] = (
+    ("--epochs", _setting("epochs"), None, None),
+    ("--batch-size", _setting("batch_size"), None, "global batch size (split over torchrun processes)"),
+    ("--lr", _setting("lr"), None, "peak learning rate after warmup"),
+    ("--weight-decay", _setting("weight_decay"), None, None),
+    ("--warmup-epochs", _setting("warmup_epochs"), None, None),
+    ("--label-smoothing", _setting("label_smoothing"), 0.1, None),
+    ("--clip-grad", _setting("clip_grad", zero_off=True), 1.0, "max gradient norm (0 disables)"),
+    (
+        "--layer-decay",
+        _setting("layer_decay"),
+        None,
+        "layer-wise lr decay, e.g. 0.75 (default with pretrained weights)",
+    ),
+    ("--linear-probe", None, False, "freeze the backbone, train only the classifier head"),
+    ("--drop-path", number(low=0, high=1, high_open=True), None, "stochastic depth rate of the model"),
+    ("--img-size", number(int, low=1), None, "model input size (pretrained position embeddings are resampled)"),
     (
         "--augment",
-        float,
+        _setting("augment"),
         None,
         "digits: strength of the random affine, 0 to 3 (recipe default 1 on the MNIST sample, 0 on full MNIST / "
         "Fashion-MNIST)",
     ),
     (
         "--erase",
-        float,
+        _setting("erase"),
         None,
         "random erasing: probability per training image (recipe default 0.25 on full MNIST / Fashion-MNIST, else 0)",
     ),
@@ -100,14 +117,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     rec = parser.add_argument_group("recipe (defaults depend on data and on --pretrained)")
     for flag, kind, default, text in _RECIPE_OPTIONS:
-        if kind is bool:
+        if kind is None:
             rec.add_argument(flag, action="store_true", help=text)
         else:
             rec.add_argument(flag, type=kind, default=default, help=text)
     rec.add_argument(
         "--ema",
         dest="ema_decay",
-        type=float,
+        type=_setting("ema_decay", zero_off=True),
         default=None,
         metavar="DECAY",
         help="evaluate and export an exponential moving average of the weights with this decay per step, e.g. 0.9995 (0 disables)",
@@ -117,7 +134,7 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         "--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)"
     )
     rec.add_argument(
-        "--seed", type=int, default=0, help="seed for initialisation, data order, augmentation and dropout"
+        "--seed", type=_setting("seed"), default=0, help="seed for initialisation, data order, augmentation and dropout"
     )
 
 
@@ -152,10 +169,12 @@ def _add_distillation_arguments(parser: argparse.ArgumentParser) -> None:
         help="hard (the default with --teacher, DeiT's best): learn the teacher's top class; soft: its "
         "probabilities softened at --distill-tau (KL divergence x tau^2); none: no teacher",
     )
-    kd.add_argument("--distill-tau", type=float, default=1.0, metavar="TAU", help="soft: temperature (default 1)")
+    kd.add_argument(
+        "--distill-tau", type=_setting("distill_tau"), default=1.0, metavar="TAU", help="soft: temperature (default 1)"
+    )
     kd.add_argument(
         "--distill-alpha",
-        type=float,
+        type=_setting("distill_alpha"),
         default=0.5,
         metavar="ALPHA",
         help="weight of the teacher's term, 0 to 1; the labels get 1 - ALPHA (default 0.5, DeiT's)",
@@ -170,12 +189,20 @@ def _add_mix_arguments(parser: argparse.ArgumentParser) -> None:
         "--teacher the teacher sees the mixed images.",
     )
     for flag, default, metavar, text in _MIX_OPTIONS:
-        mix.add_argument(flag, type=float, default=default, metavar=metavar, help=text)
+        mix.add_argument(flag, type=_setting(flag[2:].replace("-", "_")), default=default, metavar=metavar, help=text)
 
 
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
-    run.add_argument("--out", default=None, help="run directory (default runs/<model>-<data>-<time>)")
+    run.add_argument(
+        "--out",
+        default=None,
+        help="run directory (default runs/<model>-<data>-<time>). The run owns it: it writes checkpoint.safetensors, "
+        "run.json, metrics.jsonl, curves.png and best/ there, replacing files of those names. So it must be new, "
+        "empty, or a vitzoo run: a run with a checkpoint is continued with --resume (refused without it), one "
+        "that stopped before its first checkpoint starts again; a non-empty directory that is not a vitzoo run is "
+        "refused, with or without --resume, and left untouched",
+    )
     run.add_argument(
         "--resume", action="store_true", help="continue the run in --out (or the latest matching run in runs/)"
     )

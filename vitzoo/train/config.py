@@ -10,8 +10,37 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import check_fields
+from ..checks import Range, check_fields
 from .distill import DISTILL_MODES
+
+_PROBABILITY = Range(low=0, high=1, noun="a probability")
+# The range of every numeric TrainConfig field: the one home of these ranges, checked by
+# TrainConfig itself and by the `vitzoo finetune` flags that set the fields. An optional field
+# (`| None`) may also be None.
+TRAIN_RANGES: dict[str, Range] = {
+    "epochs": Range(int, low=1),
+    "batch_size": Range(int, low=1),
+    "lr": Range(low=0, low_open=True),
+    "min_lr_ratio": Range(low=0, high=1),
+    "weight_decay": Range(low=0),
+    "warmup_epochs": Range(low=0),
+    "label_smoothing": Range(low=0, high=1, high_open=True),
+    "clip_grad": Range(low=0, low_open=True),
+    "layer_decay": Range(low=0, high=1, low_open=True),
+    "seed": Range(int, low=0),
+    "eval_batch_size": Range(int, low=1),
+    "augment": Range(low=0, high=3),
+    "erase": _PROBABILITY,
+    "ema_decay": Range(low=0, high=1, low_open=True, high_open=True, note="e.g. 0.9995"),
+    "distill_tau": Range(low=0, low_open=True),
+    "distill_alpha": Range(low=0, high=1),
+    "mixup": Range(low=0, note="0: off"),
+    "cutmix": Range(low=0, note="0: off"),
+    "mix_prob": _PROBABILITY,
+    "mix_switch_prob": _PROBABILITY,
+    "threads": Range(int, low=1),
+    "workers": Range(int, low=0, note="0: no worker processes"),
+}
 
 
 @dataclass(kw_only=True)
@@ -57,29 +86,12 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.distill is None:
             self.distill = "hard" if self.teacher is not None else "none"
+        numeric = [(_in_range(self, name), name, describe_range(name)) for name in TRAIN_RANGES]
         check_fields(
             self,
             [
-                (self.epochs >= 1, "epochs", "an int >= 1"),
-                (self.batch_size >= 1, "batch_size", "an int >= 1"),
-                (self.lr > 0, "lr", "a positive float"),
-                (0 <= self.min_lr_ratio <= 1, "min_lr_ratio", "a float in [0, 1]"),
-                (self.weight_decay >= 0, "weight_decay", "a float >= 0"),
-                (self.warmup_epochs >= 0, "warmup_epochs", "a float >= 0"),
-                (0 <= self.label_smoothing < 1, "label_smoothing", "a float in [0, 1)"),
-                (self.clip_grad is None or self.clip_grad > 0, "clip_grad", "None or a positive float"),
-                (self.layer_decay is None or 0 < self.layer_decay <= 1, "layer_decay", "None or a float in (0, 1]"),
+                *numeric,
                 (self.amp in ("auto", "bf16", "off"), "amp", "'auto', 'bf16' or 'off'"),
-                (self.eval_batch_size >= 1, "eval_batch_size", "an int >= 1"),
-                (0 <= self.augment <= 3, "augment", "a float in [0, 3]"),
-                (0 <= self.erase <= 1, "erase", "a probability in [0, 1]"),
-                (
-                    self.ema_decay is None or 0 < self.ema_decay < 1,
-                    "ema_decay",
-                    "None or a float in (0, 1), e.g. 0.9995",
-                ),
-                (self.threads is None or self.threads >= 1, "threads", "None or an int >= 1"),
-                (self.workers is None or self.workers >= 0, "workers", "None or an int >= 0 (0: no worker processes)"),
                 (self.teacher is None or bool(self.teacher.strip()), "teacher", "None or a model name or source"),
                 (self.teacher_weights is None or self.teacher is not None, "teacher_weights", "None without a teacher"),
                 (self.distill in DISTILL_MODES, "distill", "'hard', 'soft' or 'none'"),
@@ -88,14 +100,21 @@ class TrainConfig:
                     "distill",
                     "'none' without a teacher, 'hard' or 'soft' with one",
                 ),
-                (self.distill_tau > 0, "distill_tau", "a positive float"),
-                (0 <= self.distill_alpha <= 1, "distill_alpha", "a float in [0, 1]"),
-                (self.mixup >= 0, "mixup", "a float >= 0 (0: off)"),
-                (self.cutmix >= 0, "cutmix", "a float >= 0 (0: off)"),
-                (0 <= self.mix_prob <= 1, "mix_prob", "a probability in [0, 1]"),
-                (0 <= self.mix_switch_prob <= 1, "mix_switch_prob", "a probability in [0, 1]"),
             ],
         )
+
+
+def describe_range(name: str) -> str:
+    """The values TrainConfig's numeric field `name` may take, in words."""
+    return ("None or " if _OPTIONAL[name] else "") + TRAIN_RANGES[name].describe()
+
+
+def _in_range(config: TrainConfig, name: str) -> bool:
+    value = getattr(config, name)
+    return (value is None and _OPTIONAL[name]) or TRAIN_RANGES[name].contains(value)
+
+
+_OPTIONAL = {f.name: "None" in str(f.type) for f in dataclasses.fields(TrainConfig)}
 
 
 # How a run executes, not what it computes: these may differ on --resume without an override.
