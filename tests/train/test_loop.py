@@ -221,3 +221,49 @@ def test_a_streamed_folder_trains_and_resumes_exactly_whatever_the_worker_count(
         fit(tiny_model(num_classes=3), in_memory, config=TrainConfig(**config), out_dir=cut, resume=True)
     with pytest.raises(ValueError, match=r"^workers=-1 is invalid; expected None or an int >= 0"):
         TrainConfig(workers=-1)
+
+
+# ----------------------------------------------------------------------------- a diverging run
+def _poison_at(model: torch.nn.Module, epoch: int, step: int):
+    """on_step hook: the weights become NaN after (epoch, step), as a diverging step leaves them."""
+
+    def hook(e: int, s: int) -> None:
+        if (e, s) == (epoch, step):
+            with torch.no_grad():
+                model.head.weight.fill_(float("nan"))
+
+    return hook
+
+
+def test_a_non_finite_loss_stops_the_run_and_keeps_the_last_good_checkpoint(
+    small_splits: DataSplits, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+
+    from vitzoo.train import DivergedError
+    from vitzoo.train.checkpoint import read_checkpoint_meta
+
+    model = tiny_model()
+    config = TrainConfig(epochs=3, batch_size=200, progress=False, threads=1)
+    with pytest.raises(DivergedError, match=r"the training loss is nan at step 2 of epoch 2 \(lr 0\.00\d+\)") as err:
+        fit(model, small_splits, config=config, out_dir=tmp_path, on_step=_poison_at(model, 1, 1))
+    assert f"{tmp_path / 'checkpoint.safetensors'} keeps the last good state" in str(err.value)
+    assert read_checkpoint_meta(tmp_path / "checkpoint.safetensors")["state"]["epoch"] == 1  # epoch 1's, not later
+    saved = load_file(str(tmp_path / "checkpoint.safetensors"))
+    assert all(torch.isfinite(t).all() for k, t in saved.items() if k.startswith("model."))
+    best = vitzoo.create("vit_mnist", **TINY, weights=str(tmp_path / "best"))
+    assert all(torch.isfinite(p).all() for p in best.parameters())
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1
+    assert not (tmp_path / "run.lock").exists()
+
+
+def test_weights_that_turn_nan_in_the_last_step_are_never_exported(small_splits: DataSplits, tmp_path: Path) -> None:
+    # The last step's loss was computed before its update broke the weights: the validation catches it.
+    from vitzoo.train import DivergedError
+
+    model = tiny_model()
+    config = TrainConfig(epochs=2, batch_size=200, progress=False, threads=1)
+    with pytest.raises(DivergedError, match=r"the validation loss is nan at the end of epoch 1 .*no checkpoint"):
+        fit(model, small_splits, config=config, out_dir=tmp_path, on_step=_poison_at(model, 0, 2))
+    assert not (tmp_path / "best").exists() and not (tmp_path / "checkpoint.safetensors").exists()
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -18,7 +18,7 @@ from .config import RUNTIME_FIELDS, TrainConfig, parse_overrides
 from .evaluation import EvalResult, evaluate, evaluate_split
 from .export import BEST_DIR, export_pretrained
 from .lock import RunLock, RunLockedError
-from .loop import FitResult, fit
+from .loop import DivergedError, FitResult, fit
 from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
 from .optim import WarmupCosine, freeze_backbone, make_optimizer, param_groups, warmup_cosine
 from .placement import resolve_device
@@ -34,6 +34,7 @@ __all__ = [
     "METRICS_NAME",
     "RUNTIME_FIELDS",
     "CheckpointError",
+    "DivergedError",
     "EvalResult",
     "FitResult",
     "LossSpec",

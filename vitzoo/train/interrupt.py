@@ -1,5 +1,6 @@
 """Ctrl-C during training: the first finishes the current step, checkpoints and stops; the
-second aborts. Under torchrun every rank stops at the same step."""
+second aborts. Under torchrun every rank stops at the same step (`agree`, which also shares a
+rank's non-finite loss)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,14 @@ class StopFlag:
 
 def should_stop(requested: bool, info: distributed.DistInfo) -> bool:
     """Every rank must stop at the same step (DDP all-reduces each step): agree on it."""
+    return agree(info, requested)[0]
+
+
+def agree(info: distributed.DistInfo, *flags: bool) -> tuple[bool, ...]:
+    """Each flag true on any rank, known to every rank (one all-reduce for all of them): every
+    rank stops at the same step, whether a Ctrl-C or a rank's non-finite loss stopped it."""
     if not info.enabled:
-        return requested
-    flag = torch.tensor([1.0 if requested else 0.0])
-    distributed.all_reduce_sum(flag, info)
-    return bool(flag.item() > 0)
+        return flags
+    summed = torch.tensor([1.0 if flag else 0.0 for flag in flags])
+    distributed.all_reduce_sum(summed, info)
+    return tuple(bool(v > 0) for v in summed.tolist())

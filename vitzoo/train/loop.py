@@ -41,13 +41,19 @@ from . import distributed
 from .config import TrainConfig, apply_overrides
 from .evaluation import EvalResult
 from .export import BEST_DIR, export_pretrained
-from .interrupt import StopFlag, should_stop
+from .interrupt import StopFlag, agree, should_stop
 from .metrics import CURVES_NAME, METRICS_NAME, format_epoch, plot_curves, write_metrics
 from .mix import step_seed
 from .optim import freeze_norm_statistics
 from .run import Run
 from .start import setup_run
 from .step import merged_logits, train_step
+
+
+class DivergedError(RuntimeError):
+    """The training loss (or the validation loss) stopped being finite: the run stopped before
+    anything was saved from the diverged weights; the message says where, at what lr, and which
+    checkpoint keeps the last good state."""
 
 
 @dataclass
@@ -139,7 +145,7 @@ def train_one_epoch(run: Run, stop: StopFlag, *, on_step: Callable[[int, int], N
     stopped = False
     for x, y in run.loaders.train.iterate(epoch, start_step=state.step):
         x, y = x.to(where.device, non_blocking=True), y.to(where.device, non_blocking=True)
-        target = y
+        target, lr = y, optim.scheduler.lr  # the lr of this step
         if optim.mixer is not None:  # seeded by the step: a resumed run mixes the same way
             x, target = optim.mixer(x, y, seed=step_seed(config.seed, epoch, state.step, where.dist.rank))
         output, loss, distill_loss = train_step(  # the teacher sees the mixed images, as in DeiT
@@ -171,7 +177,10 @@ def train_one_epoch(run: Run, stop: StopFlag, *, on_step: Callable[[int, int], N
             bar.set_postfix(loss=f"{loss_value:.3f}", lr=f"{optim.scheduler.lr:.2e}", refresh=False)
         if on_step is not None:
             on_step(epoch, state.step)
-        if should_stop(stop.requested, where.dist) and state.step < run.steps_per_epoch:
+        requested, diverged = agree(where.dist, stop.requested, not math.isfinite(loss_value))
+        if diverged:  # every rank stops here: nothing of these weights is exported or checkpointed
+            raise DivergedError(_diverged(run, f"the training loss is {loss_value} at step {state.step}", lr))
+        if requested and state.step < run.steps_per_epoch:
             stopped = True
             break
     bar.close()
@@ -188,6 +197,8 @@ def end_epoch(run: Run) -> dict[str, Any]:
     Returns the epoch's metrics record."""
     state, epoch, progress = run.state, run.state.epoch, run.progress
     val = run.evaluate(run.models.evaluated)
+    if not math.isfinite(val.loss):  # the same on every rank (summed over them): all stop
+        raise DivergedError(_diverged(run, f"the validation loss is {val.loss} at the end", run.optim.scheduler.lr))
     record = _epoch_record(run, val)
     progress.train_seconds += state.epoch_time
     progress.history.append(record)
@@ -211,6 +222,19 @@ def end_epoch(run: Run) -> dict[str, Any]:
         plot_curves(progress.history, run.out_dir / CURVES_NAME, title=title)
     distributed.barrier(run.placement.dist)
     return record
+
+
+def _diverged(run: Run, what: str, lr: float) -> str:
+    """Why a run stopped on a non-finite loss, where, and what on disk is still good."""
+    kept = (
+        f"{run.checkpoint_path} keeps the last good state"
+        if run.checkpoint_path.is_file()
+        else "no checkpoint had been written yet"
+    )
+    return (
+        f"training diverged: {what} of epoch {run.state.epoch + 1} (lr {lr:.3g}); stopped without saving these "
+        f"weights ({kept}); lower --lr or clip gradients (--clip-grad)"
+    )
 
 
 def _epoch_record(run: Run, val: EvalResult) -> dict[str, Any]:
