@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -304,3 +305,114 @@ def test_finetune_and_eval_json(mnist_dir: Path, tmp_path: Path, capsys) -> None
     evaluated = json.loads(stdout)
     assert evaluated["accuracy"] == pytest.approx(result["best_acc"])
     assert sum(map(sum, evaluated["confusion"])) == 200 and len(evaluated["classes"]) == 10
+
+
+# ----------------------------------------------------------------------------- a diverging run, --out ownership
+def test_a_diverging_run_stops_with_one_line_and_its_directory_starts_again(
+    mnist_dir: Path, tmp_path: Path, capsys
+) -> None:
+    out = tmp_path / "run"
+    argv = ("finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "1", "--out", str(out))
+    code, _, err = _main(capsys, *argv, "--lr", "1e5", "--clip-grad", "0")
+    assert code == 1
+    (line,) = [x for x in err.splitlines() if x.startswith("vitzoo: error")]
+    assert re.search(r"training diverged: the training loss is nan at step \d+ of epoch 1 \(lr [\d.e+]+\)", line)
+    assert "no checkpoint had been written yet" in line and "Traceback" not in err
+    assert not (out / "best").exists() and not (out / "checkpoint.safetensors").exists()
+    # vitzoo's run.json marks the directory as a run (that stopped before its first checkpoint): it starts again
+    code, _, err = _main(capsys, *argv)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("resume", [(), ("--resume",)], ids=["new", "resume"])
+def test_out_a_users_directory_is_refused_and_left_untouched(
+    mnist_dir: Path, tmp_path: Path, capsys, resume: tuple[str, ...]
+) -> None:
+    mine = tmp_path / "mine"
+    (mine / "best").mkdir(parents=True)
+    files = {
+        "curves.png": b"my plot",
+        "metrics.jsonl": b'{"mine": 1}\n',
+        "run.json": b'{"my": "run"}',
+        "best/config.json": b"{}",
+    }
+    for name, data in files.items():
+        (mine / name).write_bytes(data)
+    code, _, err = _main(
+        capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "1", "--out", str(mine), *resume
+    )
+    assert code == 1
+    assert (
+        f"--out {mine} is a non-empty directory that is not a vitzoo run (it holds best, curves.png, metrics.jsonl, run.json)"
+        in err
+    )
+    assert {p.relative_to(mine).as_posix(): p.read_bytes() for p in mine.rglob("*") if p.is_file()} == files
+
+
+def test_out_help_states_the_ownership_rules(capsys) -> None:
+    assert cli.main(["finetune", "--help"]) == 0
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines, also at hyphens
+    assert "anon-emptydirectorythatisnotavitzoorunisrefused,withorwithout--resume" in text
+
+
+# ----------------------------------------------------------------------------- resuming damaged files
+def _damage_checkpoint_metadata(run_dir: Path) -> Path:
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    path = run_dir / "checkpoint.safetensors"
+    with safe_open(str(path), framework="pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+        meta = f.metadata()["vitzoo.train"]
+    save_file(tensors, str(path), metadata={"vitzoo.train": meta[: len(meta) // 2]})
+    return path
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            _damage_checkpoint_metadata,
+            r"cannot resume from {out}/checkpoint.safetensors: \"{out}/checkpoint.safetensors \(its 'vitzoo.train' "
+            r"metadata\)\" is not valid JSON",
+        ),
+        (
+            lambda out: (out / "run.json").write_bytes((out / "run.json").read_bytes()[:40]),
+            r"cannot resume {out}: '{out}/run.json' is not valid JSON",
+        ),
+        (
+            lambda out: (out / "metrics.jsonl").write_bytes(b'{"epoch": 0, "val_acc": \n'),
+            r"cannot resume {out}: '{out}/metrics.jsonl:1' is not valid JSON",
+        ),
+    ],
+    ids=["checkpoint-metadata", "run.json", "metrics.jsonl"],
+)
+def test_resume_from_damaged_json_is_one_line_naming_the_file(
+    one_epoch_run: Path, mnist_dir: Path, capsys, damage, message: str
+) -> None:
+    damage(one_epoch_run)
+    code, _, err = _main(
+        capsys, "finetune", "test_tiny_vit", *_data(mnist_dir), "--epochs", "1", "--out", str(one_epoch_run), "--resume"
+    )
+    assert code == 1 and "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("vitzoo: error")]
+    assert re.search(message.format(out=re.escape(str(one_epoch_run))), line), line
+
+
+def test_a_corrupt_lock_file_of_a_dead_run_is_taken_over(one_epoch_run: Path, mnist_dir: Path, capsys) -> None:
+    (one_epoch_run / "run.lock").write_bytes(b'\xff{"pid": ')  # no holder details: nothing holds the OS lock
+    code, _, err = _main(
+        capsys,
+        "finetune",
+        "test_tiny_vit",
+        *_data(mnist_dir),
+        "--epochs",
+        "2",
+        "--override",
+        "epochs=2",
+        "--out",
+        str(one_epoch_run),
+        "--resume",
+    )
+    assert code == 0, err
+    assert not (one_epoch_run / "run.lock").exists()

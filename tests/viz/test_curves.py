@@ -92,12 +92,13 @@ def test_plot_curves_without_an_x_key_uses_line_numbers_and_many_keys_wrap(tmp_p
 @pytest.mark.parametrize(
     "content, message",
     [
-        ('{"epoch": 1, "loss": 0.5}\n{"epoch": 2, "loss": \n', r"metrics.jsonl, line 2: not valid JSON"),
-        ("[1, 2, 3]\n", r"line 1: got a JSON list; expected an object"),
+        ('{"epoch": 1, "loss": 0.5}\n{"epoch": 2, "loss": \n', r"metrics.jsonl:2' is not valid JSON"),
+        ("[1, 2, 3]\n", r"metrics.jsonl:1' holds a JSON array at the top level; expected one JSON object"),
+        ('{"epoch": 1, "loss": NaN}\n', r"metrics.jsonl:1': the constant NaN is not JSON"),
         ("\n\n", r"is empty; expected one JSON object per line"),
         ('{"epoch": 1, "phase": "train"}\n', r"has no numeric metrics besides epoch"),
     ],
-    ids=["bad-json", "not-an-object", "empty", "no-numbers"],
+    ids=["bad-json", "not-an-object", "nan", "empty", "no-numbers"],
 )
 def test_bad_metrics_files_are_clear_errors(tmp_path, content, message):
     (tmp_path / "metrics.jsonl").write_text(content)

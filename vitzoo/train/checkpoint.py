@@ -14,7 +14,6 @@ is unpickled on load: safetensors is data only, the rest is JSON.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +23,17 @@ import torch
 from torch import nn
 
 from ..atomic import write_safetensors
+from ..errors import VitzooError
+from ..jsonio import JSONFileError, parse_json, to_json
 from .ema import WeightEma
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 _META_KEY = "vitzoo.train"
+# The parts of the metadata that resuming reads (objects, param_groups a list).
+_META_FIELDS = ("state", "scheduler", "param_groups", "optimizer_scalars", "run")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(VitzooError, ValueError):
     """A checkpoint that cannot be resumed from; the message names the file and the reason."""
 
 
@@ -108,7 +111,7 @@ def save_checkpoint(
         "optimizer_scalars": per_param_scalars,
         "run": run_info,
     }
-    return write_safetensors(path, tensors, metadata={_META_KEY: json.dumps(meta)})
+    return write_safetensors(path, tensors, metadata={_META_KEY: to_json(meta)})
 
 
 def _require_file(path: Path) -> None:
@@ -133,7 +136,19 @@ def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(
             f"{path} is a safetensors file but not a vitzoo training checkpoint (no '{_META_KEY}' metadata)"
         )
-    return json.loads(raw)
+    try:
+        meta = parse_json(
+            raw, where=f"{path} (its {_META_KEY!r} metadata)", what="a vitzoo training checkpoint's state"
+        )
+    except JSONFileError as err:
+        raise CheckpointError(f"cannot resume from {path}: {err}") from err
+    missing = [k for k in _META_FIELDS if not isinstance(meta.get(k), dict | list)]
+    if missing:
+        raise CheckpointError(
+            f"cannot resume from {path}: its {_META_KEY!r} metadata lacks {', '.join(missing)}; "
+            "expected the checkpoint a vitzoo training run writes"
+        )
+    return meta
 
 
 def load_checkpoint(

@@ -11,13 +11,14 @@ decides whether the holder still runs.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from ..jsonio import JSONFileError, parse_json, to_json
 
 LOCK_NAME = "run.lock"
 
@@ -49,12 +50,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _parse(raw: bytes) -> dict[str, Any]:
+def _parse(raw: bytes, where: Path) -> dict[str, Any]:
+    """The holder's details; {} when the file does not hold them (empty: its writer has not
+    written yet, or crashed; corrupt): the lock itself is the flock, not the file's contents."""
     try:
-        holder = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        return parse_json(raw, where=str(where), what="the lock holder's pid, host and start time")
+    except JSONFileError:
         return {}
-    return holder if isinstance(holder, dict) else {}
 
 
 class RunLock:
@@ -83,7 +85,7 @@ class RunLock:
             try:
                 os.ftruncate(fd, 0)
                 os.lseek(fd, 0, os.SEEK_SET)
-                os.write(fd, (json.dumps(me) + "\n").encode("utf-8"))
+                os.write(fd, (to_json(me) + "\n").encode("utf-8"))
                 os.fsync(fd)
             except BaseException:
                 self._drop(fd)
@@ -100,7 +102,7 @@ class RunLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _parse(self._read(fd))
+                holder = _parse(self._read(fd), self.path)
                 os.close(fd)
                 raise RunLockedError(self._busy_message(holder)) from None
             except BaseException:
@@ -115,7 +117,7 @@ class RunLock:
             if not same:
                 os.close(fd)
                 continue
-            previous = _parse(self._read(fd))
+            previous = _parse(self._read(fd), self.path)
             if previous and previous.get("host") not in (None, socket.gethostname()):
                 # flock may not reach across hosts (some network file systems): do not guess.
                 self._drop(fd, unlink=False)
@@ -132,7 +134,7 @@ class RunLock:
             except FileExistsError:
                 pass
             try:
-                holder = _parse(self.path.read_bytes())
+                holder = _parse(self.path.read_bytes(), self.path)
             except FileNotFoundError:
                 continue
             alive = holder.get("host") != socket.gethostname() or _pid_alive(int(holder.get("pid", -1)))

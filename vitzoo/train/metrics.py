@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from pathlib import Path
@@ -12,23 +11,26 @@ from typing import Any
 import torch
 
 from ..atomic import atomic_path
+from ..jsonio import parse_json, to_json
 
 METRICS_NAME = "metrics.jsonl"
 CURVES_NAME = "curves.png"
+_RECORD = "one JSON object per line, an epoch's metrics"
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = enumerate(path.read_bytes().splitlines(), start=1)
+    return [parse_json(line, where=f"{path}:{n}", what=_RECORD) for n, line in lines if line.strip()]
 
 
 def write_metrics(path: str | os.PathLike[str], records: list[dict[str, Any]]) -> None:
     """Rewrite the whole file atomically (a few hundred lines at most): a resumed run drops the
     records of epochs it is about to redo, and a kill never leaves half a line."""
     with atomic_path(path) as tmp:
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        tmp.write_text("".join(to_json(r) + "\n" for r in records), encoding="utf-8")
 
 
 def format_epoch(record: dict[str, Any], epochs: int, *, ema: bool) -> str:

@@ -13,15 +13,23 @@ from typing import Any
 from torch import nn
 
 from ..data import DataSplits
+from ..jsonio import JSONFileError, read_json
 from .checkpoint import CheckpointError
 from .config import RUNTIME_FIELDS, TrainConfig
 from .distill import Teacher
+from .rundir import RUN_INFO_NAME
 
 
 def load_run_info(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """A run directory's run.json ({} when there is none)."""
-    path = Path(out_dir) / "run.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    """A run directory's run.json ({} when there is none); one that cannot be read is a
+    CheckpointError naming it."""
+    path = Path(out_dir) / RUN_INFO_NAME
+    if not path.exists():
+        return {}
+    try:
+        return read_json(path, what="the run record a vitzoo training run writes")
+    except JSONFileError as err:
+        raise CheckpointError(f"cannot resume {out_dir}: {err}") from err
 
 
 def _short(value: Any, limit: int = 40) -> str:

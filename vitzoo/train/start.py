@@ -17,8 +17,9 @@ from tqdm.auto import tqdm
 from ..atomic import remove_stale_temp_files, write_json
 from ..data import BatchTransform, DataSplits, InputSpec, make_loader
 from ..data.tensors import DataKind
+from ..jsonio import JSONFileError
 from . import distributed
-from .checkpoint import CHECKPOINT_NAME, load_checkpoint, read_checkpoint_meta
+from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint, read_checkpoint_meta
 from .config import TrainConfig
 from .distill import Teacher, build_teacher
 from .ema import WeightEma
@@ -30,6 +31,7 @@ from .optim import WarmupCosine, freeze_backbone, make_optimizer, param_groups
 from .placement import Placement, resolve_device, use_bf16
 from .resume import check_same_model, check_same_settings
 from .run import Loaders, Models, Optimization, Run
+from .rundir import RUN_INFO_NAME, check_out_dir
 from .step import LossSpec
 from .threads import AutoThreads
 
@@ -73,6 +75,7 @@ def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) ->
     error: BaseException | None = None
     if dist.is_main:
         try:
+            check_out_dir(out_dir)
             lock = RunLock(out_dir)
             note = lock.acquire()
             if note:
@@ -156,7 +159,7 @@ def _build_run(
     run.progress.best_dir = best_dir if best_dir.is_dir() else None
     run.progress.train_seconds = sum(r.get("epoch_time_s", 0.0) for r in run.progress.history)
     if dist.is_main:
-        write_json(out_dir / "run.json", run.info)
+        write_json(out_dir / RUN_INFO_NAME, run.info)
     if dist.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -228,7 +231,11 @@ def _restore(run: Run) -> None:
         scheduler=run.optim.scheduler,
         ema=run.models.ema,
     )
-    run.progress.history = [r for r in read_metrics(run.out_dir / METRICS_NAME) if r["epoch"] < run.state.epoch]
+    try:
+        records = read_metrics(run.out_dir / METRICS_NAME)
+    except JSONFileError as err:
+        raise CheckpointError(f"cannot resume {run.out_dir}: {err}") from err
+    run.progress.history = [r for r in records if r.get("epoch", -1) < run.state.epoch]
     run.log(f"resuming {run.out_dir} at epoch {run.state.epoch + 1}, step {run.state.step} of {run.steps_per_epoch}")
 
 

@@ -11,13 +11,13 @@ line number. Non-numeric values (strings, lists, booleans) are ignored.
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..jsonio import parse_json
 from ._figure import finish, new_figure
 
 if TYPE_CHECKING:
@@ -57,17 +57,7 @@ def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 ) from None
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"{path}, line {number}: not valid JSON ({err.msg}); expected one JSON object per line"
-                ) from err
-            if not isinstance(record, dict):
-                raise ValueError(
-                    f'{path}, line {number}: got a JSON {type(record).__name__}; expected an object like {{"epoch": 1, "val_acc": 0.9}}'
-                )
-            records.append(record)
+            records.append(parse_json(line, where=f"{path}:{number}", what="one JSON object per line"))
     if not records:
         raise ValueError(f"metrics file '{path}' is empty; expected one JSON object per line")
     return records
