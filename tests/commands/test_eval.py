@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,16 @@ def test_eval_names_a_bad_config_json(mnist_dir: Path, tmp_path: Path, capsys, t
     assert cli.main(["eval", "test_tiny_vit", "--weights", str(weights), *args]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{str(weights / 'config.json')!r} {problem}" in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--batch-size", "0"], r"argument --batch-size: expected an int >= 1, got '0'"),
+        (["--seed", "-1"], r"argument --seed: expected an int >= 0, got '-1'"),
+        (["--seed", "1.5"], r"argument --seed: expected an int >= 0, got '1\.5'"),
+    ],
+)
+def test_eval_numeric_flags_are_checked_like_finetune_s(argv: list[str], message: str, capsys) -> None:
+    assert cli.main(["eval", "vit_mnist", "--weights", "nowhere", *argv]) == 2
+    assert re.search(message, capsys.readouterr().err)

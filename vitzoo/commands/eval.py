@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .base import add_dtype_option, printable, require_vit
+from .base import add_dtype_option, in_range, printable, require_vit
 from .data_args import add_data_arguments, data_spec, load_splits
 
 
@@ -18,8 +18,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--weights", required=True, help="a run's best/ directory, a weights file, hf-hub:org/repo or timm:<name>"
     )
     add_data_arguments(parser)
-    parser.add_argument("--batch-size", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0, help="seed of the folder split (must match training)")
+    from ..train.config import TRAIN_RANGES  # the ranges finetune's flags and TrainConfig check
+
+    parser.add_argument("--batch-size", type=in_range(TRAIN_RANGES["batch_size"]), default=500)
+    parser.add_argument(
+        "--seed", type=in_range(TRAIN_RANGES["seed"]), default=0, help="seed of the folder split (must match training)"
+    )
     parser.add_argument("--device", default="auto")
     add_dtype_option(parser, auto=True, help="the default, the numbers training reported")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
