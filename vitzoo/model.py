@@ -324,6 +324,43 @@ class VisionTransformer(nn.Module):
         self.head_dist = self._new_head(config.num_classes) if config.distilled else None
         self.init_weights()
 
+    # ----------------------------------------------------------------------------- timm's attributes
+    # What code written for timm reads off a model; each follows the config (reset_classifier,
+    # prune_intermediate_layers, set_input_size change it).
+    @property
+    def num_classes(self) -> int:
+        return self.config.num_classes
+
+    @property
+    def embed_dim(self) -> int:
+        return self.config.embed_dim
+
+    @property
+    def global_pool(self) -> str:
+        return self.config.global_pool
+
+    @property
+    def feature_info(self) -> list[dict[str, Any]]:
+        """One entry per block, as timm's VisionTransformer lists them: channels, stride in pixels
+        of its (B, D, rows, columns) map, and the module's name."""
+        reduction = max(self.patch_embed.patch_size)
+        return [
+            {"num_chs": self.num_features, "reduction": reduction, "module": f"blocks.{i}"}
+            for i in range(len(self.blocks))
+        ]
+
+    @property
+    def default_cfg(self) -> dict[str, Any]:
+        """timm's pretrained cfg of this model, a plain dict: `pretrained_cfg`'s fields plus the keys
+        timm derives from the architecture (fixed_input_size, first_conv, classifier)."""
+        cfg = self.pretrained_cfg.to_dict()
+        cfg.update(
+            fixed_input_size=not self.config.dynamic_img_size,
+            first_conv="patch_embed.proj",
+            classifier=("head", "head_dist") if self.head_dist is not None else "head",
+        )
+        return cfg
+
     # ----------------------------------------------------------------------------- set-up
     def _new_head(self, num_classes: int) -> nn.Module:
         if num_classes <= 0:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,8 +76,10 @@ class PretrainedCfg:
         """Raise TypeError / ValueError naming the first field that is not what it should be."""
         check_pretrained_fields(dataclasses.asdict(self))
 
-    # Read access by key, as timm's data helpers read a model's pretrained_cfg (a dict in timm):
-    # timm.data.resolve_model_data_config(model) then works on vitzoo models.
+    # Read-only dict behaviour over the fields, as timm's data helpers read a model's pretrained_cfg
+    # (a dict in timm): timm.data.resolve_model_data_config(model), `cfg["input_size"]`,
+    # `cfg.get("crop_pct")`, `dict(cfg)`. The architecture's keys (first_conv, classifier,
+    # fixed_input_size) are in the model's `default_cfg`, timm's whole dict.
     def get(self, key: str, default: Any = None) -> Any:
         return getattr(self, key, default) if key in self.__dataclass_fields__ else default
 
@@ -85,6 +87,21 @@ class PretrainedCfg:
         if key not in self.__dataclass_fields__:
             raise KeyError(key)
         return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.__dataclass_fields__
+
+    def keys(self) -> list[str]:
+        return list(self.__dataclass_fields__)
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(key, getattr(self, key)) for key in self.__dataclass_fields__]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.__dataclass_fields__)
+
+    def __len__(self) -> int:
+        return len(self.__dataclass_fields__)
 
 
 @functools.cache

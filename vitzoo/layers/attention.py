@@ -54,7 +54,8 @@ class Attention(nn.Module):
         # q/k/v axis to the front) lets the backward stack their gradients straight into the
         # layout of the qkv output: one copy fewer per block, the same numbers.
         qkv = linear(x, self.qkv.weight, self.qkv.bias).reshape(B, N, 3, self.num_heads, self.head_dim)
-        q, k, v = (t.transpose(1, 2) for t in qkv.unbind(2))
+        q, k, v = qkv.unbind(2)  # unpacked by name, not by a generator: torch.fx traces it
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.attn_sink is None:
             # softmax(q k^T / sqrt(head_dim)) v, fused.
             x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.0)

@@ -45,10 +45,12 @@ def _tracing() -> bool:
 def use_fused(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `linear` takes oneDNN's fused path for this input (see the module docstring)."""
     return (
-        x.dtype == torch.bfloat16
+        # First: fake / functional tensors of tracers take the portable path, and a torch.fx Proxy
+        # must not reach the dtype comparison below (its result is a Proxy that has no truth value).
+        type(x) is torch.Tensor
+        and x.dtype == torch.bfloat16
         and weight.dtype == torch.bfloat16
         and x.device.type == "cpu"
-        and type(x) is torch.Tensor  # fake / functional / proxy tensors of tracers: the portable path
         and not torch.is_grad_enabled()
         and _fused_op_available()
         and not _tracing()

@@ -88,33 +88,10 @@ class PatchEmbed(nn.Module):
 
     def check_input(self, x: torch.Tensor) -> None:
         """Raise a ValueError naming expected and given shape when `x` does not fit this model."""
-        if not self.strict_img_size:
-            self._check_dynamic_input(x)
-            return
-        expected = (self.in_chans, *self.img_size)
-        if x.ndim != 4 or tuple(x.shape[1:]) != expected:
-            raise ValueError(
-                f"input image has shape {tuple(x.shape)}, expected (batch, {expected[0]}, "
-                f"{expected[1]}, {expected[2]}) = (B, in_chans, height, width) for this model; "
-                "resize the image or create the model with matching img_size / in_chans"
-            )
-
-    def _check_dynamic_input(self, x: torch.Tensor) -> None:
-        (ph, pw), stem = self.patch_size, self.stem is not None
-        if (
-            x.ndim != 4
-            or x.shape[1] != self.in_chans
-            or min(x.shape[2:]) <= 0
-            or (not stem and (x.shape[2] % ph or x.shape[3] % pw))
-        ):
-            sides = "positive height and width" if stem else f"height a multiple of {ph} and width a multiple of {pw}"
-            raise ValueError(
-                f"input image has shape {tuple(x.shape)}, expected (batch, {self.in_chans}, height, width) with "
-                f"{sides} for this model (dynamic_img_size=True); pad or resize the image"
-            )
+        check_image(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, self.stem is not None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.check_input(x)
+        check_image(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, self.stem is not None)
         # Convolve in channels-last (NHWC) memory: oneDNN and cuDNN keep that layout through the
         # stem, and the projection's NHWC output, (B, gh, gw, D) in memory, *is* the (B, N, D)
         # token matrix, so the flatten + transpose below is a free view of contiguous tokens.
@@ -182,3 +159,42 @@ def patchify(x: torch.Tensor, patch_size: int | tuple[int, int]) -> torch.Tensor
 def unfold_linear_patch_embed(x: torch.Tensor, linear: nn.Linear, patch_size: int | tuple[int, int]) -> torch.Tensor:
     """The tutorial formulation: flatten patches with unfold, then project them with a Linear."""
     return linear(patchify(x, patch_size))
+
+
+def check_image(
+    x: torch.Tensor,
+    in_chans: int,
+    img_size: tuple[int, int],
+    patch_size: tuple[int, int],
+    strict: bool,
+    stem: bool,
+) -> None:
+    """Raise a ValueError naming expected and given shape when image batch `x` does not fit: exactly
+    (B, in_chans, *img_size) when `strict`, else any height and width that are multiples of the
+    patch (any positive size with a stem). A leaf of torch.fx graphs (see `torch.fx.wrap` below):
+    tracing records the call instead of branching on a symbolic shape, and the traced model checks
+    its real input as the eager one does."""
+    if strict:
+        expected = (in_chans, *img_size)
+        if x.ndim != 4 or tuple(x.shape[1:]) != expected:
+            raise ValueError(
+                f"input image has shape {tuple(x.shape)}, expected (batch, {expected[0]}, "
+                f"{expected[1]}, {expected[2]}) = (B, in_chans, height, width) for this model; "
+                "resize the image or create the model with matching img_size / in_chans"
+            )
+        return
+    ph, pw = patch_size
+    if (
+        x.ndim != 4
+        or x.shape[1] != in_chans
+        or min(x.shape[2:]) <= 0
+        or (not stem and (x.shape[2] % ph or x.shape[3] % pw))
+    ):
+        sides = "positive height and width" if stem else f"height a multiple of {ph} and width a multiple of {pw}"
+        raise ValueError(
+            f"input image has shape {tuple(x.shape)}, expected (batch, {in_chans}, height, width) with "
+            f"{sides} for this model (dynamic_img_size=True); pad or resize the image"
+        )
+
+
+torch.fx.wrap("check_image")

@@ -60,7 +60,8 @@ class AttentionPool(nn.Module):
         # The query is the same for every image: project it once, then broadcast over the batch.
         q = self.q(self.latent).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(B, -1, -1, -1)
         # (B, N, 2, heads, head_dim) split on dim 2 into k and v, each (B, heads, N, head_dim)
-        k, v = (t.transpose(1, 2) for t in self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).unbind(2))
+        k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
         pooled = F.scaled_dot_product_attention(q, k, v)  # (B, heads, 1, head_dim)
         pooled = self.proj(pooled.transpose(1, 2).reshape(B, 1, D))
         pooled = pooled + self.mlp(self.norm(pooled))
