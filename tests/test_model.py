@@ -852,3 +852,77 @@ def test_grad_checkpointing_recomputes_blocks_with_identical_gradients(family):
     with torch.no_grad(), mock.patch.object(block, "forward", wraps=block.forward) as forward:
         model.eval()(x)  # nothing to recompute without autograd: the plain forward
     assert forward.call_count == 1
+
+
+# ----------------------------------------------------------------------------- timm's attributes and FX
+def test_timm_attributes_follow_the_model():
+    model = _tiny(num_classes=5, global_pool="avg")
+    assert (model.num_classes, model.num_features, model.embed_dim, model.global_pool) == (5, 24, 24, "avg")
+    assert model.num_prefix_tokens == 1
+    assert model.feature_info == [{"num_chs": 24, "reduction": 16, "module": f"blocks.{i}"} for i in range(2)]
+    model.reset_classifier(0, "token")
+    assert (model.num_classes, model.global_pool, model.default_cfg["num_classes"]) == (0, "token", 0)
+    model.prune_intermediate_layers([0])
+    assert [f["module"] for f in model.feature_info] == ["blocks.0"]
+
+
+def test_default_cfg_is_timms_dict_and_pretrained_cfg_reads_like_one():
+    model = vitzoo.create("deit_ti16_distilled", depth=1)
+    cfg = model.default_cfg
+    assert type(cfg) is dict
+    assert cfg["first_conv"] == "patch_embed.proj" and cfg["classifier"] == ("head", "head_dist")
+    assert cfg["fixed_input_size"] is True and cfg["input_size"] == (3, 224, 224)
+    assert {k: cfg[k] for k in model.pretrained_cfg} == model.pretrained_cfg.to_dict()
+    assert vitzoo.create("vit_ti16", depth=1, dynamic_img_size=True).default_cfg["fixed_input_size"] is False
+    pcfg = model.pretrained_cfg
+    assert dict(pcfg) == pcfg.to_dict() and len(pcfg) == len(pcfg.keys())
+    assert "crop_pct" in pcfg and "first_conv" not in pcfg and pcfg.get("first_conv", 7) == 7
+    timm_data = pytest.importorskip("timm.data")
+    resolved = timm_data.resolve_model_data_config(model)
+    assert resolved["input_size"] == pcfg.input_size and resolved["crop_pct"] == pcfg.crop_pct
+    assert tuple(resolved["mean"]) == pcfg.mean and resolved["interpolation"] == pcfg.interpolation
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"distilled": True}, {"global_pool": "map", "class_token": False}, {"reg_tokens": 2, "init_values": 0.1}],
+)
+def test_fx_trace_equals_eager_exactly_and_feeds_torchvision(fields):
+    from torchvision.models.feature_extraction import create_feature_extractor
+
+    model = _tiny(**fields).eval()
+    x = _input(model.config)
+    with torch.no_grad():
+        assert torch.equal(torch.fx.symbolic_trace(model)(x), model(x))
+        maps = create_feature_extractor(model, return_nodes={"blocks.1": "b1", "norm": "norm"})(x)
+        assert torch.equal(maps["norm"], model.forward_features(x))
+        assert torch.equal(maps["b1"], model.blocks(model._embed(x)))
+
+
+def test_traced_model_still_checks_its_input():
+    traced = torch.fx.symbolic_trace(_tiny().eval())
+    with pytest.raises(ValueError, match=r"input image has shape \(1, 3, 48, 48\)"):
+        traced(torch.randn(1, 3, 48, 48))
+
+
+def test_bf16_model_traces_and_eager_keeps_the_fused_linear():
+    from vitzoo.layers import linear as linear_module
+
+    model = _tiny().to(torch.bfloat16).eval()
+    x = _input(model.config).to(torch.bfloat16)
+    taken: list[bool] = []
+
+    def spy(x: torch.Tensor, weight: torch.Tensor) -> bool:
+        taken.append(real(x, weight))
+        return taken[-1]
+
+    real = linear_module.use_fused
+    with mock.patch.object(linear_module, "use_fused", spy):
+        traced = torch.fx.symbolic_trace(model)  # decided while tracing: the portable F.linear
+        assert taken and not any(taken)
+        assert "mkldnn" not in traced.code and "torch._C._nn.linear" in traced.code
+        taken.clear()
+        with torch.inference_mode():
+            eager = model(x)
+            assert taken and all(taken) == linear_module._fused_op_available()  # every eager Linear fused
+            assert torch.allclose(traced(x).float(), eager.float(), rtol=2e-2, atol=2e-2)

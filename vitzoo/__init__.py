@@ -40,6 +40,8 @@ _EXPORTS = {
     "register": "registry",
     "register_model": "registry",
     "create": "builder",
+    "FeatureInfo": "features",
+    "FeatureGetterNet": "features",
     "from_pretrained": "builder",
     "load_weights": "builder",
     "download": "builder",
@@ -49,6 +51,8 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "FeatureGetterNet",
+    "FeatureInfo",
     "PretrainedCfg",
     "RegistryError",
     "UnknownModelError",
@@ -69,6 +73,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .builder import convert, create, download, from_pretrained, load_weights
+    from .features import FeatureGetterNet, FeatureInfo
     from .layout import save_pretrained
     from .model import VisionTransformer, ViTConfig
     from .pretrained_cfg import PretrainedCfg

@@ -18,6 +18,7 @@ is computed once, after loading, and attached once.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from torch import nn
 
 from . import registry
 from .atomic import write_safetensors
+from .features import feature_model
 from .layout import CONFIG_NAME, WEIGHTS_NAME, attach_architecture, save_pretrained
 from .model import VisionTransformer, ViTConfig
 from .precision import cast_model, parse_dtype
@@ -80,6 +82,9 @@ def create(
     weights: Source | None = None,
     pretrained_cfg_overlay: dict[str, Any] | None = None,
     dtype: str | torch.dtype | None = None,
+    features_only: bool = False,
+    out_indices: int | Sequence[int] | None = None,
+    feature_cls: str | None = None,
     **overrides: Any,
 ) -> nn.Module:
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
@@ -90,7 +95,10 @@ def create(
     (mean, std, crop_pct, crop_mode, interpolation, label_names, ...): the user's word wins over
     the checkpoint's. `dtype` ("fp32", "bf16", "fp16", "auto" or a torch dtype) casts the model
     for inference (see vitzoo/precision.py), refused where a weight is beyond that precision's range;
-    None keeps fp32."""
+    None keeps fp32. `features_only=True` returns timm's feature model instead (vitzoo/features.py):
+    the maps of the `out_indices` blocks (default: the last three), `feature_cls` None or "getter"."""
+    if not features_only and (out_indices is not None or feature_cls is not None):
+        raise TypeError("create: out_indices and feature_cls need features_only=True")
     model = _create(name, pretrained, weights, **overrides)
     if dtype is not None:
         model = cast_model(model, parse_dtype(dtype, "cpu")[0])
@@ -104,6 +112,8 @@ def create(
             )
         changes = check_pretrained_fields(pretrained_cfg_overlay)
         attach_pretrained_cfg(model, cfg.replace(**changes))
+    if features_only:
+        return feature_model(model, out_indices, feature_cls)
     return model
 
 

@@ -71,3 +71,26 @@ def test_an_activation_that_cannot_be_fused_is_refused():
     x, w, b = _operands(torch.float32)
     with pytest.raises(ValueError, match="activation='quick_gelu' is not fusable"):
         linear(x, w, b, "quick_gelu")
+
+
+@needs_fused
+def test_fx_tracing_takes_the_portable_path_and_eager_bf16_stays_fused():
+    x, w, b = _operands(torch.bfloat16)
+
+    class Layer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(w.shape[1], w.shape[0]).to(torch.bfloat16)
+            with torch.no_grad():
+                self.fc.weight.copy_(w)
+                self.fc.bias.copy_(b)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return linear(x, self.fc.weight, self.fc.bias, "gelu")
+
+    layer = Layer()
+    traced = torch.fx.symbolic_trace(layer)  # a Proxy never reaches the dtype test
+    assert "mkldnn" not in traced.code and "linear" in traced.code
+    with torch.inference_mode():
+        assert use_fused(x, layer.fc.weight)  # eager bf16 inference: still oneDNN's fused path
+        assert torch.allclose(traced(x).float(), layer(x).float(), rtol=2e-2, atol=2e-2)
