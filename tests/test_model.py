@@ -899,6 +899,16 @@ def test_fx_trace_equals_eager_exactly_and_feeds_torchvision(fields):
         assert torch.equal(maps["b1"], model.blocks(model._embed(x)))
 
 
+@pytest.mark.parametrize("fields", [{}, {"pos_embed": "sincos"}, {"no_embed_class": True, "reg_tokens": 1}])
+def test_fx_trace_of_a_dynamic_size_model_adapts_its_positions_per_input(fields):
+    model = _tiny(dynamic_img_size=True, **fields).eval()
+    traced = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        for h, w in ((32, 32), (48, 80), (16, 32)):
+            x = torch.randn(1, 3, h, w)
+            assert torch.equal(traced(x), model(x)), (h, w)
+
+
 def test_traced_model_still_checks_its_input():
     traced = torch.fx.symbolic_trace(_tiny().eval())
     with pytest.raises(ValueError, match=r"input image has shape \(1, 3, 48, 48\)"):

@@ -212,6 +212,35 @@ def _field_types() -> dict[str, Any]:
     return typing.get_type_hints(ViTConfig)
 
 
+def pos_embed_for_grid(
+    pos_embed: torch.Tensor, grid: tuple[int, int], old_grid: tuple[int, int], prefix: int, learned: bool
+) -> torch.Tensor:
+    """The position table for a (rows, columns) grid of patches: a learned table resampled
+    (layers/pos_embed.py), the sinusoidal one computed for that many tokens."""
+    if learned:
+        return resample_abs_pos_embed(pos_embed, new_grid=grid, old_grid=old_grid, num_prefix_tokens=prefix)
+    table = sincos_1d(grid[0] * grid[1] + prefix, pos_embed.shape[-1]).unsqueeze(0)
+    return table.to(device=pos_embed.device, dtype=pos_embed.dtype)
+
+
+def pos_embed_for_image(
+    pos_embed: torch.Tensor,
+    image_size: torch.Size,
+    patch_size: tuple[int, int],
+    old_grid: tuple[int, int],
+    prefix: int,
+    learned: bool,
+) -> torch.Tensor:
+    """`dynamic_img_size`: the table for an image of `image_size` (the table itself for the model's
+    own grid). A leaf of torch.fx graphs (`torch.fx.wrap` below), so a traced dynamic model adapts
+    its positions to each input as the eager one does."""
+    grid = (math.ceil(image_size[0] / patch_size[0]), math.ceil(image_size[1] / patch_size[1]))
+    return pos_embed if grid == tuple(old_grid) else pos_embed_for_grid(pos_embed, grid, old_grid, prefix, learned)
+
+
+torch.fx.wrap("pos_embed_for_image")
+
+
 # What forward_intermediates returns per block: token maps, or (map, prefix tokens) pairs.
 Intermediates = list[torch.Tensor] | list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -509,15 +538,14 @@ class VisionTransformer(nn.Module):
 
     # ----------------------------------------------------------------------------- forward
     def _pos_embed_for_grid(self, grid: tuple[int, int]) -> torch.Tensor:
-        """The position table for a (rows, columns) grid of patches: the learned table resampled
-        (layers/pos_embed.py), the sinusoidal one computed for that many tokens."""
-        prefix = self._embedded_prefix_tokens()
-        if isinstance(self.pos_embed, nn.Parameter):
-            return resample_abs_pos_embed(
-                self.pos_embed, new_grid=grid, old_grid=self.patch_embed.grid_size, num_prefix_tokens=prefix
-            )
-        table = sincos_1d(grid[0] * grid[1] + prefix, self.config.embed_dim).unsqueeze(0)
-        return table.to(device=self.pos_embed.device, dtype=self.pos_embed.dtype)
+        """The position table for a (rows, columns) grid of patches (see `pos_embed_for_grid`)."""
+        return pos_embed_for_grid(
+            self.pos_embed,
+            grid,
+            self.patch_embed.grid_size,
+            self._embedded_prefix_tokens(),
+            self.config.pos_embed == "learned",  # static: under torch.fx the table is a Proxy
+        )
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) image -> (B, prefix + N, D) tokens with positions, before the blocks."""
@@ -527,9 +555,14 @@ class VisionTransformer(nn.Module):
         x = self.patch_embed(x.to(self.pos_embed.dtype))  # checks the shape
         pos_embed = self.pos_embed
         if self.config.dynamic_img_size:
-            grid = self.patch_embed.dynamic_feat_size(image_size)
-            if grid != self.patch_embed.grid_size:
-                pos_embed = self._pos_embed_for_grid(grid)
+            pos_embed = pos_embed_for_image(
+                pos_embed,
+                image_size,
+                self.patch_embed.patch_size,
+                self.patch_embed.grid_size,
+                self._embedded_prefix_tokens(),
+                self.config.pos_embed == "learned",  # static: under torch.fx the table is a Proxy
+            )
         prefix = [
             t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None
         ]
