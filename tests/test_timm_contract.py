@@ -89,6 +89,17 @@ def check_maps(expected: Any, outputs: list[torch.Tensor], size: tuple[int, ...]
         assert not torch.isnan(o).any()
 
 
+def check_backward(model: nn.Module, outputs: torch.Tensor, num_params: int) -> None:
+    """timm's backward assertions: every parameter has a gradient, 42 classes, no NaN."""
+    outputs.mean().backward()
+    for n, x in model.named_parameters():
+        assert x.grad is not None, f"No gradient for {n}"
+    num_grad = sum(x.grad.numel() for x in model.parameters() if x.grad is not None)
+    assert outputs.shape[-1] == 42
+    assert num_params == num_grad, "Some parameters are missing gradients"
+    assert not torch.isnan(outputs).any(), "Output included NaNs"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_model_forward(name: str) -> None:
     model = small(name).eval()
@@ -109,13 +120,7 @@ def test_model_backward(name: str) -> None:
     outputs = model(torch.randn((2, *input_size(model, TARGET_BWD_SIZE))))
     if isinstance(outputs, tuple):
         outputs = torch.cat(outputs)
-    outputs.mean().backward()
-    for n, x in model.named_parameters():
-        assert x.grad is not None, f"No gradient for {n}"
-    num_grad = sum(x.grad.numel() for x in model.parameters() if x.grad is not None)
-    assert outputs.shape[-1] == 42
-    assert num_params == num_grad, "Some parameters are missing gradients"
-    assert not torch.isnan(outputs).any(), "Output included NaNs"
+    check_backward(model, outputs, num_params)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -202,10 +207,4 @@ def test_model_backward_fx(name: str) -> None:
     size = input_size(model, TARGET_BWD_FX_SIZE)
     model = fx_model(model, train=True)
     outputs = torch.cat(tuple(model(torch.randn((2, *size))).values()))
-    outputs.mean().backward()
-    for n, x in model.named_parameters():
-        assert x.grad is not None, f"No gradient for {n}"
-    num_grad = sum(x.grad.numel() for x in model.parameters() if x.grad is not None)
-    assert outputs.shape[-1] == 42
-    assert num_params == num_grad, "Some parameters are missing gradients"
-    assert not torch.isnan(outputs).any(), "Output included NaNs"
+    check_backward(model, outputs, num_params)
