@@ -30,7 +30,7 @@ from .atomic import write_safetensors
 from .features import feature_model
 from .layout import CONFIG_NAME, WEIGHTS_NAME, attach_architecture, save_pretrained
 from .model import VisionTransformer, ViTConfig
-from .precision import cast_model, parse_dtype
+from .precision import cast_model, check_castable, parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .weights import (
     Architecture,
@@ -99,9 +99,10 @@ def create(
     the maps of the `out_indices` blocks (default: the last three), `feature_cls` None or "getter"."""
     if not features_only and (out_indices is not None or feature_cls is not None):
         raise TypeError("create: out_indices and feature_cls need features_only=True")
-    model = _create(name, pretrained, weights, **overrides)
-    if dtype is not None:
-        model = cast_model(model, parse_dtype(dtype, "cpu")[0])
+    torch_dtype = parse_dtype(dtype, "cpu")[0] if dtype is not None else None
+    model = _create(name, pretrained, weights, torch_dtype, **overrides)
+    if torch_dtype is not None:
+        model = cast_model(model, torch_dtype)  # what loading left in fp32: buffers, a random model
     if pretrained_cfg_overlay:
         cfg = pretrained_cfg_of(model) or PretrainedCfg()
         unknown = sorted(set(pretrained_cfg_overlay) - set(cfg.to_dict()))
@@ -117,7 +118,9 @@ def create(
     return model
 
 
-def _create(name: str, pretrained: bool, weights: Source | None, **overrides: Any) -> nn.Module:
+def _create(
+    name: str, pretrained: bool, weights: Source | None, dtype: torch.dtype | None, **overrides: Any
+) -> nn.Module:
     entry, pcfg = registry.get_pretrained_cfg(name)
     _, tag = registry.split_name(name)
     if tag is not None and not pretrained and weights is None:
@@ -133,7 +136,7 @@ def _create(name: str, pretrained: bool, weights: Source | None, **overrides: An
             base_cfg: PretrainedCfg | None = pcfg
         else:
             source, base_cfg = weights, entry.default_cfg
-        return _build_pretrained(entry, source, base_cfg, overrides)
+        return _build_pretrained(entry, source, base_cfg, overrides, dtype)
     model = entry.builder(**overrides)
     if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
         attach_pretrained_cfg(model, _fit_cfg(entry.default_cfg, model))
@@ -141,19 +144,28 @@ def _create(name: str, pretrained: bool, weights: Source | None, **overrides: An
 
 
 def _build_pretrained(
-    entry: registry.ModelEntry, source: Source, base_cfg: PretrainedCfg | None, overrides: dict[str, Any]
+    entry: registry.ModelEntry,
+    source: Source,
+    base_cfg: PretrainedCfg | None,
+    overrides: dict[str, Any],
+    dtype: torch.dtype | None = None,
 ) -> nn.Module:
     """`entry.builder(**overrides)` on the meta device, filled from `source`. The checkpoint decides
     what `overrides` leave open (weights.build_args); `base_cfg` is the preprocessing the source's
     own config refines, and when it describes a registered source, its `model_args` say what these
-    weights need beyond the architecture. The entry's name is recorded for save_pretrained."""
+    weights need beyond the architecture. The entry's name is recorded for save_pretrained.
+    With `dtype`, each checkpoint tensor is converted to it as it is loaded (none when the file
+    already holds it): the model never exists in fp32, so a 7B model in bf16 loads in its bf16
+    size (benchmarks/load.py --dinov3-7b measures it)."""
     ckpt, _ = _read(source)
+    if dtype is not None:
+        check_castable(ckpt.state.items(), dtype)  # cast_model's refusal, before anything is cast
     carried = build_args(ckpt, overrides)
     if base_cfg is not None:
         carried.update({k: v for k, v in base_cfg.model_args.items() if k not in overrides})
     with torch.device("meta"):
         model = entry.builder(**overrides, **carried)
-    load_checkpoint(model, ckpt, strict=True, assign=True)
+    load_checkpoint(model, ckpt, strict=True, assign=True, dtype=dtype)
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg))
     attach_architecture(model, entry.name)
     return model

@@ -9,6 +9,7 @@ slower than fp32, so "auto" keeps fp32 there. fp16 is offered for CUDA; on a CPU
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -89,10 +90,18 @@ def refuse_nonfinite(model: nn.Module, where: str) -> None:
 def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
     """`model.to(dtype)`, refused (ValueError naming the tensors) where a finite value would become
     infinite: fp16's largest value is 65504, and a weight beyond it would silently change every output."""
+    check_castable(_named_floats(model), dtype)
+    return model.to(dtype)
+
+
+def check_castable(named: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype) -> None:
+    """Raise ValueError naming the floating tensors of `named` that hold a finite value `dtype`
+    cannot represent (it would become infinite). Tensors already in a type no wider are skipped."""
     overflow = [
         name
-        for name, t in _named_floats(model)
-        if not t.is_meta
+        for name, t in named
+        if t.is_floating_point()
+        and not t.is_meta
         and torch.finfo(dtype).max < torch.finfo(t.dtype).max
         and bool((torch.isinf(t.to(dtype)) & torch.isfinite(t)).any())
     ]
@@ -102,7 +111,6 @@ def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
             f"cannot cast the model to {name_of(dtype)}: {shown} hold values beyond its range "
             f"(largest {torch.finfo(dtype).max:g}), which would become infinite; use fp32 or bf16"
         )
-    return model.to(dtype)
 
 
 def _named_floats(model: nn.Module) -> list[tuple[str, torch.Tensor]]:

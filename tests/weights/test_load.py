@@ -105,8 +105,13 @@ def test_assigned_weights_are_laid_out_as_a_fresh_model_and_compute_the_same(tmp
     torch.manual_seed(0)
     model = vitzoo.create("deit_ti16_distilled", depth=2, num_classes=4).eval()
     model.save_pretrained(tmp_path)
-    raw = read_checkpoint(tmp_path / "model.safetensors")
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt", device="cpu") as f:
+        raw = {k: f.get_tensor(k) for k in f.keys()}
     assert not all(_laid_out_as_allocated(t) for t in raw.values())  # the case this test is about
+    # vitzoo's reader copies each tensor out of the mapping into memory of its own
+    assert all(_laid_out_as_allocated(t) for t in read_checkpoint(tmp_path / "model.safetensors").values())
     loaded = vitzoo.from_pretrained(tmp_path).eval()
     tensors = dict(loaded.state_dict())
     assert tensors.keys() == raw.keys()
@@ -139,3 +144,47 @@ def test_timm_sources_without_timm_name_the_extra(monkeypatch):
     with pytest.raises(WeightsError, match=r"'timm:vit_tiny_patch16_224' is read through timm.*vitzoo\[timm\]"):
         vitzoo.download("timm:vit_tiny_patch16_224")
     assert vitzoo.create("vit_mnist").config.depth == 4  # everything else works without timm
+
+
+def _peak_rss_reset() -> int | None:
+    """Reset this process's peak RSS (VmHWM) to its current RSS and return it in bytes; None
+    where Linux's /proc/self/clear_refs is not writable."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return None
+    return _proc_status_bytes("VmHWM")
+
+
+def _proc_status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+def test_create_in_bf16_from_a_bf16_file_loads_in_the_files_size(tmp_path, monkeypatch):
+    """create(name, dtype=bf16, weights=FILE) converts each tensor as it loads (none: the file is
+    bf16), never building the model in fp32, and reads the file through short-lived mappings: the
+    peak RSS grows by about the weights' size, where the fp32 model alone would be twice it. The
+    same model as create(weights=FILE) cast afterwards, bit for bit. (benchmarks/load.py
+    --dinov3-7b is this at 7B; here the per-opening chunk shrinks with the file.)"""
+    from safetensors.torch import save_file
+
+    from vitzoo.weights import files
+
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_b16", depth=2, num_classes=0).to(torch.bfloat16)
+    save_file(model.state_dict(), tmp_path / "w.safetensors")
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    reference = vitzoo.create("vit_b16", weights=tmp_path / "w.safetensors", depth=2).to(torch.bfloat16)
+    del model
+    monkeypatch.setattr(files, "_SAFETENSORS_CHUNK", 1 << 22)
+    start = _peak_rss_reset()
+    if start is None:
+        pytest.skip("needs Linux's /proc/self/clear_refs to measure a peak RSS")
+    lean = vitzoo.create("vit_b16", weights=tmp_path / "w.safetensors", depth=2, dtype=torch.bfloat16)
+    grown = _proc_status_bytes("VmHWM") - start
+    assert {p.dtype for p in lean.parameters()} == {torch.bfloat16}
+    assert grown <= 1.15 * weight_bytes + (8 << 20), (grown, weight_bytes)
+    ref_state = reference.state_dict()
+    assert all(torch.equal(t, ref_state[k]) for k, t in lean.state_dict().items())

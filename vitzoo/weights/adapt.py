@@ -59,12 +59,14 @@ def fit_state_dict(
     strict: bool = True,
     src_grid: tuple[int, int] | None = None,
     antialias: bool = True,
+    dtype: torch.dtype | None = None,
 ) -> tuple[StateDict, FitReport]:
     """Return a state dict with exactly the model's keys and shapes (strict) built from `state`.
 
     `model` may live on the meta device: only its parameter names, shapes and dtypes are used.
     `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids);
-    `antialias` is how its position embedding is resampled (see vitzoo.layers.resample_abs_pos_embed)."""
+    `antialias` is how its position embedding is resampled (see vitzoo.layers.resample_abs_pos_embed);
+    `dtype`, when given, is the one floating tensors are returned in instead of the model's."""
     target = model.state_dict()
     _check_dtypes(state, target, file)
     state = dict(state)
@@ -81,7 +83,8 @@ def fit_state_dict(
     for k in target:
         if k in state:
             v = state[k]
-            out[k] = v if v.dtype == target[k].dtype else v.to(target[k].dtype)
+            want = dtype if dtype is not None and target[k].is_floating_point() else target[k].dtype
+            out[k] = v if v.dtype == want else v.to(want)
     return out, report
 
 

@@ -37,7 +37,12 @@ logger = logging.getLogger("vitzoo.weights")
 
 
 def load_checkpoint(
-    model: nn.Module, ckpt: Checkpoint, *, strict: bool = True, assign: bool | None = None
+    model: nn.Module,
+    ckpt: Checkpoint,
+    *,
+    strict: bool = True,
+    assign: bool | None = None,
+    dtype: torch.dtype | None = None,
 ) -> FitReport:
     """Load `ckpt` into `model`. The checkpoint is adapted to the model where that is well defined
     (num_classes, img_size, in_chans, each logged; see adapt.py); anything else that does not fit
@@ -46,14 +51,21 @@ def load_checkpoint(
     (`assign`; None: when it has parameters on the meta device, built to be filled). strict=False
     loads the keys that fit and reports the rest in the returned FitReport. The tensors are handed
     over: `ckpt.state` is emptied. Tensors holding NaN or infinite values load with one warning
-    naming them (vitzoo predict, eval and export refuse such a model)."""
+    naming them (vitzoo predict, eval and export refuse such a model). With `dtype` (and `assign`)
+    the floating tensors load in that dtype rather than the model's, each converted on its own."""
     check_fits(model, ckpt)
     config = getattr(model, "config", None)
     if config is not None and "norm_eps" in ckpt.declared and ckpt.config["norm_eps"] != config.norm_eps:
         _set_norm_eps(model, float(ckpt.config["norm_eps"]))
         logger.info("%s: LayerNorm eps set to the checkpoint's %g", ckpt.file, ckpt.config["norm_eps"])
     state, report = fit_state_dict(
-        ckpt.state, model, file=ckpt.file, strict=strict, src_grid=ckpt.src_grid, antialias=ckpt.pos_antialias
+        ckpt.state,
+        model,
+        file=ckpt.file,
+        strict=strict,
+        src_grid=ckpt.src_grid,
+        antialias=ckpt.pos_antialias,
+        dtype=dtype,
     )
     ckpt.state = {}  # drop our reference: the model now owns the tensors
     if assign is None:
