@@ -104,6 +104,35 @@ def counted(model: nn.Module, x: torch.Tensor) -> int:
             global_pool="",
             representation_size=5,
         ),
+        # gated MLPs: SwiGLU with an aligned width and a sub-norm, then packed with a MAP pool
+        # (the pool's own MLP stays plain)
+        ViTConfig(
+            img_size=32,
+            patch_size=16,
+            num_classes=4,
+            embed_dim=12,
+            depth=2,
+            num_heads=2,
+            mlp_layer="swiglu",
+            mlp_ratio=2.5,
+            mlp_align=8,
+            mlp_norm=True,
+            act_layer="silu",
+            norm_layer="rmsnorm",
+        ),
+        ViTConfig(
+            img_size=32,
+            patch_size=16,
+            num_classes=0,
+            embed_dim=12,
+            depth=2,
+            num_heads=2,
+            mlp_layer="swiglu_packed",
+            mlp_ratio=3.0,
+            act_layer="silu",
+            class_token=False,
+            global_pool="map",
+        ),
     ],
     ids=[
         "plain",
@@ -114,6 +143,8 @@ def counted(model: nn.Module, x: torch.Tensor) -> int:
         "registers-layerscale-map",
         "clip-fc-norm",
         "no-pool",
+        "swiglu-aligned-subnorm",
+        "swiglu-packed-map",
     ],
 )
 def test_formula_equals_flop_counter_on_cpu(config):

@@ -409,6 +409,22 @@ FAMILIES = {
     "clip": dict(num_classes=16, pre_norm=True, patch_bias=False, norm_eps=1e-5, act_layer="quick_gelu"),
     "siglip": dict(num_classes=0, class_token=False, global_pool="map"),
     "siglip_tanh_head": dict(num_classes=7, class_token=False, global_pool="map", act_layer="gelu_tanh"),
+    # DINOv2-g: SwiGLU with gate and input packed in fc1 (timm's SwiGLUPacked, ratio 2.66667 * 2:
+    # 512 wide at 96 dims, 256 hidden units)
+    "dinov2_g": dict(
+        embed_dim=96,
+        img_size=56,
+        patch_size=14,
+        init_values=1e-5,
+        num_classes=0,
+        mlp_layer="swiglu_packed",
+        act_layer="silu",
+        mlp_ratio=2.66667 * 2,
+    ),
+    # timm's unpacked SwiGLU (fc1_g, fc1_x) with RMSNorm everywhere, as timm's AIMv2 builds them
+    "swiglu_rmsnorm": dict(
+        num_classes=10, class_token=False, global_pool="avg", mlp_layer="swiglu", act_layer="silu", norm_layer="rmsnorm"
+    ),
 }
 EXACT = dict(rtol=0, atol=1e-5)  # the issue's bound for fp32 parity with timm
 
@@ -423,6 +439,9 @@ def _timm_twin(config: ViTConfig) -> nn.Module:
     import functools
 
     timm_vit = pytest.importorskip("timm.models.vision_transformer")
+    timm_layers = pytest.importorskip("timm.layers")
+    mlp_layers = {"mlp": timm_layers.Mlp, "swiglu": timm_layers.SwiGLU, "swiglu_packed": timm_layers.SwiGLUPacked}
+    norm_layers = {"layernorm": nn.LayerNorm, "rmsnorm": timm_layers.RmsNorm}
     if config.patch_bias == config.pre_norm:
         raise AssertionError("timm ties the patch bias to pre_norm (bias = not pre_norm)")
     kwargs = dict(
@@ -444,7 +463,8 @@ def _timm_twin(config: ViTConfig) -> nn.Module:
         fc_norm=config.fc_norm,
         dynamic_img_size=config.dynamic_img_size,
         act_layer=config.act_layer,
-        norm_layer=functools.partial(nn.LayerNorm, eps=config.norm_eps),
+        mlp_layer=mlp_layers[config.mlp_layer],
+        norm_layer=functools.partial(norm_layers[config.norm_layer], eps=config.norm_eps),
     )
     twin = timm_vit.VisionTransformer(**kwargs)
     if twin.attn_pool is not None:
@@ -713,6 +733,31 @@ def test_disabled_options_add_no_parameters():
     plain = {name for name, _ in _tiny().named_parameters()}
     assert not any(key in name for name in plain for key in ("gamma", "reg_token", "norm_pre", "fc_norm", "attn_pool"))
     assert _tiny().attn_pool is None and _tiny().reg_token is None
+    assert not any(".mlp.norm" in name or "fc1_" in name for name in plain)
+
+
+def test_mlp_options_reach_every_block():
+    """The gated MLP, its sub-norm and RMSNorm in every block and every norm of the model."""
+    from vitzoo.layers import RMSNorm, SwiGLU
+
+    model = _tiny(
+        mlp_layer="swiglu", mlp_norm=True, mlp_align=16, norm_layer="rmsnorm", act_layer="silu", pre_norm=True
+    )
+    for block in model.blocks:
+        assert isinstance(block.mlp, SwiGLU) and isinstance(block.mlp.act, nn.SiLU)
+        assert block.mlp.fc1_g.out_features == 96  # int(24 * 4) = 96, a multiple of 16 already
+        assert isinstance(block.mlp.norm, RMSNorm) and block.mlp.norm.weight.shape == (96,)
+        assert isinstance(block.norm1, RMSNorm) and isinstance(block.norm2, RMSNorm)
+    assert isinstance(model.norm, RMSNorm) and isinstance(model.norm_pre, RMSNorm)
+    assert _tiny(mlp_layer="swiglu", mlp_ratio=2.5, mlp_align=16).blocks[0].mlp.fc1_x.out_features == 64
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.2)
+        again = VisionTransformer(model.config)
+        again.load_state_dict(model.state_dict(), strict=True)
+        x = _input(model.config)
+        assert torch.equal(again.eval()(x), model.eval()(x))
 
 
 @pytest.mark.parametrize(
@@ -720,13 +765,21 @@ def test_disabled_options_add_no_parameters():
     [
         (dict(reg_tokens=-1), "reg_tokens=-1 is invalid; expected an int >= 0"),
         (dict(init_values=0.0), "init_values=0.0 is invalid; expected None or a positive number"),
-        (dict(act_layer="relu"), "act_layer='relu' is invalid; expected one of 'gelu', 'gelu_tanh', 'quick_gelu'"),
+        (
+            dict(act_layer="relu"),
+            "act_layer='relu' is invalid; expected one of 'gelu', 'gelu_tanh', 'quick_gelu', 'silu'",
+        ),
         (dict(distilled=True, reg_tokens=4), "distilled=True cannot be combined with reg_tokens=4"),
         (dict(distilled=True, global_pool="map"), "distilled=True cannot be combined with global_pool='map'"),
         (dict(distilled=True, global_pool=""), "distilled=True cannot be combined with global_pool=''"),
         (dict(distilled=True, fc_norm=True), "distilled=True cannot be combined with fc_norm=True"),
         (dict(fc_norm=True, final_norm=False), "fc_norm=True moves the final LayerNorm after the pooling"),
         (dict(global_pool="max"), "global_pool='max' is invalid; expected 'token', 'avg', 'map' or ''"),
+        (dict(mlp_layer="geglu"), "mlp_layer='geglu' is invalid; expected one of 'mlp', 'swiglu', 'swiglu_packed'"),
+        (dict(norm_layer="batchnorm"), "norm_layer='batchnorm' is invalid; expected one of 'layernorm', 'rmsnorm'"),
+        (dict(mlp_align=-8), "mlp_align=-8 is invalid; expected an int >= 0"),
+        (dict(mlp_align=8), "mlp_align=8 cannot be combined with mlp_layer='mlp'"),
+        (dict(mlp_layer="swiglu_packed", mlp_ratio=2.625), "fc1's width int(embed_dim * mlp_ratio) = 63"),
     ],
 )
 def test_bad_option_combinations_are_value_errors(fields, message):
@@ -739,7 +792,11 @@ def test_bad_option_combinations_are_value_errors(fields, message):
     [
         ("reg_tokens", 1.5, "reg_tokens=1.5 is invalid; expected an int"),
         ("init_values", "1e-5", "init_values='1e-5' is invalid; expected a finite number or None"),
-        ("act_layer", 1, "act_layer=1 is invalid; expected one of 'gelu', 'gelu_tanh', 'quick_gelu'"),
+        ("act_layer", 1, "act_layer=1 is invalid; expected one of 'gelu', 'gelu_tanh', 'quick_gelu', 'silu'"),
+        ("mlp_layer", 2, "mlp_layer=2 is invalid; expected one of 'mlp', 'swiglu', 'swiglu_packed'"),
+        ("mlp_norm", "no", "mlp_norm='no' is invalid; expected true or false"),
+        ("mlp_align", 8.0, "mlp_align=8.0 is invalid; expected an int"),
+        ("norm_layer", None, "norm_layer=None is invalid; expected one of 'layernorm', 'rmsnorm'"),
         ("dynamic_img_size", "yes", "dynamic_img_size='yes' is invalid; expected true or false"),
     ],
 )

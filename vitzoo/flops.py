@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .layers import to_2tuple
+from .layers.swiglu import mlp_hidden_dim
 from .model import ViTConfig
 
 
@@ -50,7 +51,10 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     num_patches = gh * gw
     tokens = num_patches + config.num_prefix_tokens
     d = config.embed_dim
-    hidden = int(d * config.mlp_ratio)  # the Mlp's hidden width, as the Block computes it
+    hidden = int(d * config.mlp_ratio)  # the plain Mlp's hidden width (the "map" pool's)
+    block_hidden = mlp_hidden_dim(config.mlp_layer, d, config.mlp_ratio, config.mlp_align)
+    # a gated MLP (SwiGLU) has two input projections (gate and input) of the hidden width
+    block_fc1 = (2 if config.mlp_layer != "mlp" else 1) * d * block_hidden
 
     if config.conv_stem:
         # Every 3x3 stride-2 conv (padding 1) maps a (h, w) map to (ceil(h/2), ceil(w/2)) positions,
@@ -66,7 +70,7 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     # (tokens x tokens x D) multiply-adds summed over heads; fc1 (D -> hidden) and fc2 back.
     qkv_proj = config.depth * 2 * tokens * d * (3 * d + d)
     attention = config.depth * 2 * (2 * tokens * tokens * d)
-    mlp = config.depth * 2 * tokens * (d * hidden + hidden * d)
+    mlp = config.depth * 2 * tokens * (block_fc1 + block_hidden * d)
     pool = 0
     if config.global_pool == "map":
         # One learned query attends over the patch tokens: q (D -> D) on the query, k and v

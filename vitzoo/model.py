@@ -19,6 +19,9 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
     global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none)
     fc_norm          MAE fine-tuning: the final LayerNorm moves after the pooling
     head_bias        CLIP's visual projection has no bias
+    mlp_layer        "swiglu" / "swiglu_packed": the gated MLP of DINOv2-g, EVA-02, DINOv3
+                     (layers/swiglu.py); mlp_norm its sub-LayerNorm (EVA-02), mlp_align its width rounding
+    norm_layer       "rmsnorm" instead of LayerNorm everywhere (layers/norm.py)
 
 A disabled option is absent or an nn.Identity: it does no tensor work, and today's models compute
 what they always did. As a backbone the model speaks timm's API: `forward_intermediates`,
@@ -51,9 +54,11 @@ from .checks import check_fields, check_heads, check_types
 from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.layer_scale import LayerScale
+from .layers.norm import NORMS, NormName, RMSNorm, make_norm
 from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
+from .layers.swiglu import MLPS, MlpName
 from .layout import save_pretrained
 from .pretrained_cfg import PretrainedCfg
 
@@ -78,6 +83,12 @@ class ViTConfig:
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
     act_layer: ActName = "gelu"  # MLP activation of the blocks and of the "map" pool (layers/activations.py)
+    # The blocks' MLP: "mlp" (fc1, act, fc2), or gated by act_layer (SwiGLU with "silu"):
+    # "swiglu" (fc1_g, fc1_x, fc2) or "swiglu_packed" (fc1 holds gate and input); layers/swiglu.py.
+    mlp_layer: MlpName = "mlp"
+    mlp_norm: bool = False  # a norm of the MLP's hidden units before fc2 (EVA-02's sub-LayerNorm)
+    mlp_align: int = 0  # "swiglu": round the hidden width up to a multiple of this (DINOv3); 0: none
+    norm_layer: NormName = "layernorm"  # every norm of the model: "layernorm" or "rmsnorm" (layers/norm.py)
     init_values: float | None = None  # LayerScale on both residual branches, gamma starting here
     class_token: bool = True
     reg_tokens: int = 0  # register tokens after the class token (DINOv2 with registers)
@@ -128,6 +139,9 @@ class ViTConfig:
                 (self.depth >= 0, "depth", "an int >= 0"),
                 (self.mlp_ratio > 0, "mlp_ratio", "a positive number"),
                 (self.act_layer in ACTIVATIONS, "act_layer", "one of " + ", ".join(map(repr, ACTIVATIONS))),
+                (self.mlp_layer in MLPS, "mlp_layer", "one of " + ", ".join(map(repr, MLPS))),
+                (self.mlp_align >= 0, "mlp_align", "an int >= 0"),
+                (self.norm_layer in NORMS, "norm_layer", "one of " + ", ".join(map(repr, NORMS))),
                 (self.init_values is None or self.init_values > 0, "init_values", "None or a positive number"),
                 (self.reg_tokens >= 0, "reg_tokens", "an int >= 0"),
                 (self.pos_embed in ("learned", "sincos"), "pos_embed", "'learned' or 'sincos'"),
@@ -165,6 +179,20 @@ class ViTConfig:
             raise ValueError(
                 "fc_norm=True moves the final LayerNorm after the pooling, so it needs final_norm=True; "
                 "expected fc_norm=False for a model without a final norm"
+            )
+        self._validate_mlp()
+
+    def _validate_mlp(self) -> None:
+        if self.mlp_align and self.mlp_layer != "swiglu":
+            raise ValueError(
+                f"mlp_align={self.mlp_align} cannot be combined with mlp_layer={self.mlp_layer!r}: only the "
+                "unpacked SwiGLU rounds its width; expected mlp_layer='swiglu' or mlp_align=0"
+            )
+        if self.mlp_layer == "swiglu_packed" and int(self.embed_dim * self.mlp_ratio) % 2:
+            raise ValueError(
+                f"mlp_ratio={self.mlp_ratio} is invalid for mlp_layer='swiglu_packed': fc1's width "
+                f"int(embed_dim * mlp_ratio) = {int(self.embed_dim * self.mlp_ratio)} holds gate and input "
+                "halves; expected it even"
             )
 
     @classmethod
@@ -306,7 +334,7 @@ class VisionTransformer(nn.Module):
         else:  # fixed sinusoids; derived from the config, so not saved in state dicts
             self.register_buffer("pos_embed", sincos_1d(num_positions, D).unsqueeze(0), persistent=False)
         self.pos_drop = nn.Dropout(config.drop_rate)
-        self.norm_pre = nn.LayerNorm(D, eps=config.norm_eps) if config.pre_norm else nn.Identity()
+        self.norm_pre = make_norm(config.norm_layer, D, config.norm_eps) if config.pre_norm else nn.Identity()
 
         # Stochastic depth grows linearly with depth: early blocks carry more general features.
         dpr = [config.drop_path_rate * i / max(config.depth - 1, 1) for i in range(config.depth)]
@@ -323,13 +351,17 @@ class VisionTransformer(nn.Module):
                     norm_eps=config.norm_eps,
                     init_values=config.init_values,
                     act_layer=config.act_layer,
+                    mlp_layer=config.mlp_layer,
+                    mlp_norm=config.mlp_norm,
+                    mlp_align=config.mlp_align,
+                    norm_layer=config.norm_layer,
                 )
                 for i in range(config.depth)
             ]
         )
         # With fc_norm the final LayerNorm moves after the pooling (validate() ensures final_norm).
         final_norm_on_tokens = config.final_norm and not config.fc_norm
-        self.norm = nn.LayerNorm(D, eps=config.norm_eps) if final_norm_on_tokens else nn.Identity()
+        self.norm = make_norm(config.norm_layer, D, config.norm_eps) if final_norm_on_tokens else nn.Identity()
 
         self.attn_pool = (
             AttentionPool(
@@ -338,11 +370,12 @@ class VisionTransformer(nn.Module):
                 mlp_ratio=config.mlp_ratio,
                 norm_eps=config.norm_eps,
                 act_layer=config.act_layer,
+                norm_layer=config.norm_layer,
             )
             if config.global_pool == "map"
             else None
         )
-        self.fc_norm = nn.LayerNorm(D, eps=config.norm_eps) if config.fc_norm else nn.Identity()
+        self.fc_norm = make_norm(config.norm_layer, D, config.norm_eps) if config.fc_norm else nn.Identity()
         if config.representation_size:
             self.pre_logits: nn.Module = nn.Sequential()
             self.pre_logits.add_module("fc", nn.Linear(D, config.representation_size))
@@ -419,7 +452,7 @@ class VisionTransformer(nn.Module):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
-            elif isinstance(m, LayerScale):
+            elif isinstance(m, (LayerScale, RMSNorm)):
                 m.reset_parameters()
             elif isinstance(m, AttentionPool):
                 m.init_latent()

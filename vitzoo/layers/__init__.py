@@ -5,6 +5,8 @@ pos_embed    learned and fixed sinusoidal position embeddings; resampling to ano
 attention    multi-head self-attention (fused qkv, scaled_dot_product_attention)
 activations  GELU, its tanh approximation, QuickGELU
 mlp          the position-wise feed-forward network
+swiglu       the gated MLP (SwiGLU), unpacked and packed, and the MLP of a block by name
+norm         LayerNorm or RMSNorm by name
 layer_scale  LayerScale: a learned per-channel factor on a residual branch
 drop_path    stochastic depth
 block        the pre-norm encoder block that stacks the pieces above
@@ -18,9 +20,11 @@ from .drop_path import DropPath
 from .helpers import to_2tuple
 from .layer_scale import LayerScale
 from .mlp import Mlp
+from .norm import RMSNorm, make_norm
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
 from .pool import AttentionPool
 from .pos_embed import resample_abs_pos_embed, sincos_1d
+from .swiglu import SwiGLU, SwiGLUPacked, make_mlp
 
 __all__ = [
     "Attention",
@@ -31,8 +35,13 @@ __all__ = [
     "Mlp",
     "PatchEmbed",
     "QuickGELU",
+    "RMSNorm",
+    "SwiGLU",
+    "SwiGLUPacked",
     "capture_attention",
     "make_activation",
+    "make_mlp",
+    "make_norm",
     "patchify",
     "resample_abs_pos_embed",
     "sincos_1d",

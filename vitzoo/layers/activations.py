@@ -4,6 +4,7 @@ gelu        x * Phi(x), Phi the standard normal CDF (erf): the original ViT, Dei
 gelu_tanh   the tanh approximation of GELU (Hendrycks & Gimpel, 2016), which transformers' SigLIP
             calls "gelu_pytorch_tanh"
 quick_gelu  x * sigmoid(1.702 x), the sigmoid approximation that OpenAI's CLIP was trained with
+silu        x * sigmoid(x) (Swish): the gate of the SwiGLU MLPs (swiglu.py; DINOv2-g, EVA-02, DINOv3)
 
 The three are close but not equal: weights must be run with the activation they were trained with.
 """
@@ -15,7 +16,7 @@ from typing import Literal, get_args
 import torch
 from torch import nn
 
-ActName = Literal["gelu", "gelu_tanh", "quick_gelu"]
+ActName = Literal["gelu", "gelu_tanh", "quick_gelu", "silu"]
 ACTIVATIONS: tuple[str, ...] = get_args(ActName)
 
 
@@ -34,4 +35,6 @@ def make_activation(name: str) -> nn.Module:
         return nn.GELU(approximate="tanh")
     if name == "quick_gelu":
         return QuickGELU()
+    if name == "silu":
+        return nn.SiLU()
     raise ValueError(f"act_layer={name!r} is invalid; expected one of {', '.join(map(repr, ACTIVATIONS))}")

@@ -4,7 +4,8 @@ x = x + DropPath(LayerScale(Attention(LayerNorm(x))))
 x = x + DropPath(LayerScale(Mlp(LayerNorm(x))))
 
 LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2); otherwise, like a
-zero stochastic-depth rate, it is an nn.Identity that does no tensor work.
+zero stochastic-depth rate, it is an nn.Identity that does no tensor work. The norms are LayerNorm
+or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from torch import nn
 from .attention import Attention
 from .drop_path import DropPath
 from .layer_scale import LayerScale
-from .mlp import Mlp
+from .norm import make_norm
+from .swiglu import make_mlp
 
 
 class Block(nn.Module):
@@ -32,14 +34,27 @@ class Block(nn.Module):
         norm_eps: float = 1e-6,
         init_values: float | None = None,
         act_layer: str = "gelu",
+        mlp_layer: str = "mlp",
+        mlp_norm: bool = False,
+        mlp_align: int = 0,
+        norm_layer: str = "layernorm",
     ) -> None:
         super().__init__()
-        self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
+        self.norm1 = make_norm(norm_layer, dim, norm_eps)
         self.attn = Attention(dim=dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop)
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = Mlp(dim=dim, hidden_dim=int(dim * mlp_ratio), drop=drop, act_layer=act_layer)
+        self.norm2 = make_norm(norm_layer, dim, norm_eps)
+        self.mlp = make_mlp(
+            mlp_layer,
+            dim=dim,
+            mlp_ratio=mlp_ratio,
+            drop=drop,
+            act_layer=act_layer,
+            norm_layer=norm_layer if mlp_norm else None,
+            norm_eps=norm_eps,
+            align=mlp_align,
+        )
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 

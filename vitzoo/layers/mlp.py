@@ -1,4 +1,6 @@
-"""The position-wise feed-forward network of a Transformer block: fc1 -> activation -> fc2.
+"""The position-wise feed-forward network of a Transformer block: fc1 -> activation -> fc2, with
+an optional normalisation of the hidden units before fc2 (`norm`, timm's Mlp `norm_layer`). The
+gated MLPs (SwiGLU) are in swiglu.py.
 
 fc1 and its activation go through `linear.linear`, which for bf16 inference on CPU applies GELU
 inside the GEMM (see linear.py); everywhere else it is `act(fc1(x))`.
@@ -11,16 +13,27 @@ from torch import nn
 
 from .activations import make_activation
 from .linear import linear
+from .norm import make_norm
 
 
 class Mlp(nn.Module):
-    def __init__(self, *, dim: int, hidden_dim: int, drop: float = 0.0, act_layer: str = "gelu") -> None:
+    def __init__(
+        self,
+        *,
+        dim: int,
+        hidden_dim: int,
+        drop: float = 0.0,
+        act_layer: str = "gelu",
+        norm_layer: str | None = None,
+        norm_eps: float = 1e-6,
+    ) -> None:
         super().__init__()
         self.fc1 = nn.Linear(dim, hidden_dim)
         # GELU and its tanh form can be fused into fc1 (same names as linear.linear's activations).
         self.fused_act = act_layer if act_layer in ("gelu", "gelu_tanh") else None
         self.act = make_activation(act_layer)  # exact (erf) GELU by default, as in the original ViT and timm
         self.drop1 = nn.Dropout(drop)
+        self.norm = make_norm(norm_layer, hidden_dim, norm_eps) if norm_layer else None
         self.fc2 = nn.Linear(hidden_dim, dim)
         self.drop2 = nn.Dropout(drop)
 
@@ -29,4 +42,7 @@ class Mlp(nn.Module):
             x = linear(x, self.fc1.weight, self.fc1.bias, self.fused_act)
         else:
             x = self.act(self.fc1(x))
-        return self.drop2(linear(self.drop1(x), self.fc2.weight, self.fc2.bias))
+        x = self.drop1(x)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.drop2(linear(x, self.fc2.weight, self.fc2.bias))

@@ -22,6 +22,7 @@ from torch import nn
 
 from ..checks import check_heads
 from .mlp import Mlp
+from .norm import make_norm
 
 
 class AttentionPool(nn.Module):
@@ -35,6 +36,7 @@ class AttentionPool(nn.Module):
         mlp_ratio: float = 4.0,
         norm_eps: float = 1e-6,
         act_layer: str = "gelu",
+        norm_layer: str = "layernorm",
     ) -> None:
         super().__init__()
         check_heads(dim, num_heads)
@@ -44,7 +46,7 @@ class AttentionPool(nn.Module):
         self.q = nn.Linear(dim, dim)
         self.kv = nn.Linear(dim, 2 * dim)
         self.proj = nn.Linear(dim, dim)
-        self.norm = nn.LayerNorm(dim, eps=norm_eps)
+        self.norm = make_norm(norm_layer, dim, norm_eps)
         self.mlp = Mlp(dim=dim, hidden_dim=int(dim * mlp_ratio), act_layer=act_layer)
         if not self.latent.is_meta:  # nothing to initialise on the meta device (see model.init_weights)
             self.init_latent()

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..layers import to_2tuple
+from ..layers import RMSNorm, to_2tuple
 from ..model import VisionTransformer, ViTConfig
 from ..precision import describe_nonfinite, nonfinite_tensors
 from ..pretrained_cfg import PretrainedCfg, check_pretrained_fields, resolve_label_names
@@ -143,7 +143,7 @@ def _owned(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def _set_norm_eps(model: nn.Module, eps: float) -> None:
     for module in model.modules():
-        if isinstance(module, nn.LayerNorm):
+        if isinstance(module, (nn.LayerNorm, RMSNorm)):
             module.eps = eps
     if isinstance(model, VisionTransformer):
         model.config = model.config.replace(norm_eps=eps)

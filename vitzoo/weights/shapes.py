@@ -86,8 +86,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
         fields["global_pool"] = "map"
-    if depth and "blocks.0.mlp.fc1.weight" in state:  # missing, the load names it
-        fields["mlp_ratio"] = state["blocks.0.mlp.fc1.weight"].shape[0] / embed_dim
+    if depth:
+        fields.update(_block_fields(state, int(embed_dim)))
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
@@ -104,6 +104,36 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     return fields
 
 
+def mlp_kind(state: StateDict) -> str | None:
+    """The MLP layout of block 0 (ViTConfig.mlp_layer) by its tensors: separate gate and input
+    projections (`fc1_g`: "swiglu"), an fc1 twice as wide as fc2's input (gate and input packed:
+    "swiglu_packed"), or fc1 -> fc2 ("mlp"); None when block 0 has no MLP weights."""
+    if "blocks.0.mlp.fc1_g.weight" in state:
+        return "swiglu"
+    fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
+    if fc1 is None or fc2 is None or fc1.ndim != 2 or fc2.ndim != 2:
+        return None
+    return "swiglu_packed" if fc1.shape[0] == 2 * fc2.shape[1] else "mlp"
+
+
+def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
+    """What block 0's tensors show: the MLP layout and width, its sub-norm, RMSNorm (a norm with a
+    scale and no bias). A gated MLP is SwiGLU (SiLU) in every release that has one, so the
+    activation is "silu" unless a config says otherwise."""
+    fields: dict[str, Any] = {}
+    kind = mlp_kind(state)
+    if kind is not None:  # missing MLP weights: the load names them
+        fc1 = state["blocks.0.mlp.fc1_g.weight" if kind == "swiglu" else "blocks.0.mlp.fc1.weight"]
+        fields["mlp_ratio"] = fc1.shape[0] / embed_dim
+    if kind in ("swiglu", "swiglu_packed"):
+        fields.update(mlp_layer=kind, act_layer="silu")
+    if "blocks.0.mlp.norm.weight" in state:
+        fields["mlp_norm"] = True
+    if "blocks.0.norm1.weight" in state and "blocks.0.norm1.bias" not in state:
+        fields["norm_layer"] = "rmsnorm"
+    return fields
+
+
 # The value of each newer option in a classic ViT (model.py's ViTConfig defaults): inferred fields
 # leave an option out when it has this value.
 CLASSIC_FIELDS: dict[str, Any] = dict(
@@ -115,4 +145,7 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     fc_norm=False,
     head_bias=True,
     act_layer="gelu",
+    mlp_layer="mlp",
+    mlp_norm=False,
+    norm_layer="layernorm",
 )

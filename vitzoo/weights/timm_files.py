@@ -45,7 +45,13 @@ _TIMM_ARGS = (
     "act_layer",
 )
 # timm's activation names (timm.layers.get_act_layer) that vitzoo computes, -> ViTConfig.act_layer.
-_TIMM_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+_TIMM_ACTIVATIONS = {
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
+    "silu": "silu",
+    "swish": "silu",
+}
 
 
 def timm_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[str, Any], str, tuple[int, int] | None]:
@@ -148,7 +154,9 @@ def _timm_activation(act: nn.Module, label: str) -> str:
         return {"GELUTanh": "gelu_tanh", "QuickGELU": "quick_gelu"}[name]
     if name == "GELU":  # timm's own GELU module (exact)
         return "gelu"
+    if isinstance(act, nn.SiLU) or name == "Swish":  # the gate of timm's SwiGLU MLPs
+        return "silu"
     raise WeightsMismatchError(
         f"{label}: the MLP activation {name} is not one vitzoo computes; expected GELU, its tanh "
-        "approximation or QuickGELU"
+        "approximation, QuickGELU or SiLU"
     )

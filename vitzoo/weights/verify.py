@@ -16,6 +16,7 @@ from torch import nn
 
 from ..checks import check_image_bounds, check_types
 from ..layers import to_2tuple
+from ..layers.swiglu import mlp_hidden_dim
 from ..model import ViTConfig
 from .checkpoint import Checkpoint
 from .errors import WeightsFileError, WeightsMismatchError
@@ -42,7 +43,11 @@ _STATED_BY: dict[str, str] = {
     "final_norm": "norm.weight",
     "fc_norm": "fc_norm.weight",
     "qkv_bias": "blocks.0.attn.qkv.bias",
+    "mlp_layer": "blocks.0.mlp.fc1_g.weight, or the widths of blocks.0.mlp.fc1 and fc2",
+    "mlp_norm": "blocks.0.mlp.norm.weight",
+    "norm_layer": "blocks.0.norm1.bias",
 }
+_BLOCK_FIELDS = ("qkv_bias", "mlp_layer", "mlp_norm", "norm_layer")  # shown by block 0's tensors only
 
 
 def check_stated(
@@ -62,11 +67,11 @@ def check_stated(
         )
 
     stem = "patch_embed.stem.0.weight" in state
-    depth, dim = inferred["depth"], inferred["embed_dim"]
+    depth = inferred["depth"]
     for name, tensors in _STATED_BY.items():
         if (
             name not in stated
-            or (name == "qkv_bias" and not depth)
+            or (name in _BLOCK_FIELDS and not depth)
             or (name == "head_bias" and "head.weight" not in state)
         ):
             continue
@@ -86,10 +91,7 @@ def check_stated(
         raise mismatch("global_pool", stated["global_pool"], "attn_pool.latent", inferred["global_pool"])
     if "norm_eps" in stated and not stated["norm_eps"] > 0:
         raise WeightsFileError(f"{config!r}: norm_eps={stated['norm_eps']!r} is invalid; expected a positive number")
-    if "mlp_ratio" in stated and depth and "blocks.0.mlp.fc1.weight" in state:
-        hidden = int(state["blocks.0.mlp.fc1.weight"].shape[0])
-        if int(dim * stated["mlp_ratio"]) != hidden:
-            raise mismatch("mlp_ratio", stated["mlp_ratio"], "blocks.0.mlp.fc1.weight", hidden / dim)
+    _check_mlp_width(stated, inferred, state, mismatch)
     pos = state.get("pos_embed")
     if stated.get("pos_embed") == "sincos" and pos is not None:
         raise mismatch("pos_embed", "sincos", "pos_embed", "learned")
@@ -112,6 +114,20 @@ def check_stated(
             )
     else:
         check_bounds(img, grid, config)
+
+
+def _check_mlp_width(stated: dict[str, Any], inferred: dict[str, Any], state: StateDict, mismatch: Any) -> None:
+    """The MLP width a config states (mlp_ratio, mlp_align) against block 0's first projection."""
+    kind = inferred.get("mlp_layer", "mlp")
+    key = "blocks.0.mlp.fc1_g.weight" if kind == "swiglu" else "blocks.0.mlp.fc1.weight"
+    if "mlp_ratio" not in stated or not inferred["depth"] or key not in state:
+        return
+    dim, width = inferred["embed_dim"], int(state[key].shape[0])
+    expected = mlp_hidden_dim(kind, dim, stated["mlp_ratio"], stated.get("mlp_align", 0) if kind == "swiglu" else 0)
+    if kind == "swiglu_packed":
+        expected *= 2  # fc1 holds gate and input
+    if expected != width:
+        raise mismatch("mlp_ratio", stated["mlp_ratio"], key, width / dim)
 
 
 def check_bounds(img: tuple[int, int], grid: tuple[int, int], config: str) -> None:
