@@ -19,7 +19,19 @@ import vitzoo
 from vitzoo import cli
 from vitzoo.commands import COMMANDS
 
-SUBCOMMANDS = ["list", "info", "download", "convert", "predict", "export", "finetune", "eval", "viz"]
+SUBCOMMANDS = [
+    "list",
+    "info",
+    "download",
+    "convert",
+    "predict",
+    "export",
+    "finetune",
+    "eval",
+    "features",
+    "probe",
+    "viz",
+]
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -83,6 +83,11 @@ def test_evaluation_images_are_what_eval_transform_makes_of_the_images(saved: Pa
     assert torch.equal(splits.val.images, expected)
     assert splits.val.labels.tolist() == labels and splits.classes == ("red", "blue")
     assert splits.train.images.shape == (12, 3, 40, 40) and splits.name == "hf" and splits.kind == "natural"
+    # eval_train (feature extraction): the training images are made the evaluation way too
+    both = load_hf_dataset(str(saved), store_size=40, eval_for=model, eval_train=True)
+    train_images, _ = _photos(12)
+    assert torch.equal(both.train.images, torch.stack([TF.pil_to_tensor(geometry(img)) for img in train_images]))
+    assert torch.equal(both.val.images, expected)
 
 
 def test_a_single_dataset_is_split_per_class_with_the_seed(tmp_path: Path) -> None:

@@ -163,6 +163,14 @@ def test_unreadable_files_are_replaced_in_training_and_left_out_of_evaluation(tm
         pytest.warns(UserWarning, match=r"skipped 1 unreadable image\(s\) of 7 so far \(left out of the evaluation"),
     ):
         assert sum(len(y) for _, y in evaluation.iterate(0)) == 6
+    # iterate_indexed names the images of each batch: the unreadable one is not among them
+    broken = next(i for i in range(len(files)) if files.paths[i].endswith("broken.jpg"))
+    indexed = list(evaluation.iterate_indexed(0))
+    kept = torch.cat([index for _, index, _, _ in indexed])
+    assert sorted(kept.tolist()) == [i for i in range(7) if i != broken]
+    assert [step for step, *_ in indexed] == [0, 1] and torch.equal(
+        torch.cat([y for *_, y in indexed]), files.labels[kept]
+    )
     strict = load_image_folder(tmp_path, store_size=20, stream=True, val_split=0.2, strict=True).train
     with pytest.raises(CorruptImageError, match=r"broken\.jpg.*\(strict mode\)"):
         _batches(_loaders(strict, workers=1)[0])

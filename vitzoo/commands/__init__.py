@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("vitzoo.commands.export", "write an ONNX file or a torch.export program for deployment"),
     "finetune": ("vitzoo.commands.finetune", "fine-tune a model (vitzoo.train)"),
     "eval": ("vitzoo.commands.eval", "evaluate a model: accuracy and confusion matrix"),
+    "features": ("vitzoo.commands.features", "embed every image of a dataset once: a safetensors file for probe"),
+    "probe": ("vitzoo.commands.probe", "kNN, linear, few-shot and retrieval evaluation of cached features"),
     "viz": ("vitzoo.commands.viz", "draw patches, embeddings and attention as PNGs"),
 }
 

@@ -151,6 +151,22 @@ def size(input_size: Sequence[Any] | None) -> str:
     return "x".join(map(str, input_size)) if input_size else "?"
 
 
+def create_model(name: str, weights: str | None, **kwargs: Any) -> Any:
+    """Model `name` with `weights` (--weights), or with its pretrained weights when None: a
+    UsageError for a model that has none. `kwargs` go to vitzoo.create (dtype, overrides)."""
+    from .. import builder, registry
+
+    if weights is None:
+        _, pcfg = registry.get_pretrained_cfg(name)
+        if pcfg is None:
+            raise UsageError(
+                f"model {name!r} has no pretrained weights; pass --weights FILE|DIR|hf-hub:... "
+                "(e.g. a directory written by model.save_pretrained)"
+            )
+        return builder.create(name, pretrained=True, **kwargs)
+    return builder.create(name, weights=weights, **kwargs)
+
+
 def require_vit(model: Any, name: str) -> Any:
     """`model` as the VisionTransformer that fine-tuning and evaluation need (they read its
     config and replace its classifier); a plugin builder may return any nn.Module."""

@@ -15,18 +15,28 @@ from .base import bounded_int, number
 WORKERS_TYPE = bounded_int(0, "a number of worker processes >= 0")
 
 
-def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+DATA_HELP = (
+    "mnist-sample (the real-MNIST sample shipped with vitzoo, offline), mnist, fashion-mnist, 'folder PATH' "
+    "(or a bare PATH) for an ImageNet-style folder (train/ and val/, or class folders), or hf:PATH_OR_NAME for a "
+    "Hugging Face datasets image dataset, read offline: a folder written by save_to_disk, a folder of dataset "
+    "files, or a name in the local datasets cache (pip install 'vitzoo[hf]')"
+)
+
+
+def add_data_arguments(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    """The data options; `positional`: the dataset is the positional DATA (`vitzoo features MODEL
+    DATA`) instead of --data (default mnist-sample)."""
     group = parser.add_argument_group("data")
-    group.add_argument(
-        "--data",
-        nargs="+",
-        metavar=("NAME", "PATH"),
-        default=["mnist-sample"],
-        help="mnist-sample (default: the real-MNIST sample shipped with vitzoo, offline), mnist, "
-        "fashion-mnist, 'folder PATH' for an ImageNet-style folder (train/ and val/, or class folders), or "
-        "hf:PATH_OR_NAME for a Hugging Face datasets image dataset, read offline: a folder written by "
-        "save_to_disk, a folder of dataset files, or a name in the local datasets cache (pip install 'vitzoo[hf]')",
-    )
+    if positional:
+        parser.add_argument("data", nargs="+", metavar="DATA", help=DATA_HELP)
+    else:
+        group.add_argument(
+            "--data",
+            nargs="+",
+            metavar=("NAME", "PATH"),
+            default=["mnist-sample"],
+            help=f"{DATA_HELP} (default: mnist-sample)",
+        )
     group.add_argument(
         "--data-dir",
         default=None,
@@ -110,10 +120,18 @@ def data_spec(args: argparse.Namespace) -> Any:
     return DataSpec.parse(args.data, **hf)
 
 
-def load_splits(args: argparse.Namespace, spec: Any, model: Any, seed: int, *, resuming: Path | None = None) -> Any:
+def load_splits(
+    args: argparse.Namespace,
+    spec: Any,
+    model: Any,
+    seed: int,
+    *,
+    resuming: Path | None = None,
+    eval_train: bool = False,
+) -> Any:
     """The data of `spec`, for `model`. A folder is streamed or decoded into memory as --stream /
     --in-memory say, else as its size calls for; when `resuming` a run, as that run was (a change
-    would change its batches)."""
+    would change its batches). `eval_train`: see DataSpec.load."""
     from ..data import default_workers
     from ..train import load_run_info
 
@@ -130,6 +148,7 @@ def load_splits(args: argparse.Namespace, spec: Any, model: Any, seed: int, *, r
         seed=seed,
         strict=args.strict,
         stream=stream,
+        eval_train=eval_train,
     )
     if splits.note and os.environ.get("RANK", "0") == "0":
         workers = default_workers() if args.workers is None else args.workers

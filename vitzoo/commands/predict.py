@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, table
+from .base import UsageError, add_dtype_option, add_weights_option, create_model, describe, emit, table
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -133,7 +133,6 @@ def _check_readable(path: str, streams: Mapping[str, bytes]) -> None:
 
 
 def _predict_model(args: argparse.Namespace) -> Any:
-    from .. import builder, registry
     from ..precision import name_of, parse_dtype, refuse_nonfinite
     from ..pretrained_cfg import pretrained_cfg_of
 
@@ -141,16 +140,7 @@ def _predict_model(args: argparse.Namespace) -> Any:
     if args.dtype == "auto":
         print(f"vitzoo: predicting in {name_of(dtype)}: {why}", file=sys.stderr)
 
-    if args.weights is None:
-        _, pcfg = registry.get_pretrained_cfg(args.name)
-        if pcfg is None:
-            raise UsageError(
-                f"model {args.name!r} has no pretrained weights; pass --weights FILE|DIR|hf-hub:... "
-                "(e.g. a directory written by model.save_pretrained)"
-            )
-        model = builder.create(args.name, pretrained=True, dtype=dtype)
-    else:
-        model = builder.create(args.name, weights=args.weights, dtype=dtype)
+    model = create_model(args.name, args.weights, dtype=dtype)
     model.eval()
     refuse_nonfinite(model, f"the weights {args.weights or args.name}")
     cfg = pretrained_cfg_of(model)

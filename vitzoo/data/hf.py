@@ -283,12 +283,14 @@ def load_hf_dataset(
     strict: bool = False,
     eval_for: Any = None,
     memory_budget: int = MAX_DECODED_BYTES,
+    eval_train: bool = False,
 ) -> DataSplits:
     """A `datasets` image dataset (see the module docstring) as in-memory train/val splits.
 
     `eval_split="none"` splits the training split even when the dataset has an evaluation one.
     `store_size`, `val_split`, `seed`, `strict` and `eval_for` mean what they mean for
-    `load_image_folder`."""
+    `load_image_folder`. `eval_train` (with `eval_for`): the training images are stored the
+    evaluation way too, as feature extraction (vitzoo.probe) needs them."""
     datasets = _datasets()
     if val_split is not None and not 0 < val_split < 1:
         raise HFDataError(f"val_split={val_split} is invalid; expected a fraction in (0, 1)")
@@ -301,6 +303,9 @@ def load_hf_dataset(
         datasets, (train, train_name), (val, val_name), image_column, label_column, source
     )
     train_decode, val_decode, val_size = store_decoders(store_size, eval_for)
+    train_size = (store_size, store_size)
+    if eval_train and eval_for is not None:
+        train_decode, train_size = val_decode, val_size
     n_train, n_val = len(train), len(val) if val is not None else 0
     needed = decoded_bytes(n_train, n_val, store_size, val_size)
     if needed > memory_budget:
@@ -321,17 +326,13 @@ def load_hf_dataset(
         val_source = f"hf:{source} [{val_name}]"
         val_rows = _labelled_rows(val, label_column, val_source)
         columns = (image_column, label_column, classes)
-        train_set, _ = _decode_rows(
-            train, train_rows, *columns, train_decode, (store_size, store_size), strict, train_source
-        )
+        train_set, _ = _decode_rows(train, train_rows, *columns, train_decode, train_size, strict, train_source)
         val_set, _ = _decode_rows(val, val_rows, *columns, val_decode, val_size, strict, val_source)
         return DataSplits(train=train_set, val=val_set, name="hf", kind="natural")
 
     # One split: a seeded per-class fraction for evaluation, as for a folder without val/.
     columns = (image_column, label_column, classes)
-    everything, kept = _decode_rows(
-        train, train_rows, *columns, train_decode, (store_size, store_size), strict, train_source
-    )
+    everything, kept = _decode_rows(train, train_rows, *columns, train_decode, train_size, strict, train_source)
 
     def decode_for_eval(indices: list[int], val_source: str) -> ImageTensors:
         # decoded again, the evaluation way (readable a moment ago: strict)

@@ -76,11 +76,18 @@ class BatchLoader:
         return len(self.indices(0))
 
     def iterate(self, epoch: int = 0, start_step: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for _, _, x, y in self.iterate_indexed(epoch, start_step):
+            yield x, y
+
+    def iterate_indexed(
+        self, epoch: int = 0, start_step: int = 0
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(step, image indices, input batch, labels) for steps start_step, start_step + 1, ... of `epoch`."""
         order = self.indices(epoch)
         for step in range(start_step, -(-len(order) // self.batch_size)):
             idx = order[step * self.batch_size : (step + 1) * self.batch_size]
             generator = torch.Generator().manual_seed(mix_seeds(self.seed, epoch, step, self.rank, 1))
-            yield self.transform(self.data.images[idx], generator), self.data.labels[idx]
+            yield step, idx, self.transform(self.data.images[idx], generator), self.data.labels[idx]
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return self.iterate(0)

@@ -145,10 +145,12 @@ class DataSpec:
         seed: int = 0,
         strict: bool = False,
         stream: bool | None = None,
+        eval_train: bool = False,
     ) -> DataSplits:
         """The train and evaluation splits, stored for `eval_for` (a model: see `store_size`, and a
         folder's evaluation images prepared the way vitzoo.data.eval_transform makes them for it).
-        The other arguments are load_data's."""
+        `eval_train`: a Hugging Face dataset's training images stored the evaluation way too (a
+        streamed folder prepares every split so). The other arguments are load_data's."""
         if self.name == "hf":
             assert self.path is not None  # parse gives "hf" with its dataset
             return load_hf_dataset(
@@ -162,6 +164,7 @@ class DataSpec:
                 seed=seed,
                 strict=strict,
                 eval_for=eval_for,
+                eval_train=eval_train,
             )
         return load_data(
             self.name,

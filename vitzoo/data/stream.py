@@ -242,6 +242,15 @@ class StreamLoader:
 
     def iterate(self, epoch: int = 0, start_step: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """(input batch, labels) for steps start_step, start_step + 1, ... of `epoch`."""
+        for _, _, x, y in self.iterate_indexed(epoch, start_step):
+            yield x, y
+
+    def iterate_indexed(
+        self, epoch: int = 0, start_step: int = 0
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """(step, image indices, input batch, labels), as `iterate`: the indices of the images in the
+        batch (in evaluation without the unreadable ones left out; a step whose images were all
+        unreadable yields nothing)."""
         order = self.indices(epoch)
         steps = range(start_step, -(-len(order) // self.batch_size))
         keys = _EpochKeys(order, self.batch_size, steps, (self.seed, epoch, self.rank))
@@ -262,7 +271,11 @@ class StreamLoader:
             if images is None:  # evaluation: every image of this batch was unreadable
                 continue
             generator = torch.Generator().manual_seed(mix_seeds(self.seed, epoch, step, self.rank, 1))
-            yield self.finish(images, generator), labels
+            chunk = order[step * self.batch_size : (step + 1) * self.batch_size]
+            if failures and not self.shuffle:
+                failed = {index for index, _ in failures}
+                chunk = torch.tensor([i for i in chunk.tolist() if i not in failed], dtype=torch.int64)
+            yield step, chunk, self.finish(images, generator), labels
         if found:
             warnings.warn(
                 f"{self.files.source}: skipped {len(self.skipped)} unreadable image(s) of {len(self.files)} so far "

@@ -3,6 +3,7 @@
     recall_at_k(query_emb, key_emb)                               # query i matches key i
     recall_at_k(image_emb, text_emb, image_to_texts, ks=(1, 5, 10))   # several correct keys per query
     image_text_recall(image_emb, text_emb, text_to_image)         # both directions, CLIP style
+    recall_by_label(test_emb, test_labels, train_emb, train_labels)   # image retrieval by class
 
 Similarity is cosine (both sides L2-normalised). A query is a hit at k when one of its correct keys
 is among its k most similar keys. Ties are broken against the query: a wrong key with the same
@@ -12,7 +13,7 @@ better than chance and the result does not depend on the order of the keys.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -64,18 +65,57 @@ def ranks(
     query_emb: torch.Tensor, key_emb: torch.Tensor, query_to_keys: Sequence[int | Sequence[int]] | None = None
 ) -> torch.Tensor:
     """For each query, the 0-based rank of its best correct key (ties counted against the query)."""
+    q, k = _pair(query_emb, key_emb)
+    mask = _correct_mask(query_to_keys, q.shape[0], k.shape[0])
+    return _ranks(q, k, lambda start, end: mask[start:end])
+
+
+def _pair(query_emb: torch.Tensor, key_emb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     q = _matrix("query_emb", query_emb)
     k = _matrix("key_emb", key_emb)
     if q.shape[1] != k.shape[1]:
         raise ValueError(f"key_emb: dimension {k.shape[1]} differs from query_emb's {q.shape[1]}")
-    mask = _correct_mask(query_to_keys, q.shape[0], k.shape[0])
+    return q, k
+
+
+def _ranks(q: torch.Tensor, k: torch.Tensor, correct_rows: Callable[[int, int], torch.Tensor]) -> torch.Tensor:
+    """Ranks of normalised queries `q` among keys `k`; `correct_rows(start, end)` gives the
+    (end - start, keys) mask of correct keys of those queries."""
     out = torch.empty(q.shape[0], dtype=torch.long)
     for start in range(0, q.shape[0], CHUNK):
-        sim = q[start : start + CHUNK] @ k.T
-        correct = mask[start : start + CHUNK]
+        end = min(start + CHUNK, q.shape[0])
+        sim = q[start:end] @ k.T
+        correct = correct_rows(start, end)
+        if not bool(correct.any(dim=1).all()):
+            row = start + int((~correct.any(dim=1)).nonzero()[0])
+            raise ValueError(f"query {row} has no correct key among the keys")
         best = sim.masked_fill(~correct, float("-inf")).amax(dim=1, keepdim=True)
-        out[start : start + CHUNK] = ((sim >= best) & ~correct).sum(dim=1)
+        out[start:end] = ((sim >= best) & ~correct).sum(dim=1).cpu()
     return out
+
+
+def recall_by_label(
+    query_emb: torch.Tensor,
+    query_labels: torch.Tensor,
+    key_emb: torch.Tensor,
+    key_labels: torch.Tensor,
+    ks: Sequence[int] = DEFAULT_KS,
+) -> dict[int, float]:
+    """Image retrieval by class: a query is a hit at k when one of its k nearest keys (cosine) has
+    its label. Every query's label must occur among the keys."""
+    ks = _check_ks(ks)
+    q, k = _pair(query_emb, key_emb)
+    if query_labels.shape != (q.shape[0],) or key_labels.shape != (k.shape[0],):
+        raise ValueError(
+            f"labels: expected ({q.shape[0]},) query and ({k.shape[0]},) key labels, "
+            f"got {tuple(query_labels.shape)} and {tuple(key_labels.shape)}"
+        )
+    missing = sorted(set(query_labels.tolist()) - set(key_labels.tolist()))
+    if missing:
+        raise ValueError(f"query_labels: label(s) {missing[:5]} occur among no key; nothing could be retrieved")
+    qy, ky = query_labels.to(q.device), key_labels.to(k.device)
+    r = _ranks(q, k, lambda start, end: qy[start:end, None] == ky[None, :])
+    return {kk: int((r < kk).sum()) / len(r) for kk in ks}
 
 
 def recall_at_k(

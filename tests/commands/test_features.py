@@ -1,0 +1,75 @@
+"""`vitzoo features`: the shipped MNIST sample and an image folder, end to end, in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitzoo
+from vitzoo.data import eval_transform, load_mnist_sample
+from vitzoo.probe import embed, load_features
+
+from .helpers import run
+
+
+@pytest.fixture
+def tiny_weights(tmp_path, one_thread):
+    torch.manual_seed(0)
+    vitzoo.save_pretrained(vitzoo.create("vit_mnist_tiny"), tmp_path / "w")
+    return str(tmp_path / "w")
+
+
+def test_mnist_sample_val_split(capsys, tmp_path, tiny_weights):
+    out = tmp_path / "mnist.safetensors"
+    argv = ["features", "vit_mnist_tiny", "mnist-sample", "--weights", tiny_weights, "--out", str(out)]
+    code, stdout, err = run(capsys, *argv, "--split", "val", "--output", "cls", "--dtype", "fp32", "--no-progress")
+    assert code == 0, err
+    assert "wrote" in stdout and "9-dim cls features of 1000 val images" in stdout
+    feats = load_features(out)
+    assert feats.features.shape == (1000, 9) and feats.present_splits() == ["val"]
+    assert torch.equal(feats.labels, load_mnist_sample().val.labels) and feats.names is None
+    settings = feats.settings
+    assert (settings["model"], settings["weights"], settings["output"], settings["dtype"]) == (
+        "vit_mnist_tiny",
+        tiny_weights,
+        "cls",
+        "fp32",
+    )
+    assert settings["preprocessing"]["size"] == [32, 32] and settings["dataset"]["name"] == "mnist-sample"
+    assert not list(tmp_path.glob(".mnist.safetensors.partial-*"))  # the shards are gone
+
+
+def test_image_folder_features_equal_the_eval_transform_of_each_file(capsys, tmp_path, tiny_weights):
+    rng = np.random.default_rng(0)
+    for label in ("ant", "bee"):
+        (tmp_path / "imgs" / label).mkdir(parents=True)
+        for i in range(3):
+            pixels = rng.integers(0, 256, (30, 41, 3), dtype=np.uint8)  # not square, not the model's size
+            Image.fromarray(pixels).save(tmp_path / "imgs" / label / f"{i}.png")
+    out = tmp_path / "folder.safetensors"
+    code, _, err = run(
+        capsys,
+        *("features", "vit_mnist_tiny", "folder", str(tmp_path / "imgs"), "--weights", tiny_weights),
+        *("--out", str(out), "--val-split", "0.34", "--dtype", "fp32", "--workers", "0", "--no-progress"),
+    )
+    assert code == 0, err
+    feats = load_features(out)
+    assert feats.present_splits() == ["train", "val"] and len(feats) == 6 and feats.classes == ("ant", "bee")
+    model = vitzoo.create("vit_mnist_tiny", weights=tiny_weights).eval()
+    transform = eval_transform(model)
+    with torch.no_grad():
+        expected = torch.cat([embed(model, transform(Image.open(n)).unsqueeze(0)) for n in feats.names or []])
+    torch.testing.assert_close(feats.features, expected, atol=1e-5, rtol=1e-5)
+    assert [n.split("/")[-2] for n in feats.names or []] == [feats.classes[i] for i in feats.labels]
+
+
+def test_bad_usage(capsys, tmp_path, tiny_weights):
+    code, _, err = run(capsys, "features", "vit_mnist_tiny", "mnist-sample", "--out", str(tmp_path / "f"))
+    assert code == 2 and "has no pretrained weights; pass --weights" in err
+    argv = ("features", "vit_mnist_tiny", "mnist-sample", "--weights", tiny_weights, "--out", str(tmp_path / "f"))
+    code, _, err = run(capsys, *argv, "--block", "1")
+    assert code == 1 and "block needs output 'cls' or 'mean'" in err
+    code, _, err = run(capsys, *argv[:-1], str(tmp_path))
+    assert code == 2 and "is a directory" in err
