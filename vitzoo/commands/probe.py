@@ -45,7 +45,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draws", type=bounded_int(1, "an int >= 1"), default=5, help="few-shot draws (default: 5)")
     parser.add_argument("--seed", type=bounded_int(0, "an int >= 0"), default=0, help="few-shot seed (default: 0)")
     parser.add_argument("--recall", type=_ints, default=(1, 5, 10), metavar="K,K", help="recall@k (default: 1,5,10)")
-    parser.add_argument("--device", default="cpu", help="where to compute (default: cpu; cuda for large sets)")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="where kNN, the linear probe and retrieval compute (default: cpu; cuda for large sets)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -64,7 +64,8 @@ def run_probes(
     recall_ks: Sequence[int] = RECALL_KS,
     device: str = "cpu",
 ) -> dict[str, Any]:
-    """The results of `methods` (any of METHODS) as a JSON-ready dict, accuracies as fractions."""
+    """The results of `methods` (any of METHODS) as a JSON-ready dict, accuracies as fractions.
+    kNN, the linear probe and retrieval compute on `device` (few-shot, small, on the CPU)."""
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ValueError(f"methods: {unknown or 'none'} given; expected some of {', '.join(METHODS)}")
@@ -74,8 +75,9 @@ def run_probes(
         "test": {"source": test.source, "count": len(test)},
         "settings": {k: train.settings.get(k) for k in ("model", "weights", "output", "block", "dtype")},
     }
+    placed = tuple(t.to(device) for t in data)  # kNN and retrieval compare on `device`
     if "knn" in methods:
-        accuracy = knn_accuracy(*data, ks=knn_ks, temperature=temperature)
+        accuracy = knn_accuracy(*placed, ks=knn_ks, temperature=temperature)
         report["knn"] = {"temperature": temperature, "accuracy": {str(k): v for k, v in accuracy.items()}}
     if "linear" in methods:
         value, probe = linear_accuracy(*data, c=c, device=device)
@@ -88,7 +90,7 @@ def run_probes(
             "accuracy": {str(r.shots): {"mean": r.mean, "std": r.std, "draws": list(r.accuracies)} for r in results},
         }
     if "retrieval" in methods:
-        recall = recall_by_label(test.features, test.labels, train.features, train.labels, recall_ks)
+        recall = recall_by_label(placed[2], placed[3], placed[0], placed[1], recall_ks)
         report["retrieval"] = {"query": "test", "keys": "train", "recall": {str(k): v for k, v in recall.items()}}
     return report
 
