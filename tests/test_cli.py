@@ -25,6 +25,7 @@ SUBCOMMANDS = [
     "download",
     "convert",
     "predict",
+    "zeroshot",
     "export",
     "finetune",
     "eval",

@@ -85,6 +85,7 @@ def create(
     features_only: bool = False,
     out_indices: int | Sequence[int] | None = None,
     feature_cls: str | None = None,
+    text: bool = False,
     **overrides: Any,
 ) -> nn.Module:
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
@@ -96,7 +97,12 @@ def create(
     the checkpoint's. `dtype` ("fp32", "bf16", "fp16", "auto" or a torch dtype) casts the model
     for inference (see vitzoo/precision.py), refused where a weight is beyond that precision's range;
     None keeps fp32. `features_only=True` returns timm's feature model instead (vitzoo/features.py):
-    the maps of the `out_indices` blocks (default: the last three), `feature_cls` None or "getter"."""
+    the maps of the `out_indices` blocks (default: the last three), `feature_cls` None or "getter".
+    `text=True` returns the whole image-text model instead (vitzoo.text.ImageTextModel: this
+    image tower, its text tower, tokenizer and logit scale), read from an open_clip or transformers
+    layout (`weights`, or the name's default source)."""
+    if text:
+        return _create_image_text(name, pretrained, weights, dtype, features_only, pretrained_cfg_overlay, overrides)
     if not features_only and (out_indices is not None or feature_cls is not None):
         raise TypeError("create: out_indices and feature_cls need features_only=True")
     torch_dtype = parse_dtype(dtype, "cpu")[0] if dtype is not None else None
@@ -116,6 +122,28 @@ def create(
     if features_only:
         return feature_model(model, out_indices, feature_cls)
     return model
+
+
+def _create_image_text(
+    name: str,
+    pretrained: bool,
+    weights: Source | None,
+    dtype: str | torch.dtype | None,
+    features_only: bool,
+    overlay: dict[str, Any] | None,
+    overrides: dict[str, Any],
+) -> nn.Module:
+    from .text.load import create_image_text
+
+    unsupported = [
+        k for k, v in (("dtype", dtype), ("features_only", features_only), ("pretrained_cfg_overlay", overlay)) if v
+    ]
+    unsupported += sorted(overrides)
+    if unsupported:
+        raise TypeError(
+            f"create(..., text=True) does not take {', '.join(unsupported)}: the checkpoint decides the towers"
+        )
+    return create_image_text(name, pretrained=pretrained, weights=weights)
 
 
 def _create(

@@ -190,12 +190,17 @@ def predict_images(
     progress: bool = True,
     skipped: list[tuple[str, str]] | None = None,
     streams: Mapping[str, bytes] | None = None,
+    activation: str = "softmax",
 ) -> Iterator[Record]:
     """Yield one record per readable image, in the order of `paths`; unreadable ones are appended
     to `skipped` as (path, reason) and warned about once at the end (or raise under `strict`).
-    "-" and pipes are read once (read_streams; `streams`: what the caller already read of them)."""
+    "-" and pipes are read once (read_streams; `streams`: what the caller already read of them).
+    `activation` turns logits into probabilities: "softmax" (classes compete) or "sigmoid" (SigLIP's
+    zero-shot: each class on its own)."""
     from tqdm.auto import tqdm
 
+    if activation not in ("softmax", "sigmoid"):
+        raise ValueError(f"activation={activation!r} is invalid; expected 'softmax' or 'sigmoid'")
     if topk < 1 or batch_size < 1 or workers < 0:
         raise ValueError(f"topk and batch_size must be >= 1 and workers >= 0, got {topk}, {batch_size}, {workers}")
     cfg = pretrained_cfg_of(model)
@@ -219,7 +224,8 @@ def predict_images(
                     lost.append((path, e))
             if ok:
                 with torch.inference_mode():
-                    probs = torch.softmax(model(batch[ok]).float(), dim=-1)
+                    logits = model(batch[ok]).float()
+                    probs = torch.sigmoid(logits) if activation == "sigmoid" else torch.softmax(logits, dim=-1)
                 top_p, top_i = probs.topk(min(topk, probs.shape[-1]), dim=-1)
                 for j, ps, idx in zip(ok, top_p.tolist(), top_i.tolist()):
                     yield {

@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "download": ("vitzoo.commands.download", "fetch pretrained weights into the cache"),
     "convert": ("vitzoo.commands.convert", "convert a checkpoint between layouts"),
     "predict": ("vitzoo.commands.predict", "classify images: top-k labels and probabilities"),
+    "zeroshot": ("vitzoo.commands.zeroshot", "classify images by label names with an image-text model (CLIP, SigLIP)"),
     "export": ("vitzoo.commands.export", "write an ONNX file or a torch.export program for deployment"),
     "finetune": ("vitzoo.commands.finetune", "fine-tune a model (vitzoo.train)"),
     "eval": ("vitzoo.commands.eval", "evaluate a model: accuracy and confusion matrix"),

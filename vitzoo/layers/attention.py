@@ -33,10 +33,13 @@ class Attention(nn.Module):
         qkv_bias: bool = True,
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
+        is_causal: bool = False,
     ) -> None:
         super().__init__()
         check_heads(dim, num_heads)
         self.num_heads = num_heads
+        # Causal (the text towers of CLIP): token i attends to tokens 0..i only.
+        self.is_causal = is_causal
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
@@ -58,7 +61,9 @@ class Attention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.attn_sink is None:
             # softmax(q k^T / sqrt(head_dim)) v, fused.
-            x = F.scaled_dot_product_attention(q, k, v, dropout_p=self.attn_drop if self.training else 0.0)
+            x = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.attn_drop if self.training else 0.0, is_causal=self.is_causal
+            )
         else:
             x = self._explicit_attention(q, k, v, self.attn_sink)
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
@@ -69,7 +74,12 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """The same computation as the fused kernel, written out so the weights can be kept.
         The weights handed out are the softmax itself, before attention dropout (in training)."""
-        weights = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1)  # (B, heads, N, N)
+        scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
+        if self.is_causal:
+            n = scores.shape[-1]
+            future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
         sink.append(weights)
         if self.training and self.attn_drop > 0:
             weights = F.dropout(weights, p=self.attn_drop)

@@ -1,0 +1,80 @@
+"""`vitzoo zeroshot`: on real photos, the top-1 of open_clip's own pipeline (its preprocessing,
+tokenizer and model) for the same random weights; the record shape of `vitzoo predict`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vitzoo import cli
+
+open_clip = pytest.importorskip("open_clip")
+skimage_data = pytest.importorskip("skimage.data")
+
+PHOTOS = ("astronaut", "chelsea", "coffee", "rocket")
+LABELS = ["astronaut", "cat", "cup of coffee", "rocket", "dog"]
+CFG = {
+    "embed_dim": 32,
+    "vision_cfg": {"image_size": 48, "layers": 2, "width": 64, "head_width": 32, "patch_size": 16},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
+}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("zeroshot")
+    torch.manual_seed(0)
+    model = open_clip.CLIP(**CFG).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+        model.logit_scale.fill_(4.0)
+    weights = root / "weights"
+    weights.mkdir()
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(weights / "open_clip_model.safetensors"))
+    (weights / "open_clip_config.json").write_text(json.dumps({"model_cfg": CFG}), encoding="utf-8")
+    images = root / "images"
+    images.mkdir()
+    for name in PHOTOS:
+        Image.fromarray(getattr(skimage_data, name)()).convert("RGB").save(images / f"{name}.png")
+    return model, weights, images
+
+
+def _open_clip_top1(model, images) -> dict[str, str]:
+    from PIL import Image
+
+    transform = open_clip.image_transform(48, is_train=False)
+    ids = open_clip.tokenize([f"a photo of a {label}." for label in LABELS])
+    out = {}
+    with torch.no_grad():
+        text = model.encode_text(ids, normalize=True)
+        for name in PHOTOS:
+            x = transform(Image.open(images / f"{name}.png")).unsqueeze(0)
+            probs = (model.logit_scale.exp() * model.encode_image(x, normalize=True) @ text.T).softmax(-1)
+            out[name] = LABELS[int(probs.argmax())]
+    return out
+
+
+def test_zeroshot_top1_equals_open_clips_pipeline(setup, capsys, tmp_path):
+    model, weights, images = setup
+    argv = ["zeroshot", "clip_b16", str(images), "--weights", str(weights), "--labels", ",".join(LABELS)]
+    assert cli.main([*argv, "--topk", "2", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert len(records) == len(PHOTOS)
+    for record in records:
+        assert set(record) == {"image", "predictions"} and len(record["predictions"]) == 2
+        assert set(record["predictions"][0]) == {"index", "label", "probability"}
+    ours = {r["image"].rsplit("/", 1)[-1].removesuffix(".png"): r["predictions"][0]["label"] for r in records}
+    assert ours == _open_clip_top1(model, images)
+    out = tmp_path / "preds.jsonl"
+    assert cli.main([*argv, "--output", str(out), "--no-progress"]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == len(PHOTOS)
+    capsys.readouterr()
+    assert cli.main(["zeroshot", "clip_b16", str(images), "--weights", str(weights), "--labels", "a,a"]) != 0
+    assert "given twice" in capsys.readouterr().err

@@ -1,0 +1,266 @@
+"""Whole image-text models from their checkpoints, and the tokenizers that go with them.
+
+    create_image_text("clip_b16")                          random weights, CLIP's text tower
+    create_image_text("clip_b16", pretrained=True)         the name's default source (timm's hub repo)
+    read_image_text("hf-hub:timm/ViT-B-16-SigLIP")         the source names the architecture
+    get_tokenizer("clip_b16") / get_tokenizer("some/dir")  strings -> LongTensor of ids
+
+A source is a directory or "hf-hub:org/repo[@rev]" in one of two layouts:
+    open_clip      open_clip_config.json + open_clip_model.safetensors (open_clip's hub repos, and
+                   timm's CLIP / SigLIP repos, which hold these files beside timm's own)
+    transformers   config.json of a CLIPModel / SiglipModel / Siglip2Model + model.safetensors
+                   (the vision tower is read by vitzoo.weights, the text tower here)
+"timm:<name>" means timm's hub repo of that name, read in the open_clip layout.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import registry
+from ..model import VisionTransformer, ViTConfig
+from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
+from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_source, vit_config
+from ..weights.errors import WeightsMismatchError
+from ..weights.files import read_checkpoint, read_json
+from ..weights.hub import HF_PREFIX, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
+from .bpe import ClipTokenizer
+from .keymaps import split_open_clip, split_transformers_text
+from .model import ImageTextModel, Tokenizer
+from .open_clip_config import OpenClipConfig, parse_open_clip_config
+from .transformer import TextConfig, TextTransformer
+from .transformers_config import transformers_text_config
+
+Source = str | os.PathLike[str]
+OPEN_CLIP_CONFIG = "open_clip_config.json"
+OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+TRANSFORMERS_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+
+CLIP_LOGIT_SCALE = math.log(1 / 0.07)  # CLIP's initial temperature
+SIGLIP_LOGIT_SCALE, SIGLIP_LOGIT_BIAS = math.log(10.0), -10.0
+# The text towers of the registered image towers, for models built without weights.
+TEXT_CONFIGS: dict[str, TextConfig] = {
+    "clip_b16": TextConfig(act_layer="quick_gelu"),
+    "siglip_b16": TextConfig(
+        vocab_size=32000,
+        context_length=64,
+        width=768,
+        num_heads=12,
+        embed_dim=768,
+        norm_eps=1e-6,
+        causal=False,
+        pool="last",
+        proj_bias=True,
+    ),
+}
+
+
+@dataclass
+class Files:
+    """A local directory or a hub repo, asked for one file at a time."""
+
+    label: str
+    directory: Path | None = None
+    ref: HubRef | None = None
+    fetched: dict[str, Path] = field(default_factory=dict)
+
+    def get(self, name: str, *, optional: bool = False, tried: tuple[str, ...] = ()) -> Path | None:
+        if self.ref is not None:
+            path = hub_file(self.ref, name, optional=optional, tried=tried)
+        else:
+            assert self.directory is not None
+            path = self.directory / name
+            if not path.is_file():
+                if optional:
+                    return None
+                nor = f" (nor {', '.join(map(repr, tried))})" if tried else ""
+                raise WeightsNotFoundError(f"directory {self.label!r} has no file {name!r}{nor}")
+        if path is not None:
+            self.fetched[name] = path
+        return path
+
+    def first(self, names: tuple[str, ...]) -> Path:
+        for i, name in enumerate(names):
+            last = i == len(names) - 1
+            path = self.get(name, optional=not last, tried=names[:i] if last else ())
+            if path is not None:
+                return path
+        raise AssertionError("unreachable: the last name returns a path or raises")
+
+
+def open_files(source: Source) -> Files:
+    if isinstance(source, str) and source.startswith(HF_PREFIX):
+        ref = parse_hub_ref(source)
+        return Files(str(ref), ref=ref)
+    if isinstance(source, str) and source.startswith(TIMM_PREFIX):
+        ref = timm_hub_ref(source[len(TIMM_PREFIX) :])
+        return Files(str(ref), ref=ref)
+    path = Path(source)
+    if not path.is_dir():
+        raise WeightsNotFoundError(
+            f"image-text source {str(source)!r} is neither a directory nor 'hf-hub:org/repo[@rev]' nor 'timm:<name>'"
+        )
+    return Files(str(path), directory=path)
+
+
+def read_image_text(source: Source) -> ImageTextModel:
+    """The whole model a source holds (see the module docstring), with its tokenizer attached."""
+    files = open_files(source)
+    oc_config = files.get(OPEN_CLIP_CONFIG, optional=True)
+    if oc_config is not None:
+        return _read_open_clip(files, oc_config)
+    return _read_transformers(files, source)
+
+
+def _read_open_clip(files: Files, config_path: Path) -> ImageTextModel:
+    cfg = parse_open_clip_config(read_json(config_path), str(config_path))
+    weights = files.first(OPEN_CLIP_WEIGHTS)
+    split = split_open_clip(read_checkpoint(weights), file=str(weights))
+    visual = _open_clip_visual(cfg, split.visual, str(weights))
+    text = TextTransformer(cfg.text)
+    _load(text, split.text, str(weights), "text tower")
+    model = ImageTextModel(
+        visual,
+        text,
+        logit_scale=_scalar(split.logit_scale, "logit_scale", str(weights)) or CLIP_LOGIT_SCALE,
+        logit_bias=_scalar(split.logit_bias, "logit_bias", str(weights)),
+        tokenizer=tokenizer_for(files, cfg.tokenizer, cfg.text),
+    )
+    attach_pretrained_cfg(visual, cfg.preprocessing(visual.config, files.label))
+    return model
+
+
+def _open_clip_visual(cfg: OpenClipConfig, state: dict[str, torch.Tensor], where: str) -> VisionTransformer:
+    if cfg.timm_name is not None:
+        entry = registry.find_by_timm_name(cfg.timm_name)
+        if entry is None:
+            raise WeightsMismatchError(
+                f"{where}: the image tower is timm's {cfg.timm_name!r}, which no registered vitzoo model matches"
+            )
+        config = entry.resolve_config().replace(**cfg.vision_fields)
+    else:
+        config = ViTConfig(**cfg.vision_fields)
+    if "head.weight" in state and config.head_bias and "head.bias" not in state:
+        state["head.bias"] = torch.zeros(state["head.weight"].shape[0])  # timm's CLIP head has a zero bias
+    visual = VisionTransformer(config)
+    _load(visual, state, where, "image tower")
+    return visual
+
+
+def _load(module: torch.nn.Module, state: dict[str, torch.Tensor], where: str, what: str) -> None:
+    own = module.state_dict()
+    missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+    wrong = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    if missing or unexpected or wrong:
+        parts = [
+            f"missing {', '.join(missing[:8])}" if missing else "",
+            f"unexpected {', '.join(unexpected[:8])}" if unexpected else "",
+            f"shapes (file vs model) {', '.join(wrong[:8])}" if wrong else "",
+        ]
+        raise WeightsMismatchError(f"{where}: the {what} does not fit its config: {'; '.join(p for p in parts if p)}")
+    module.load_state_dict(state, strict=True)
+
+
+def _scalar(value: torch.Tensor | None, name: str, where: str) -> float | None:
+    if value is None:
+        return None
+    if value.numel() != 1:
+        raise WeightsMismatchError(f"{where}: {name} has shape {tuple(value.shape)}; expected a single number")
+    return float(value.reshape(()))
+
+
+def _read_transformers(files: Files, source: Source) -> ImageTextModel:
+    config_path = files.get("config.json", tried=(OPEN_CLIP_CONFIG,))
+    assert config_path is not None
+    cfg = read_json(config_path)
+    text_config, tokenizer_spec = transformers_text_config(cfg, str(config_path))
+    ckpt = read_source(source if files.ref is None else str(files.ref))
+    ckpt.apply_architecture(None)
+    visual = VisionTransformer(vit_config(ckpt))
+    load_checkpoint(visual, ckpt, strict=True)
+    weights = files.first(TRANSFORMERS_WEIGHTS)
+    text_state, scale, bias = split_transformers_text(read_checkpoint(weights), file=str(weights))
+    text = TextTransformer(text_config)
+    _load(text, text_state, str(weights), "text tower")
+    if ckpt.pretrained:
+        attach_pretrained_cfg(visual, PretrainedCfg().replace(**ckpt.pretrained))
+    return ImageTextModel(
+        visual,
+        text,
+        logit_scale=_scalar(scale, "logit_scale", str(weights)) or CLIP_LOGIT_SCALE,
+        logit_bias=_scalar(bias, "logit_bias", str(weights)),
+        tokenizer=tokenizer_for(files, tokenizer_spec, text_config),
+    )
+
+
+def create_image_text(name: str, pretrained: bool = False, weights: Source | None = None) -> ImageTextModel:
+    """`name`'s image tower with its text tower: random (the text tower of TEXT_CONFIGS), or read
+    from `weights` / the name's default source (timm's hub repo of that name, open_clip layout)."""
+    entry, pcfg = registry.get_pretrained_cfg(name)
+    _, tag = registry.split_name(name)
+    if weights is None and (pretrained or tag is not None):
+        if pcfg is None or pcfg.source is None:
+            raise WeightsError(f"model {entry.name!r} has no pretrained weights registered; pass weights=<source>")
+        weights = pcfg.source
+    if weights is not None:
+        return read_image_text(weights)
+    text_config = TEXT_CONFIGS.get(entry.name)
+    if text_config is None:
+        known = ", ".join(TEXT_CONFIGS)
+        raise ValueError(f"model {entry.name!r} has no text tower; image-text models: {known} (or pass weights=...)")
+    visual = entry.builder()
+    if not isinstance(visual, VisionTransformer):
+        raise ValueError(f"model {entry.name!r} does not build a vitzoo VisionTransformer")
+    if entry.default_cfg is not None:
+        attach_pretrained_cfg(visual, entry.default_cfg)
+    if text_config.causal:
+        return ImageTextModel(
+            visual, TextTransformer(text_config), tokenizer=ClipTokenizer(context_length=text_config.context_length)
+        )
+    return ImageTextModel(
+        visual, TextTransformer(text_config), logit_scale=SIGLIP_LOGIT_SCALE, logit_bias=SIGLIP_LOGIT_BIAS
+    )
+
+
+def tokenizer_for(files: Files, spec: dict[str, Any], text: TextConfig) -> Tokenizer:
+    """The tokenizer `spec` describes ({"kind": "clip"} or {"kind": "sentencepiece", ...})."""
+    if spec["kind"] == "clip":
+        return ClipTokenizer(context_length=text.context_length)
+    from .spm import sentencepiece_tokenizer
+
+    return sentencepiece_tokenizer(files, spec, text, open_files)
+
+
+def get_tokenizer(model_name_or_source: str) -> Callable[[list[str]], torch.Tensor]:
+    """The tokenizer of a registered name (CLIP's BPE for CLIP models, else its default source's)
+    or of a checkpoint directory / hub repo: a callable from strings to a LongTensor of ids. Only
+    configuration files are read, never the weights."""
+    source: Source = model_name_or_source
+    if not model_name_or_source.startswith((HF_PREFIX, TIMM_PREFIX)) and not Path(model_name_or_source).is_dir():
+        entry, pcfg = registry.get_pretrained_cfg(model_name_or_source)
+        config = TEXT_CONFIGS.get(entry.name)
+        if config is not None and config.causal:
+            return ClipTokenizer(context_length=config.context_length)
+        if pcfg is None or pcfg.source is None:
+            raise WeightsError(f"model {entry.name!r} has no registered source to read a tokenizer from")
+        source = pcfg.source
+    files = open_files(source)
+    oc_config = files.get(OPEN_CLIP_CONFIG, optional=True)
+    if oc_config is not None:
+        cfg = parse_open_clip_config(read_json(oc_config), str(oc_config))
+        return tokenizer_for(files, cfg.tokenizer, cfg.text)
+    config_path = files.get("config.json", tried=(OPEN_CLIP_CONFIG,))
+    assert config_path is not None
+    text_config, spec = transformers_text_config(read_json(config_path), str(config_path))
+    return tokenizer_for(files, spec, text_config)

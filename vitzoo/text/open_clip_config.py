@@ -1,0 +1,184 @@
+"""open_clip's `open_clip_config.json`: {"model_cfg": {embed_dim, quick_gelu, vision_cfg, text_cfg,
+...}, "preprocess_cfg": {mean, std, interpolation, resize_mode}} -> our configs.
+
+The image tower is either open_clip's own ViT (vision_cfg states its widths) or a timm model
+(`timm_model_name`, whose names and config are a registered vitzoo model's). Options no vitzoo
+module implements (a Hugging Face text model, CoCa's class token, attentional pooling, ...) are
+refused by name rather than loaded into the wrong computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..model import ViTConfig
+from ..pretrained_cfg import CLIP_MEAN, CLIP_STD, PretrainedCfg, check_pretrained_fields
+from ..weights.errors import WeightsFileError
+from .transformer import TextConfig
+
+# Options whose open_clip default is all vitzoo implements: any other value is refused.
+_TEXT_DEFAULTS: dict[str, Any] = {
+    "hf_model_name": None,
+    "embed_cls": False,
+    "pad_id": 0,
+    "proj_type": "linear",
+    "qk_norm": False,
+    "ls_init_value": None,
+    "output_tokens": False,
+    "attn_pooler_heads": 8,
+    "use_pad_mask": False,
+}
+_VISION_DEFAULTS: dict[str, Any] = {
+    "attentional_pool": False,
+    "no_ln_pre": False,
+    "pos_embed_type": "learnable",
+    "final_ln_after_pool": False,
+    "pool_type": "tok",
+    "qk_norm": False,
+    "timm_model_pretrained": False,
+    "timm_proj_bias": False,
+}
+_IGNORED = {"output_tokens", "patch_dropout", "timm_drop", "timm_drop_path", "hf_tokenizer_name", "tokenizer_kwargs"}
+
+
+@dataclass
+class OpenClipConfig:
+    text: TextConfig
+    vision_fields: dict[str, Any]
+    timm_name: str | None
+    tokenizer: dict[str, Any]
+    preprocess: dict[str, Any] = field(default_factory=dict)
+
+    def preprocessing(self, vit: ViTConfig, source: str) -> PretrainedCfg:
+        """The image tower's preprocessing: open_clip's evaluation transform (resize the short side
+        and crop the centre, or squash) at the tower's input size."""
+        return PretrainedCfg(
+            input_size=vit.input_size,
+            num_classes=vit.num_classes,
+            crop_pct=1.0,
+            source=source,
+            **check_pretrained_fields(self.preprocess),
+        )
+
+
+def parse_open_clip_config(raw: dict[str, Any], where: str) -> OpenClipConfig:
+    model_cfg = _object(raw.get("model_cfg", raw), "model_cfg", where)
+    vision = _object(model_cfg.get("vision_cfg", {}), "model_cfg.vision_cfg", where)
+    text = _object(model_cfg.get("text_cfg", {}), "model_cfg.text_cfg", where)
+    embed_dim = model_cfg.get("embed_dim")
+    if not isinstance(embed_dim, int) or embed_dim <= 0:
+        raise WeightsFileError(f"{where!r}: model_cfg.embed_dim={embed_dim!r} is invalid; expected a positive integer")
+    quick_gelu = bool(model_cfg.get("quick_gelu", False))
+    _refuse(text, _TEXT_DEFAULTS, "model_cfg.text_cfg", where)
+    _refuse(vision, _VISION_DEFAULTS, "model_cfg.vision_cfg", where)
+    return OpenClipConfig(
+        text=_text_config(text, embed_dim, quick_gelu, where),
+        vision_fields=_vision_fields(vision, embed_dim, quick_gelu, where),
+        timm_name=vision.get("timm_model_name"),
+        tokenizer=_tokenizer_spec(text),
+        preprocess=_preprocess(_object(raw.get("preprocess_cfg", {}), "preprocess_cfg", where), where),
+    )
+
+
+def _object(value: Any, name: str, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WeightsFileError(f"{where!r}: {name} is invalid; expected a JSON object")
+    return value
+
+
+def _refuse(cfg: dict[str, Any], defaults: dict[str, Any], name: str, where: str) -> None:
+    for key, default in defaults.items():
+        if key in cfg and cfg[key] != default and key not in _IGNORED:
+            raise WeightsFileError(
+                f"{where!r}: {name}.{key}={cfg[key]!r} is not supported by vitzoo's towers (only {default!r})"
+            )
+
+
+def _act(cfg: dict[str, Any], quick_gelu: bool) -> str:
+    if quick_gelu:
+        return "quick_gelu"
+    approximate = (cfg.get("act_kwargs") or {}).get("approximate", "none")
+    return "gelu_tanh" if approximate == "tanh" else "gelu"
+
+
+def _eps(cfg: dict[str, Any]) -> float:
+    return float((cfg.get("norm_kwargs") or {}).get("eps", 1e-5))
+
+
+def _text_config(text: dict[str, Any], embed_dim: int, quick_gelu: bool, where: str) -> TextConfig:
+    pool = text.get("pool_type", "argmax")
+    if pool not in ("argmax", "last"):
+        raise WeightsFileError(f"{where!r}: model_cfg.text_cfg.pool_type={pool!r} is not supported ('argmax', 'last')")
+    try:
+        return TextConfig(
+            vocab_size=text.get("vocab_size", 49408),
+            context_length=text.get("context_length", 77),
+            width=text.get("width", 512),
+            depth=text.get("layers", 12),
+            num_heads=text.get("heads", 8),
+            mlp_ratio=float(text.get("mlp_ratio", 4.0)),
+            embed_dim=embed_dim,
+            act_layer=_act(text, quick_gelu),
+            norm_eps=_eps(text),
+            causal=not text.get("no_causal_mask", False),
+            pool=pool,
+            proj_bias=bool(text.get("proj_bias", False)),
+        )
+    except (TypeError, ValueError) as e:
+        raise WeightsFileError(f"{where!r}: model_cfg.text_cfg is invalid ({e})") from e
+
+
+def _vision_fields(vision: dict[str, Any], embed_dim: int, quick_gelu: bool, where: str) -> dict[str, Any]:
+    image_size = vision.get("image_size", 224)
+    if vision.get("timm_model_name"):
+        proj = vision.get("timm_proj", "linear")
+        if proj not in (None, "none"):
+            raise WeightsFileError(f"{where!r}: model_cfg.vision_cfg.timm_proj={proj!r} is not supported (none)")
+        pool = vision.get("timm_pool", "avg")
+        return {"img_size": image_size, "global_pool": pool, "num_classes": 0 if proj == "none" else embed_dim}
+    width = vision.get("width", 768)
+    head_width = vision.get("head_width", 64)
+    if not isinstance(width, int) or not isinstance(head_width, int) or head_width <= 0 or width % head_width:
+        raise WeightsFileError(
+            f"{where!r}: model_cfg.vision_cfg width={width!r} / head_width={head_width!r} is invalid"
+        )
+    return {
+        "img_size": image_size,
+        "patch_size": vision.get("patch_size", 16),
+        "embed_dim": width,
+        "depth": vision.get("layers", 12),
+        "num_heads": width // head_width,
+        "mlp_ratio": float(vision.get("mlp_ratio", 4.0)),
+        "init_values": vision.get("ls_init_value"),
+        "pre_norm": True,
+        "patch_bias": False,
+        "head_bias": False,
+        "norm_eps": _eps(vision),
+        "act_layer": _act(vision, quick_gelu),
+        "num_classes": embed_dim,
+    }
+
+
+def _tokenizer_spec(text: dict[str, Any]) -> dict[str, Any]:
+    repo = text.get("hf_tokenizer_name")
+    if not repo:
+        return {"kind": "clip"}
+    kwargs = text.get("tokenizer_kwargs") or {}
+    return {"kind": "sentencepiece", "repo": repo, "clean": kwargs.get("clean", "whitespace")}
+
+
+def _preprocess(pre: dict[str, Any], where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"mean": pre.get("mean", CLIP_MEAN), "std": pre.get("std", CLIP_STD)}
+    out["interpolation"] = pre.get("interpolation", "bicubic")
+    mode = pre.get("resize_mode", "shortest")
+    if mode not in ("shortest", "squash"):
+        raise WeightsFileError(
+            f"{where!r}: preprocess_cfg.resize_mode={mode!r} is not supported ('shortest', 'squash')"
+        )
+    out["crop_mode"] = "center" if mode == "shortest" else "squash"
+    for key in ("mean", "std"):
+        if isinstance(out[key], (int, float)):
+            out[key] = (float(out[key]),) * 3
+        out[key] = tuple(out[key]) if isinstance(out[key], list) else out[key]
+    return out

@@ -1,0 +1,119 @@
+"""The text towers of CLIP, SigLIP / SigLIP 2 and PE-Core: a Transformer over token ids.
+
+    x = token_embed(ids) + pos_embed             learned positions, one per context slot
+    x = blocks(x)                                vitzoo's pre-norm Blocks; causal attention for CLIP
+    x = norm(x)                                  the final LayerNorm
+    x = x[pool position]                         "argmax": the end-of-text token, the largest id (CLIP)
+                                                 "last": the last slot (SigLIP: texts padded to the context)
+    x = proj(x)                                  the projection to the joint space (SigLIP's has a bias)
+
+Parameter names are vitzoo's own (text/keymaps.py maps open_clip's and transformers' onto them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers import Block
+from ..layers.activations import ACTIVATIONS
+
+
+@dataclass
+class TextConfig:
+    vocab_size: int = 49408
+    context_length: int = 77
+    width: int = 512
+    depth: int = 12
+    num_heads: int = 8
+    mlp_ratio: float = 4.0
+    embed_dim: int = 512  # the joint image-text space
+    act_layer: str = "gelu"
+    norm_eps: float = 1e-5
+    causal: bool = True  # CLIP: each token sees the ones before it; SigLIP: all tokens
+    pool: Literal["argmax", "last"] = "argmax"
+    proj_bias: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "width", "depth", "num_heads", "embed_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"TextConfig.{name}={value!r} is invalid; expected a positive integer")
+        if self.width % self.num_heads:
+            raise ValueError(f"TextConfig: width={self.width} is not divisible by num_heads={self.num_heads}")
+        if self.pool not in ("argmax", "last"):
+            raise ValueError(f"TextConfig.pool={self.pool!r} is invalid; expected 'argmax' or 'last'")
+        if self.act_layer not in ACTIVATIONS:
+            raise ValueError(f"TextConfig.act_layer={self.act_layer!r} is invalid; expected one of {ACTIVATIONS}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TextConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"TextConfig: unknown field(s) {', '.join(unknown)}")
+        return cls(**values)
+
+
+class TextTransformer(nn.Module):
+    def __init__(self, config: TextConfig) -> None:
+        super().__init__()
+        self.config = config
+        c = config
+        self.token_embed = nn.Embedding(c.vocab_size, c.width)
+        self.pos_embed = nn.Parameter(torch.zeros(1, c.context_length, c.width))
+        self.blocks = nn.ModuleList(
+            Block(
+                dim=c.width,
+                num_heads=c.num_heads,
+                mlp_ratio=c.mlp_ratio,
+                norm_eps=c.norm_eps,
+                act_layer=c.act_layer,
+                is_causal=c.causal,
+            )
+            for _ in range(c.depth)
+        )
+        self.norm = nn.LayerNorm(c.width, eps=c.norm_eps)
+        self.proj = nn.Linear(c.width, c.embed_dim, bias=c.proj_bias)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """open_clip's initialisation of the text tower (normal token / position embeddings)."""
+        nn.init.normal_(self.token_embed.weight, std=0.02)
+        nn.init.normal_(self.pos_embed, std=0.01)
+        nn.init.normal_(self.proj.weight, std=self.config.width**-0.5)
+        if self.proj.bias is not None:
+            nn.init.zeros_(self.proj.bias)
+
+    def forward_features(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) ids -> (B, L, width) tokens after the final LayerNorm."""
+        length = ids.shape[1]
+        if length > self.config.context_length:
+            raise ValueError(
+                f"text of {length} tokens is longer than the tower's context of {self.config.context_length}"
+            )
+        x = self.token_embed(ids) + self.pos_embed[:, :length]
+        for block in self.blocks:
+            x = block(x)
+        return self.norm(x)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """(B, L) ids -> (B, embed_dim) text embeddings (not normalised)."""
+        x = self.forward_features(ids)
+        if self.config.pool == "argmax":
+            x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]
+        else:
+            x = x[:, -1]
+        return self.proj(x)
+
+
+def normalize(x: torch.Tensor) -> torch.Tensor:
+    """Unit L2 norm along the last dimension (the embeddings compared by cosine similarity)."""
+    return F.normalize(x, dim=-1)

@@ -1,0 +1,84 @@
+"""The text tower of a transformers CLIPModel / SiglipModel / Siglip2Model config.json -> TextConfig,
+and which tokenizer goes with it.
+
+transformers saves only the values that differ from its defaults, so each model type's defaults
+are spelled out here. CLIP pools at the end-of-text token: transformers takes the largest id when
+`eos_token_id` is 2 (its older configs) and the first end-of-text id otherwise, which for CLIP's
+vocabulary is the same token (end-of-text is its largest id). SigLIP pools at the last position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..weights.errors import WeightsFileError
+from ..weights.transformers_files import ACTIVATIONS
+from .transformer import TextConfig
+
+_CLIP_TEXT = dict(
+    vocab_size=49408,
+    hidden_size=512,
+    intermediate_size=2048,
+    num_hidden_layers=12,
+    num_attention_heads=8,
+    max_position_embeddings=77,
+    hidden_act="quick_gelu",
+    layer_norm_eps=1e-5,
+)
+_SIGLIP_TEXT = dict(
+    vocab_size=32000,
+    hidden_size=768,
+    intermediate_size=3072,
+    num_hidden_layers=12,
+    num_attention_heads=12,
+    max_position_embeddings=64,
+    hidden_act="gelu_pytorch_tanh",
+    layer_norm_eps=1e-6,
+)
+TEXT_MODEL_TYPES = {"clip": _CLIP_TEXT, "siglip": _SIGLIP_TEXT, "siglip2": _SIGLIP_TEXT}
+# The SentencePiece model file of each type's tokenizer (T5's vocabulary for SigLIP, Gemma's for SigLIP 2).
+SPM_FILES = {"siglip": "spiece.model", "siglip2": "tokenizer.model"}
+
+
+def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfig, dict[str, Any]]:
+    model_type = cfg.get("model_type")
+    if model_type not in TEXT_MODEL_TYPES:
+        raise WeightsFileError(
+            f"{where!r}: model_type={model_type!r} has no text tower vitzoo reads; expected one of "
+            f"{', '.join(map(repr, TEXT_MODEL_TYPES))} (or an open_clip directory with open_clip_config.json)"
+        )
+    text = cfg.get("text_config") or {}
+    if not isinstance(text, dict):
+        raise WeightsFileError(f"{where!r}: text_config is invalid; expected a JSON object")
+    values = {**TEXT_MODEL_TYPES[model_type], **text}
+    act = ACTIVATIONS.get(values["hidden_act"])
+    if act is None:
+        raise WeightsFileError(f"{where!r}: text_config.hidden_act={values['hidden_act']!r} is not supported")
+    width, mlp = values["hidden_size"], values["intermediate_size"]
+    clip = model_type == "clip"
+    if clip:
+        embed_dim = cfg.get("projection_dim", text.get("projection_dim", 512))
+    else:
+        embed_dim = values.get("projection_size") or width
+    if not isinstance(embed_dim, int):
+        raise WeightsFileError(f"{where!r}: the projection size {embed_dim!r} is invalid; expected an integer")
+    try:
+        config = TextConfig(
+            vocab_size=values["vocab_size"],
+            context_length=values["max_position_embeddings"],
+            width=width,
+            depth=values["num_hidden_layers"],
+            num_heads=values["num_attention_heads"],
+            mlp_ratio=mlp / width,
+            embed_dim=embed_dim,
+            act_layer=act,
+            norm_eps=float(values["layer_norm_eps"]),
+            causal=clip,
+            pool="argmax" if clip else "last",
+            proj_bias=not clip,
+        )
+    except (TypeError, ValueError, ZeroDivisionError) as e:
+        raise WeightsFileError(f"{where!r}: text_config is invalid ({e})") from e
+    if clip:
+        return config, {"kind": "clip"}
+    return config, {"kind": "sentencepiece", "repo": None, "file": SPM_FILES[model_type], "clean": "canonicalize"}
