@@ -47,3 +47,33 @@ def open_clip_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.M
     torch.manual_seed(0)
     model = randomize(open_clip.CLIP(**CLIP_CFG))
     return model, save_open_clip(model, CLIP_CFG, tmp_path_factory.mktemp("open_clip_clip"))
+
+
+SPM_LINES = [
+    "a photo of a cat",
+    "a photo of a dog",
+    "the quick brown fox jumps over the lazy dog",
+    "zero shot classification with siglip",
+    "an image of many things",
+    "hello world",
+]
+
+
+@pytest.fixture(scope="session")
+def t5_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small SentencePiece model with T5's special ids (pad 0, </s> 1, <unk> 2), as SigLIP's."""
+    spm = pytest.importorskip("sentencepiece")
+    directory = tmp_path_factory.mktemp("spm")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SPM_LINES * 5),
+        model_prefix=str(directory / "spiece"),
+        vocab_size=60,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return directory / "spiece.model"

@@ -19,6 +19,7 @@ import torch
 
 from ..weights.errors import WeightsMismatchError
 from ..weights.files import StateDict
+from ..weights.keymaps import _merge_qkv  # the one home of q/k/v concatenation (same names)
 
 Rule = tuple[str, str]
 
@@ -156,19 +157,3 @@ def _text_positions(text: StateDict) -> None:
     pos = text.get("pos_embed")
     if pos is not None and pos.dim() == 2:
         text["pos_embed"] = pos.unsqueeze(0)
-
-
-def _merge_qkv(state: StateDict, *, file: str) -> StateDict:
-    out: StateDict = {}
-    parts: dict[str, dict[str, torch.Tensor]] = {}
-    for key, value in state.items():
-        m = re.fullmatch(r"(blocks\.\d+\.attn)\.([qkv])\.(weight|bias)", key)
-        if m:
-            parts.setdefault(f"{m.group(1)}.qkv.{m.group(3)}", {})[m.group(2)] = value
-        else:
-            out[key] = value
-    for key, qkv in parts.items():
-        if set(qkv) != {"q", "k", "v"}:
-            raise WeightsMismatchError(f"{file}: {key} cannot be assembled, a q/k/v projection is missing")
-        out[key] = torch.cat([qkv["q"], qkv["k"], qkv["v"]], dim=0)
-    return out

@@ -1,0 +1,120 @@
+"""SigLIP: the SentencePiece tokenizer equals transformers' (canonicalisation, <eos>, padding),
+and the whole model equals transformers' SiglipModel and a SigLIP-style open_clip model; SigLIP 2's
+text tower equals transformers' Siglip2Model's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from conftest import randomize, save_open_clip
+
+from vitzoo.text import read_image_text
+from vitzoo.text.keymaps import split_transformers_text
+from vitzoo.text.spm import SentencePieceTokenizer
+from vitzoo.text.transformer import TextTransformer
+from vitzoo.text.transformers_config import transformers_text_config
+from vitzoo.weights import WeightsError
+
+transformers = pytest.importorskip("transformers")
+TOL = 1e-5
+TEXTS = ["A Photo of a CAT!", "", "hello,   world... (zero-shot)", "the quick brown fox jumps " * 4, "Über café"]
+TEXT_CFG = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+VISION_CFG = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32)
+
+
+def _hf_tokenizer(t5_spm, length=16):
+    return transformers.SiglipTokenizer(vocab_file=str(t5_spm), model_max_length=length)
+
+
+def _hf_ids(tokenizer, texts, length=16):
+    return tokenizer(texts, padding="max_length", max_length=length, truncation=True, return_tensors="pt").input_ids
+
+
+def test_tokenizer_equals_transformers_siglip_tokenizer(t5_spm):
+    ours = SentencePieceTokenizer(t5_spm, 16, pad_piece="</s>")
+    ids = ours(TEXTS)
+    assert torch.equal(ids, _hf_ids(_hf_tokenizer(t5_spm), TEXTS))
+    assert ids[3, -1] == ours.eos_id  # cut to the context, still ending with </s>
+    assert torch.equal(ours(["a photo of a cat"]), ours(["  A PHOTO, of a  cat?! "]))  # canonicalised
+
+
+def test_siglip_model_parity(tmp_path, t5_spm):
+    config = transformers.SiglipConfig(
+        text_config={**TEXT_CFG, "max_position_embeddings": 16}, vision_config={**VISION_CFG, "patch_size": 16}
+    )
+    torch.manual_seed(0)
+    ref = randomize(transformers.SiglipModel(config))
+    ref.save_pretrained(tmp_path)
+    hf_tok = _hf_tokenizer(t5_spm)
+    hf_tok.save_pretrained(tmp_path)
+    model = read_image_text(tmp_path).eval()
+    assert model.activation == "sigmoid" and not model.text.config.causal
+    images, ids = torch.randn(2, 3, 32, 32), model.tokenize(TEXTS)
+    assert torch.equal(ids, _hf_ids(hf_tok, TEXTS))
+    with torch.no_grad():
+        out = ref(input_ids=ids, pixel_values=images)
+        assert (model(images, ids) - out.logits_per_image).abs().max() <= TOL
+        assert (model.encode_text(ids, normalize=True) - out.text_embeds).abs().max() <= TOL
+        assert (model.encode_image(images, normalize=True) - out.image_embeds).abs().max() <= TOL
+
+
+def test_siglip_style_open_clip_model_parity_and_missing_vocabulary(tmp_path, t5_spm):
+    open_clip = pytest.importorskip("open_clip")
+    cfg = {
+        "embed_dim": 24,
+        "init_logit_bias": -10,
+        "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "head_width": 32, "patch_size": 16},
+        "text_cfg": {
+            "context_length": 16,
+            "vocab_size": 64,
+            "width": 32,
+            "heads": 2,
+            "layers": 2,
+            "no_causal_mask": True,
+            "proj_bias": True,
+            "pool_type": "last",
+            "norm_kwargs": {"eps": 1e-6},
+            "hf_tokenizer_name": "org/siglip-tokenizer",
+            "tokenizer_kwargs": {"clean": "canonicalize"},
+        },
+    }
+    torch.manual_seed(0)
+    ref = randomize(open_clip.CustomTextCLIP(**{k: v for k, v in cfg.items()}))
+    directory = save_open_clip(ref, cfg, tmp_path / "ckpt")
+    shutil.copy(t5_spm, directory / "spiece.model")
+    model = read_image_text(directory).eval()
+    images, ids = torch.randn(2, 3, 32, 32), model.tokenize(TEXTS)
+    with torch.no_grad():
+        img, txt, scale, bias = ref(images, ids)[:4]
+        assert (model(images, ids) - (scale * img @ txt.T + bias)).abs().max() <= TOL
+        assert (model.encode_text(ids, normalize=True) - txt).abs().max() <= TOL
+    (directory / "spiece.model").unlink()
+    with pytest.raises(WeightsError) as err:
+        read_image_text(directory)
+    message = str(err.value)
+    assert "org/siglip-tokenizer" in message and "spiece.model" in message and "\n" not in message
+
+
+@pytest.mark.skipif(not hasattr(transformers, "Siglip2Model"), reason="transformers < 4.49 has no Siglip2Model")
+def test_siglip2_text_tower_parity(tmp_path):
+    config = transformers.Siglip2Config(
+        text_config={**TEXT_CFG, "max_position_embeddings": 16}, vision_config={**VISION_CFG, "num_patches": 4}
+    )
+    torch.manual_seed(0)
+    ref = randomize(transformers.Siglip2Model(config))
+    ref.save_pretrained(tmp_path)
+    text_config, spec = transformers_text_config(json.loads((tmp_path / "config.json").read_text()), "config.json")
+    assert spec["file"] == "tokenizer.model"  # Gemma's vocabulary
+    from safetensors.torch import load_file
+
+    state, _, _ = split_transformers_text(load_file(tmp_path / "model.safetensors"), file="model.safetensors")
+    tower = TextTransformer(text_config).eval()
+    tower.load_state_dict(state)
+    ids = torch.randint(0, 64, (3, 16))
+    with torch.no_grad():
+        expected = ref.get_text_features(input_ids=ids)
+        expected = getattr(expected, "pooler_output", expected)
+        assert (tower(ids) - expected).abs().max() <= TOL
