@@ -3,60 +3,20 @@ layout (open_clip_config.json + open_clip_model.safetensors) and transformers' C
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-
-open_clip = pytest.importorskip("open_clip")
-
-# A CLIP at a reduced size: the same code path as ViT-B/16 (QuickGELU, OpenAI's layout).
-CLIP_CFG = {
-    "embed_dim": 32,
-    "quick_gelu": True,
-    "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "head_width": 32, "patch_size": 16},
-    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
-}
-
-
-def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Spread-out random weights (open_clip's init leaves LayerNorms at 1 and 0), so that every
-    parameter matters to the comparison."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
-    return model.eval()
-
-
-def save_open_clip(model: torch.nn.Module, cfg: dict, directory: Path, preprocess: dict | None = None) -> Path:
-    from safetensors.torch import save_file
-
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / "open_clip_model.safetensors"))
-    config = {"model_cfg": cfg, "preprocess_cfg": preprocess or {}}
-    (directory / "open_clip_config.json").write_text(json.dumps(config), encoding="utf-8")
-    return directory
+from text_helpers import CLIP_CFG, SPM_LINES, randomize, save_open_clip
 
 
 @pytest.fixture(scope="session")
 def open_clip_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
     """(open_clip's CLIP model, its directory in open_clip's hub layout)."""
+    open_clip = pytest.importorskip("open_clip")
     torch.manual_seed(0)
     model = randomize(open_clip.CLIP(**CLIP_CFG))
     return model, save_open_clip(model, CLIP_CFG, tmp_path_factory.mktemp("open_clip_clip"))
-
-
-SPM_LINES = [
-    "a photo of a cat",
-    "a photo of a dog",
-    "the quick brown fox jumps over the lazy dog",
-    "zero shot classification with siglip",
-    "an image of many things",
-    "hello world",
-]
 
 
 @pytest.fixture(scope="session")

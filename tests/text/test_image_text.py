@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import randomize
+from text_helpers import randomize
 
 import vitzoo
 from vitzoo.text import ImageTextModel, get_tokenizer, read_image_text

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import randomize, save_open_clip
+from text_helpers import randomize, save_open_clip
 
 from vitzoo.text import read_image_text
 from vitzoo.text.keymaps import split_transformers_text
