@@ -75,6 +75,7 @@ def fit_state_dict(
         *_fit_head(state, target, file),
         *_fit_pos_embed(state, target, model, file, src_grid, antialias),
         *_fit_in_chans(state, target),
+        *_drop_zero_qv_biases(state, target),
     ]:
         report.adapted.append(note)
         logger.log(level, "%s: %s", file, note)
@@ -187,6 +188,20 @@ def _fit_in_chans(state: StateDict, target: StateDict) -> Notes:
     state[key] = adapt_input_conv(w, t.shape[1])
     how = "summed over channels" if t.shape[1] == 1 else "tiled and rescaled"
     return [(f"{key} adapted from {w.shape[1]} to {t.shape[1]} input channels ({how})", logging.INFO)]
+
+
+def _drop_zero_qv_biases(state: StateDict, target: StateDict) -> Notes:
+    """q and v biases (attn.q_bias / v_bias) that are exactly zero, for a model whose attention has
+    none: DINOv3's released weights carry such biases (transformers' query_bias / value_bias), and
+    zeros compute what no bias computes. Any other value stays, for the key check to refuse."""
+    dropped = []
+    for key in [k for k in state if k.endswith((".attn.q_bias", ".attn.v_bias")) and k not in target]:
+        block = key.rsplit(".", 1)[0]
+        if f"{block}.qkv.weight" in target and f"{block}.qkv.bias" not in target and not state[key].count_nonzero():
+            dropped.append(state.pop(key))
+    if not dropped:
+        return []
+    return [(f"{len(dropped)} all-zero q/v bias tensor(s) dropped: the model's attention has no bias", logging.INFO)]
 
 
 def _check_keys_and_shapes(

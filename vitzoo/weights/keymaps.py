@@ -13,6 +13,7 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                   [vision_model.]embeddings.patch_embedding.weight      CLIPVisionModel[WithProjection],
                                                                         SiglipVisionModel, CLIPModel,
                                                                         SiglipModel (their vision tower)
+                  embeddings.patch_embeddings.weight                    DINOv3ViTModel
     torchvision   conv_proj.weight                                      torchvision vit_b_16 & co.
     npz           [opt/target/|params/]embedding/kernel                 Google's original JAX/Flax ViT
 
@@ -35,7 +36,7 @@ from .files import StateDict
 FORMATS = ("vitzoo", "transformers", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
 # The LayerNorm eps of transformers' other families, for weights files without their config.json.
-DINOV2_EPS, CLIP_EPS, SIGLIP_EPS = 1e-6, 1e-5, 1e-6
+DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS = 1e-6, 1e-5, 1e-6, 1e-5
 
 
 @dataclass
@@ -55,7 +56,7 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
         return "vitzoo"
     if any(re.fullmatch(r"((vit|deit)\.)?embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
         return "transformers"
-    if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset):
+    if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset) or _DINOV3_PATCH_KEY in keyset:
         return "transformers"
     if "conv_proj.weight" in keyset or "encoder.pos_embedding" in keyset:
         return "torchvision"
@@ -202,9 +203,44 @@ CLIP_IGNORE = [
 ]
 
 
+# DINOv3ViTModel: separate q/k/v projections, the key without bias (DINOv3 masks it: our q_bias and
+# v_bias, k_bias=False), and an MLP up_proj / down_proj, with a gate_proj beside up_proj when gated
+# (SwiGLU: silu(gate) * up). transformers 5 saves the encoder's layers as layer.i, its modules are model.layer.i.
+_DINOV3_PATCH_KEY = "embeddings.patch_embeddings.weight"
+_D3_LAYER = r"(?:model\.)?layer\.(\d+)\."
+DINOV3_RULES: list[Rule] = [
+    (r"embeddings\.cls_token", "cls_token"),
+    (r"embeddings\.register_tokens", "reg_token"),
+    (r"embeddings\.patch_embeddings\.(weight|bias)", r"patch_embed.proj.\1"),
+    (rf"{_D3_LAYER}attention\.([qkv])_proj\.(weight|bias)", r"blocks.\1.attn.\2.\3"),
+    (rf"{_D3_LAYER}attention\.o_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_D3_LAYER}norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),
+    (rf"{_D3_LAYER}layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),
+    (rf"{_D3_LAYER}mlp\.gate_proj\.(weight|bias)", r"blocks.\1.mlp.fc1_g.\2"),
+    (rf"{_D3_LAYER}mlp\.up_proj\.(weight|bias)", r"blocks.\1.mlp.up.\2"),  # renamed below
+    (rf"{_D3_LAYER}mlp\.down_proj\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
+    (r"norm\.(weight|bias)", r"norm.\1"),
+]
+DINOV3_IGNORE = [r"embeddings\.mask_token"]
+
+
+def _from_transformers_dinov3(state: StateDict, file: str) -> Converted:
+    out = _apply_rules(state, DINOV3_RULES, DINOV3_IGNORE, file=file, fmt="transformers (DINOv3)")
+    gated = any(k.endswith(".mlp.fc1_g.weight") for k in out)
+    for key in [k for k in out if ".mlp.up." in k]:  # the gate's partner, or the plain MLP's fc1
+        out[key.replace(".mlp.up.", ".mlp.fc1_x." if gated else ".mlp.fc1.")] = out.pop(key)
+    for key in [k for k in out if k.endswith(".attn.q.bias")]:
+        block = key.removesuffix(".q.bias")
+        if f"{block}.k.bias" not in out and f"{block}.v.bias" in out:  # the key's bias is zero
+            out[f"{block}.q_bias"], out[f"{block}.v_bias"] = out.pop(key), out.pop(f"{block}.v.bias")
+    return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": DINOV3_EPS})
+
+
 def _from_transformers(state: StateDict, file: str) -> Converted:
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in state):
         return _from_transformers_clip(state, file)
+    if _DINOV3_PATCH_KEY in state:
+        return _from_transformers_dinov3(state, file)
     out = _merge_qkv(
         _apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers"), file=file
     )

@@ -13,6 +13,10 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
     clip_vision_model, clip             CLIP's vision tower: LayerNorm before the blocks, no patch bias,
                                         the projection (visual_projection, no bias) as the head
     siglip_vision_model, siglip         SigLIP's vision tower: no class token, attention pooling ("map")
+    dinov3_vit                          DINOv3: rotary positions (base rope_theta) and no position table,
+                                        registers, LayerScale, q/k/v biases as query_bias / key_bias /
+                                        value_bias say (the key's: zero), SwiGLU with use_gated_mlp;
+                                        pooled by the class token (its pooler_output)
 
 A whole CLIP or SigLIP model (text and vision, "clip" / "siglip") is read for its vision_config.
 """
@@ -26,13 +30,13 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..checks import check_types
-from ..pretrained_cfg import CLIP_MEAN, CLIP_STD, INCEPTION_MEAN, INCEPTION_STD
+from ..pretrained_cfg import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD
 from .errors import WeightsFileError
 from .files import checked_pretrained
 
 # transformers' activation names -> ViTConfig.act_layer. "gelu_pytorch_tanh" is GELU's tanh
 # approximation (SigLIP); "quick_gelu" is x * sigmoid(1.702 x) (OpenAI CLIP).
-ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu"}
+ACTIVATIONS = {"gelu": "gelu", "gelu_pytorch_tanh": "gelu_tanh", "quick_gelu": "quick_gelu", "silu": "silu"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,22 @@ _DINOV2_DEFAULTS = dict(
 )
 _CLIP_DEFAULTS = dict(_VIT_DEFAULTS, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=512)
 _SIGLIP_DEFAULTS = dict(_VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=True)
+_DINOV3_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
+    hidden_size=384,
+    num_attention_heads=6,
+    intermediate_size=1536,
+    layer_norm_eps=1e-5,
+    rope_theta=100.0,
+    query_bias=True,
+    key_bias=False,
+    value_bias=True,
+    proj_bias=True,
+    mlp_bias=True,
+    layerscale_value=1.0,
+    use_gated_mlp=False,
+    num_register_tokens=0,
+)
 
 FAMILIES: dict[str, Family] = {
     "vit": Family(_VIT_DEFAULTS),
@@ -78,6 +98,11 @@ FAMILIES: dict[str, Family] = {
     ),
     "clip_vision_model": Family(_CLIP_DEFAULTS, fixed=dict(pre_norm=True, patch_bias=False)),
     "siglip_vision_model": Family(_SIGLIP_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
+    # transformers computes DINOv3's rotary embedding for every input size, as dynamic_img_size does.
+    "dinov3_vit": Family(
+        _DINOV3_DEFAULTS,
+        fixed=dict(pos_embed="none", rope="dinov3", rope_rotate_half=True, dynamic_img_size=True, global_pool="token"),
+    ),
 }
 # Whole text + image models: their vision tower is the vision_config of the family named here.
 VISION_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
@@ -101,6 +126,13 @@ _KEY_TYPES: dict[str, Any] = {
     "use_swiglu_ffn": bool,
     "num_register_tokens": int,
     "vision_use_head": bool,
+    "rope_theta": float,
+    "query_bias": bool,
+    "key_bias": bool,
+    "value_bias": bool,
+    "proj_bias": bool,
+    "mlp_bias": bool,
+    "use_gated_mlp": bool,
 }
 
 
@@ -156,15 +188,39 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         img_size=_size(values["image_size"]),
         patch_size=_size(values["patch_size"]),
         in_chans=values["num_channels"],
-        qkv_bias=values["qkv_bias"],
         norm_eps=float(values["layer_norm_eps"]),
         act_layer=ACTIVATIONS[act],
         **family.fixed,
     )
+    fields.update(_dinov3_fields(values, where) if name == "dinov3_vit" else {"qkv_bias": values["qkv_bias"]})
     if "layerscale_value" in values:
         fields["init_values"] = float(values["layerscale_value"])
     if "num_register_tokens" in values:
         fields["reg_tokens"] = values["num_register_tokens"]
+    return fields
+
+
+def _dinov3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """DINOv3ViTConfig's attention biases, rotary base and MLP, as ViTConfig fields."""
+    for key in ("proj_bias", "mlp_bias"):
+        if values[key] is not True:
+            raise WeightsFileError(
+                f"{where}: {key}={values[key]!r} is not supported; expected true (vitzoo's layers have it)"
+            )
+    if values["query_bias"] is not values["value_bias"]:
+        raise WeightsFileError(
+            f"{where}: query_bias={values['query_bias']!r} with value_bias={values['value_bias']!r} is not supported; "
+            "expected both true or both false"
+        )
+    bias = values["query_bias"]
+    if values["key_bias"] and not bias:
+        raise WeightsFileError(
+            f"{where}: key_bias=true without query and value biases is not supported; expected false"
+        )
+    fields: dict[str, Any] = dict(qkv_bias=bias, k_bias=values["key_bias"] or not bias)
+    fields["rope_temperature"] = float(values["rope_theta"])
+    if values["use_gated_mlp"]:  # act(gate_proj(x)) * up_proj(x): timm's SwiGLU (fc1_g, fc1_x)
+        fields["mlp_layer"] = "swiglu"
     return fields
 
 
@@ -245,6 +301,7 @@ PROCESSORS: dict[str, Processor] = {
     "CLIP": Processor(_CLIP_PROCESSOR, int_size_is_short_side=True),
     "Bit": Processor(_CLIP_PROCESSOR, int_size_is_short_side=True),  # DINOv2's processor
     "Siglip": Processor(dict(_VIT_PROCESSOR, resample=3)),
+    "DINOv3ViT": Processor(dict(_VIT_PROCESSOR, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD))),
 }
 
 
