@@ -73,6 +73,7 @@ def load_checkpoint(
     if assign:
         state = _owned(state)
     model.load_state_dict(state, strict=strict, assign=assign)
+    _rebuild_non_persistent_buffers(model)
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if leftover:
         raise WeightsMismatchError(
@@ -89,6 +90,16 @@ def load_checkpoint(
             ", ".join(report.unexpected) or "none",
         )
     return report
+
+
+def _rebuild_non_persistent_buffers(model: nn.Module) -> None:
+    """Buffers that no checkpoint holds (derived from the config: a rotary embedding's table, a
+    zero key bias) stay on the meta device when the model was built there; each module that has
+    such buffers recomputes them with its `init_non_persistent_buffers()` (timm's name for it)."""
+    for module in model.modules():
+        rebuild = getattr(module, "init_non_persistent_buffers", None)
+        if callable(rebuild) and any(b.is_meta for b in module.buffers(recurse=False)):
+            rebuild()
 
 
 def build_args(ckpt: Checkpoint, overrides: Mapping[str, Any]) -> dict[str, Any]:
