@@ -51,6 +51,7 @@ from torch import nn
 
 import vitzoo
 from vitzoo.registry import timm_counterparts
+from vitzoo.weights.keymaps import to_vitzoo
 
 TIMM_NAMES = timm_counterparts()
 
@@ -79,7 +80,8 @@ def build_models(name: str) -> tuple[nn.Module, nn.Module]:
     if ours.config.act_layer == "quick_gelu":  # OpenAI CLIP: timm names its QuickGELU twin apart
         timm_name = timm_name.replace("_clip_", "_clip_quickgelu_")
     theirs = timm.create_model(timm_name, pretrained=False).eval()
-    ours.load_state_dict(theirs.state_dict(), strict=True)
+    # timm's names are vitzoo's but for its EVA class (DINOv3): the key map renames its LayerScale
+    ours.load_state_dict(to_vitzoo(theirs.state_dict(), file=timm_name).state, strict=True)
     x = torch.randn(2, *ours.pretrained_cfg.input_size)
     with torch.inference_mode():
         diff = (ours(x) - theirs(x)).abs().max().item()
