@@ -129,8 +129,9 @@ def split_open_clip(state: StateDict, *, file: str) -> Split:
     head = visual.get("head.weight")
     if head is not None and "visual.proj" in state:
         visual["head.weight"] = head.T.contiguous()
-    if "text_projection" in state:
-        text["proj.weight"] = state["text_projection"].T.contiguous()
+    for key in ("text_projection", "text.text_projection"):  # a (W, E) matrix (CLIP, PE-Core), not a Linear
+        if key in state:
+            text["proj.weight"] = state[key].T.contiguous()
     _text_positions(text)
     return Split(visual, text, scale, bias)
 
