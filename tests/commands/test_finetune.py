@@ -267,3 +267,42 @@ def test_zero_still_turns_clip_grad_and_ema_off(tmp_path: Path, capsys) -> None:
     args = parser.parse_args(["test_tiny_vit", "--clip-grad", "0", "--ema", "0"])
     config = command._train_config(args, "mnist-sample")
     assert config.clip_grad is None and config.ema_decay is None
+
+
+def test_init_head_zeroshot_and_wise_ft(tmp_path: Path) -> None:
+    """--init-head zeroshot starts from the zero-shot classifier of the class folders' names;
+    --wise-ft 0 writes exactly that zero-shot model (the ensemble's one end)."""
+    open_clip = pytest.importorskip("open_clip")
+    from safetensors.torch import save_file
+
+    from vitzoo.text import read_image_text
+    from vitzoo.text.finetune import zero_shot_vit
+    from vitzoo.text.model import templates
+
+    cfg = {
+        "embed_dim": 16,
+        "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
+        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 16, "heads": 2, "layers": 1},
+    }
+    weights = tmp_path / "clip"
+    weights.mkdir()
+    torch.manual_seed(0)
+    save_file(dict(open_clip.CLIP(**cfg).state_dict()), str(weights / "open_clip_model.safetensors"))
+    (weights / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
+    for split, n in (("train", 4), ("val", 2)):
+        for name, color in (("red", (250, 20, 20)), ("blue", (20, 20, 250))):
+            for i in range(n):
+                path = tmp_path / "imgs" / split / name / f"{i}.png"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                Image.new("RGB", (36, 32), color).save(path)
+    out = tmp_path / "run"
+    argv = ["--data", "folder", str(tmp_path / "imgs"), "--epochs", "1", "--batch-size", "4", "--out", str(out)]
+    code = finetune(
+        "clip_b16", *argv, "--weights", str(weights), "--init-head", "zeroshot", "--wise-ft", "0", "--no-progress"
+    )
+    assert code == 0 and json.loads((out / "run.json").read_text())["init_head"] == "zeroshot"
+    expected = zero_shot_vit(read_image_text(weights), ["blue", "red"], templates("openai")).state_dict()
+    mixed = load_file(out / "wise-ft" / "model.safetensors")
+    assert set(mixed) == set(expected) and all(torch.equal(mixed[k], expected[k]) for k in expected)
+    with pytest.raises(ValueError, match="--wise-ft needs --init-head zeroshot"):
+        finetune("clip_b16", *argv[:3], "--out", str(tmp_path / "r2"), "--wise-ft", "0.5")

@@ -18,6 +18,7 @@ from .base import bounded_int, in_range, number, require_vit
 from .data_args import add_data_arguments, data_spec, load_splits
 
 RUNS_DIR = Path("runs")
+WISE_FT_DIR = "wise-ft"  # a run directory's weight-space ensemble (--wise-ft)
 _THREADS = bounded_int(1, "a number of threads >= 1 or 'auto'")
 
 
@@ -109,6 +110,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--weights", default=None, help="start from these weights: a file, a directory, hf-hub:org/repo or timm:<name>"
     )
     _add_recipe_arguments(parser)
+    _add_zero_shot_arguments(parser)
     _add_distillation_arguments(parser)
     _add_mix_arguments(parser)
     _add_run_arguments(parser)
@@ -135,6 +137,30 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rec.add_argument(
         "--seed", type=_setting("seed"), default=0, help="seed for initialisation, data order, augmentation and dropout"
+    )
+
+
+def _add_zero_shot_arguments(parser: argparse.ArgumentParser) -> None:
+    """Image-text models (CLIP, SigLIP): a zero-shot head to start from, WiSE-FT at the end."""
+    zs = parser.add_argument_group(
+        "image-text models (CLIP, SigLIP; docs/zeroshot.md)",
+        "The weights (--pretrained or --weights) must hold the text tower: an open_clip or transformers "
+        "CLIPModel / SiglipModel checkpoint.",
+    )
+    zs.add_argument(
+        "--init-head",
+        choices=("random", "zeroshot"),
+        default="random",
+        help="zeroshot: start the classifier from the text embeddings of the dataset's class names (OpenAI's "
+        "prompt templates), so that before any step it predicts as zero-shot classification does",
+    )
+    zs.add_argument(
+        "--wise-ft",
+        type=number(low=0, high=1),
+        default=None,
+        metavar="ALPHA",
+        help="with --init-head zeroshot: also write the weight-space ensemble (1 - ALPHA) * zero-shot + ALPHA * "
+        "fine-tuned of the final weights to RUN_DIR/wise-ft (WiSE-FT; 0.5 is the paper's usual choice)",
     )
 
 
@@ -259,9 +285,13 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
     config = _train_config(args, spec.name)
     out_dir = _run_dir(args, spec.name)
     torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
-    model = require_vit(_build_model(args, spec.num_classes()), args.model)
+    image_text = _image_text_model(args)
+    model = require_vit(image_text.visual if image_text else _build_model(args, spec.num_classes()), args.model)
     splits = load_splits(args, spec, model, args.seed, resuming=out_dir if args.resume else None)
-    if splits.train.num_classes != model.config.num_classes:  # e.g. a folder class without images
+    zero_shot_state = None
+    if image_text is not None:
+        zero_shot_state = _zero_shot_head(image_text, splits.classes)
+    elif splits.train.num_classes != model.config.num_classes:  # e.g. a folder class without images
         model.reset_classifier(splits.train.num_classes)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:
@@ -278,10 +308,17 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
         out_dir=out_dir,
         resume=args.resume,
         overrides=overrides,
-        run_info={"model": args.model, "weights": args.weights, "pretrained": args.pretrained},
+        run_info={
+            "model": args.model,
+            "weights": args.weights,
+            "pretrained": args.pretrained,
+            "init_head": args.init_head,
+        },
     )
     if not rank0:
         return 0
+    if zero_shot_state is not None and args.wise_ft is not None and not result.interrupted:
+        _write_wise_ft(model, zero_shot_state, args.wise_ft, out_dir, splits.classes)
     if report is not None:
         report.update(_report(args, out_dir, splits.name, result))
     return _print_summary(args, out_dir, spec.name, result)
@@ -328,6 +365,48 @@ def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
             )
         return candidates[-1]
     return RUNS_DIR / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _image_text_model(args: argparse.Namespace) -> Any:
+    """--init-head zeroshot: the whole image-text model of the weights (None for a random head)."""
+    if args.wise_ft is not None and args.init_head != "zeroshot":
+        raise ValueError("--wise-ft needs --init-head zeroshot: it mixes the fine-tuned and zero-shot models")
+    if args.init_head != "zeroshot":
+        return None
+    if not (args.pretrained or args.weights or "." in args.model):
+        raise ValueError("--init-head zeroshot needs image-text weights: add --pretrained or --weights SOURCE")
+    if args.img_size is not None or getattr(args, "drop_path", None) is not None:
+        raise ValueError(
+            "--init-head zeroshot takes the towers as the checkpoint states them: drop --img-size / --drop-path"
+        )
+    from ..builder import create
+
+    return create(args.model, pretrained=args.weights is None, weights=args.weights, text=True)
+
+
+def _zero_shot_head(image_text: Any, classes: tuple[str, ...]) -> dict[str, Any]:
+    """Fold the zero-shot classifier of `classes` into the image tower's head; its weights, kept
+    for --wise-ft."""
+    from ..text import templates
+    from ..text.finetune import zero_shot_vit
+
+    vit = zero_shot_vit(image_text.eval(), classes, templates("openai"))
+    return {k: v.detach().clone() for k, v in vit.state_dict().items()}
+
+
+def _write_wise_ft(
+    model: Any, zero_shot: dict[str, Any], alpha: float, out_dir: Path, classes: tuple[str, ...]
+) -> None:
+    """RUN_DIR/wise-ft: the weight-space ensemble of the zero-shot and fine-tuned models."""
+    import copy
+
+    from ..text.finetune import wise_ft
+    from ..train import export_pretrained
+
+    mixed = copy.deepcopy(model)
+    mixed.load_state_dict(wise_ft(zero_shot, model.state_dict(), alpha))
+    export_pretrained(mixed, out_dir / WISE_FT_DIR, classes=classes, extra={"wise_ft_alpha": alpha})
+    print(f"wrote the WiSE-FT ensemble (alpha {alpha}) to {out_dir / WISE_FT_DIR}", flush=True)
 
 
 def _build_model(args: argparse.Namespace, num_classes: int) -> Any:
