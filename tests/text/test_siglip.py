@@ -118,3 +118,68 @@ def test_siglip2_text_tower_parity(tmp_path):
         expected = ref.get_text_features(input_ids=ids)
         expected = getattr(expected, "pooler_output", expected)
         assert (tower(ids) - expected).abs().max() <= TOL
+
+
+def test_siglip_hub_repo_with_a_timm_image_tower(tmp_path, t5_spm, fake_hub, hf_cache):
+    """timm's SigLIP repo layout: open_clip's config naming timm's architecture (the image tower in
+    timm's names under visual.trunk), the text tower under text.*, the vocabulary beside them; what
+    `create("siglip_b16", pretrained=True, text=True)` reads."""
+    open_clip = pytest.importorskip("open_clip")
+    timm = pytest.importorskip("timm")
+    from safetensors.torch import save_file
+
+    import vitzoo
+
+    torch.manual_seed(0)
+    trunk = randomize(
+        timm.create_model(
+            "vit_base_patch16_siglip_224",
+            pretrained=False,
+            embed_dim=48,
+            depth=1,
+            num_heads=12,
+            img_size=32,
+            num_classes=0,
+        )
+    )
+    text_cfg = {"context_length": 16, "vocab_size": 64, "width": 48, "heads": 2, "layers": 1, "no_causal_mask": True}
+    text_cfg.update(
+        proj_bias=True, pool_type="last", norm_kwargs={"eps": 1e-6}, hf_tokenizer_name="timm/ViT-B-16-SigLIP"
+    )
+    vision_cfg = {
+        "image_size": 32,
+        "timm_model_name": "vit_base_patch16_siglip_224",
+        "timm_pool": "map",
+        "timm_proj": "none",
+    }
+    cfg = {"embed_dim": 48, "init_logit_bias": -10, "custom_text": True, "vision_cfg": vision_cfg, "text_cfg": text_cfg}
+    own_vision = {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16}
+    text = randomize(open_clip.CustomTextCLIP(48, own_vision, text_cfg, init_logit_bias=-10)).text
+    state = {f"visual.trunk.{k}": v for k, v in trunk.state_dict().items()}
+    state |= {f"text.{k}": v for k, v in text.state_dict().items()}
+    state |= {"logit_scale": torch.tensor(2.3), "logit_bias": torch.tensor(-3.0)}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    save_file({k: v.contiguous() for k, v in state.items()}, str(repo / "open_clip_model.safetensors"))
+    (repo / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
+    shutil.copy(t5_spm, repo / "spiece.model")
+    fake_hub.publish_dir("timm/ViT-B-16-SigLIP", repo)
+    model = vitzoo.create("siglip_b16", pretrained=True, text=True).eval()
+    assert model.visual.config.embed_dim == 48 and model.visual.config.global_pool == "map"
+    images, ids = torch.randn(2, 3, 32, 32), model.tokenize(TEXTS)
+    with torch.no_grad():
+        img = torch.nn.functional.normalize(trunk(images), dim=-1)
+        txt = torch.nn.functional.normalize(text(ids), dim=-1)
+        expected = torch.tensor(2.3).exp() * img @ txt.T - 3.0
+        assert (model(images, ids) - expected).abs().max() <= TOL
+
+
+def test_tokenizer_config_decides_specials_and_padding(tmp_path, t5_spm):
+    from vitzoo.text.spm import from_files
+
+    bare = from_files(t5_spm, None, 8)  # SigLIP's defaults: </s> appended, padding with </s>
+    assert bare(["a cat"])[0, -1] == bare.eos_id and bare.pad_id == bare.eos_id
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"add_eos_token": False, "pad_token": {"content": "<pad>"}}))
+    stated = from_files(t5_spm, config, 8)
+    assert stated.pad_id == 0 and bare.eos_id not in stated(["a cat"])[0].tolist()

@@ -31,6 +31,7 @@ from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_
 from ..weights.errors import WeightsMismatchError
 from ..weights.files import read_checkpoint, read_json
 from ..weights.hub import HF_PREFIX, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
+from ..weights.shapes import infer_config_fields
 from .bpe import ClipTokenizer
 from .keymaps import split_open_clip, split_transformers_text
 from .model import ImageTextModel, Tokenizer
@@ -60,6 +61,21 @@ TEXT_CONFIGS: dict[str, TextConfig] = {
         proj_bias=True,
     ),
 }
+
+
+# Image-text sources of registered weights whose registered source is their image tower alone:
+# timm keeps SigLIP's open_clip files in a repo of open_clip's name.
+TEXT_SOURCES: dict[str, str] = {"siglip_b16.webli": "hf-hub:timm/ViT-B-16-SigLIP"}
+
+
+def _text_source(name: str) -> str:
+    """The image-text source of a registered name (with or without tag): TEXT_SOURCES, else the
+    registered source (timm's CLIP repos hold open_clip's files beside timm's)."""
+    entry, pcfg = registry.get_pretrained_cfg(name)
+    _, tag = registry.split_name(name)
+    if pcfg is None or pcfg.source is None:
+        raise WeightsError(f"model {entry.name!r} has no pretrained weights registered; pass weights=<source>")
+    return TEXT_SOURCES.get(f"{entry.name}.{tag or entry.default_tag}", pcfg.source)
 
 
 @dataclass
@@ -144,7 +160,11 @@ def _open_clip_visual(cfg: OpenClipConfig, state: dict[str, torch.Tensor], where
             raise WeightsMismatchError(
                 f"{where}: the image tower is timm's {cfg.timm_name!r}, which no registered vitzoo model matches"
             )
-        config = entry.resolve_config().replace(**cfg.vision_fields)
+        # The registered architecture, at the widths and depth the tensors show (the head count and
+        # the options are the architecture's).
+        shapes = infer_config_fields(state, file=where)
+        sizes = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
+        config = entry.resolve_config().replace(**sizes, **cfg.vision_fields)
     else:
         config = ViTConfig(**cfg.vision_fields)
     if "head.weight" in state and config.head_bias and "head.bias" not in state:
@@ -207,12 +227,10 @@ def _read_transformers(files: Files, source: Source) -> ImageTextModel:
 def create_image_text(name: str, pretrained: bool = False, weights: Source | None = None) -> ImageTextModel:
     """`name`'s image tower with its text tower: random (the text tower of TEXT_CONFIGS), or read
     from `weights` / the name's default source (timm's hub repo of that name, open_clip layout)."""
-    entry, pcfg = registry.get_pretrained_cfg(name)
+    entry = registry.get_entry(name)
     _, tag = registry.split_name(name)
     if weights is None and (pretrained or tag is not None):
-        if pcfg is None or pcfg.source is None:
-            raise WeightsError(f"model {entry.name!r} has no pretrained weights registered; pass weights=<source>")
-        weights = pcfg.source
+        weights = _text_source(name)
     if weights is not None:
         return read_image_text(weights)
     text_config = TEXT_CONFIGS.get(entry.name)
@@ -248,13 +266,10 @@ def get_tokenizer(model_name_or_source: str) -> Callable[[list[str]], torch.Tens
     configuration files are read, never the weights."""
     source: Source = model_name_or_source
     if not model_name_or_source.startswith((HF_PREFIX, TIMM_PREFIX)) and not Path(model_name_or_source).is_dir():
-        entry, pcfg = registry.get_pretrained_cfg(model_name_or_source)
-        config = TEXT_CONFIGS.get(entry.name)
+        config = TEXT_CONFIGS.get(registry.get_entry(model_name_or_source).name)
         if config is not None and config.causal:
             return ClipTokenizer(context_length=config.context_length)
-        if pcfg is None or pcfg.source is None:
-            raise WeightsError(f"model {entry.name!r} has no registered source to read a tokenizer from")
-        source = pcfg.source
+        source = _text_source(model_name_or_source)
     files = open_files(source)
     oc_config = files.get(OPEN_CLIP_CONFIG, optional=True)
     if oc_config is not None:

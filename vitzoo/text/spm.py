@@ -31,9 +31,9 @@ from .transformer import TextConfig
 SPM_FILES = ("spiece.model", "tokenizer.model")  # T5 / SigLIP, Gemma / SigLIP 2
 TOKENIZER_CONFIG = "tokenizer_config.json"
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-# Whether each tokenizer class adds <bos> / <eos> when its tokenizer_config.json does not say.
-_SPECIALS = {"gemma": (True, False)}
-_DEFAULT_SPECIALS = (False, True)  # T5Tokenizer, SiglipTokenizer: <eos> only
+# Whether a tokenizer adds (<bos>, <eos>) when its tokenizer_config.json does not say (transformers' defaults).
+GEMMA_SPECIALS = (True, False)  # GemmaTokenizer (SigLIP 2)
+T5_SPECIALS = (False, True)  # T5Tokenizer, SiglipTokenizer: <eos> only
 
 
 def canonicalize(text: str) -> str:
@@ -60,6 +60,7 @@ class SentencePieceTokenizer:
         add_bos: bool = False,
         add_eos: bool = True,
         pad_piece: str | None = None,
+        pad_with_eos: bool = False,
     ) -> None:
         spm = require("sentencepiece")
         self.sp = spm.SentencePieceProcessor(model_file=str(model_file))
@@ -68,7 +69,10 @@ class SentencePieceTokenizer:
         self.bos_id, self.eos_id = self.sp.bos_id(), self.sp.eos_id()
         if (add_bos and self.bos_id < 0) or (add_eos and self.eos_id < 0):
             raise VitzooError(f"{str(model_file)!r}: the SentencePiece model has no <bos> / <eos> piece to add")
-        pad = self.sp.piece_to_id(pad_piece) if pad_piece else self.sp.pad_id()
+        if pad_piece:
+            pad = self.sp.piece_to_id(pad_piece)
+        else:
+            pad = self.eos_id if pad_with_eos else self.sp.pad_id()
         self.pad_id = pad if pad >= 0 else 0
 
     def encode(self, text: str) -> list[int]:
@@ -98,9 +102,8 @@ def from_files(model_file: Path, config_file: Path | None, context_length: int) 
     """The tokenizer a SentencePiece model and its tokenizer_config.json (when there is one) describe."""
     cfg = read_json(config_file) if config_file is not None else {}
     kind = str(cfg.get("tokenizer_class", "")).lower()
-    bos, eos = next((v for k, v in _SPECIALS.items() if k in kind), _DEFAULT_SPECIALS)
-    if model_file.name == "tokenizer.model" and not kind:
-        bos, eos = _SPECIALS["gemma"]
+    gemma = "gemma" in kind or (model_file.name == "tokenizer.model" and not kind)
+    bos, eos = GEMMA_SPECIALS if gemma else T5_SPECIALS
     add_bos, add_eos = cfg.get("add_bos_token", bos), cfg.get("add_eos_token", eos)
     return SentencePieceTokenizer(
         model_file,
@@ -108,6 +111,7 @@ def from_files(model_file: Path, config_file: Path | None, context_length: int) 
         add_bos=bool(add_bos),
         add_eos=bool(add_eos),
         pad_piece=_token(cfg.get("pad_token")),
+        pad_with_eos=not gemma,  # T5 / SigLIP pad with </s> (big_vision's pad_value=1); Gemma with <pad>
     )
 
 
