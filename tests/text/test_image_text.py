@@ -118,3 +118,19 @@ def test_get_tokenizer_of_a_name_and_of_a_directory(open_clip_clip):
     for source in ("clip_b16", str(directory)):
         tokenizer = get_tokenizer(source)
         assert torch.equal(tokenizer(TEXTS), open_clip.tokenize(TEXTS))
+
+
+def test_retrieval_recall_from_the_models_embeddings(open_clip_clip):
+    """Image <-> text recall@k (vitzoo.probe) on the embeddings of the whole model: the recall of
+    open_clip's own embeddings for the same weights."""
+    from vitzoo.probe.retrieval import image_text_recall
+
+    ref, directory = open_clip_clip
+    model = read_image_text(directory).eval()
+    captions = ["a cat", "a sleeping cat", "a red car", "a car on a road", "a tree", "an old tree", "a dog", "a cup"]
+    text_to_image = [0, 0, 1, 1, 2, 2, 3, 4]
+    images, ids = torch.randn(5, 3, 32, 32), model.tokenize(captions)
+    with torch.no_grad():
+        ours = image_text_recall(model.encode_image(images), model.encode_text(ids), text_to_image, ks=(1, 2, 5))
+        theirs = image_text_recall(ref.encode_image(images), ref.encode_text(ids), text_to_image, ks=(1, 2, 5))
+    assert ours == theirs and ours["text_to_image"][5] == 1.0
