@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from .atomic import atomic_path
+from .layers.lora import merge_lora
 from .pretrained_cfg import pretrained_cfg_of
 
 # format name -> the file suffix that implies it
@@ -98,8 +99,10 @@ def export(
     opset: int | None = None,
     input_size: Sequence[int] | None = None,
 ) -> Path:
-    """Write `model` as ONNX or as a torch.export program; `fmt` defaults to `path`'s suffix."""
+    """Write `model` as ONNX or as a torch.export program; `fmt` defaults to `path`'s suffix.
+    LoRA adapters are merged first (layers/lora.py): the graph is the plain model's."""
     fmt = format_of(path, fmt)
+    model = merge_lora(model)
     if fmt == "onnx":
         return export_onnx(model, path, opset=opset, input_size=input_size)
     if opset is not None:

@@ -6,7 +6,7 @@
 
 Each file is written atomically, weights first: a config.json is only there once its weights are.
 Like the model it saves, this module sits just above vitzoo's bottom layer (it imports only
-`atomic` and `pretrained_cfg`).
+`atomic`, `pretrained_cfg` and `layers.lora`, which merges LoRA adapters into the weights saved).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from torch import nn
 
 from .atomic import write_json, write_safetensors
+from .layers.lora import merged_state_dict
 from .pretrained_cfg import pretrained_cfg_of
 
 FORMAT = "vitzoo"  # the "format" value in our config.json
@@ -27,7 +28,8 @@ _ARCHITECTURE = "architecture"  # the model attribute naming its registered arch
 
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike[str]) -> Path:
-    """Write `model` as config.json + model.safetensors into `directory` (created if needed)."""
+    """Write `model` as config.json + model.safetensors into `directory` (created if needed).
+    LoRA adapters (layers/lora.py) are merged into their weights: the saved model is a plain one."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
         raise TypeError(
@@ -37,7 +39,7 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike[str]) -> Path
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"save_pretrained: {str(directory)!r} exists and is not a directory")
     directory.mkdir(parents=True, exist_ok=True)
-    write_safetensors(directory / WEIGHTS_NAME, model.state_dict(), metadata={"format": "pt"})
+    write_safetensors(directory / WEIGHTS_NAME, merged_state_dict(model), metadata={"format": "pt"})
     pcfg = pretrained_cfg_of(model)
     write_json(
         directory / CONFIG_NAME,

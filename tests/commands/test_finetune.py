@@ -247,6 +247,14 @@ def test_ctrl_c_in_a_terminal_stops_a_streamed_run_cleanly(tmp_path: Path) -> No
         (["--epochs", "2.5"], r"argument --epochs: expected an int >= 1, got '2\.5'"),
         (["--mix-prob", "1.5"], r"argument --mix-prob: expected a probability in \[0, 1\], got '1\.5'"),
         (["--val-split", "nan"], r"argument --val-split: expected a fraction in \(0, 1\), got 'nan'"),
+        (["--lora", "0"], r"argument --lora: expected an int >= 1 \(e\.g\. 8\), got '0'"),
+        (["--lora", "8.5"], r"argument --lora: expected an int >= 1 \(e\.g\. 8\), got '8\.5'"),
+        (["--lora", "8", "--lora-alpha", "0"], r"argument --lora-alpha: expected a positive float \(finite\), got '0'"),
+        (["--lora", "8", "--lora-dropout", "1"], r"argument --lora-dropout: expected a float in \[0, 1\), got '1'"),
+        (
+            ["--lora", "8", "--lora-targets", "qkv,query"],
+            r"argument --lora-targets: 'query' is not a LoRA target; expected a comma-separated list of q, k, v, qkv",
+        ),
     ],
 )
 def test_numeric_flags_out_of_range_are_usage_errors_naming_flag_and_range(
@@ -306,3 +314,59 @@ def test_init_head_zeroshot_and_wise_ft(tmp_path: Path) -> None:
     assert set(mixed) == set(expected) and all(torch.equal(mixed[k], expected[k]) for k in expected)
     with pytest.raises(ValueError, match="--wise-ft needs --init-head zeroshot"):
         finetune("clip_b16", *argv[:3], "--out", str(tmp_path / "r2"), "--wise-ft", "0.5")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--lora-alpha", "16"], r"--lora-alpha without --lora RANK"),
+        (["--lora-targets", "qkv", "--lora-dropout", "0.1"], r"--lora-targets, --lora-dropout without --lora RANK"),
+        (["--lora", "4", "--linear-probe"], r"--lora and --linear-probe: choose one"),
+    ],
+)
+def test_lora_flags_that_do_not_go_together_are_refused(argv: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=message):
+        finetune("test_tiny_vit", *argv, "--out", str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_finetune_with_lora_reports_trainable_parameters_and_exports_a_plain_model(
+    mnist_dir: Path, tmp_path: Path, capsys
+) -> None:
+    import vitzoo
+
+    out = tmp_path / "run"
+    args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
+    lora = ("--lora", "4", "--lora-alpha", "8", "--lora-targets", "qkv,proj,mlp", "--lora-dropout", "0.1")
+    code = finetune(
+        "test_tiny_vit",
+        *args,
+        *lora,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--json",
+    )
+    assert code == 0
+    report = json.loads(capsys.readouterr().out)
+    settings = json.loads((out / "run.json").read_text())["train_config"]
+    assert (settings["lora_rank"], settings["lora_alpha"], settings["lora_dropout"]) == (4, 8.0, 0.1)
+    assert settings["lora_targets"] == "q,k,v,proj,fc1,fc2"
+    plain = vitzoo.create("test_tiny_vit")
+    total = sum(p.numel() for p in plain.parameters())
+    # rank 4 on 2 blocks of width 16, MLP 32: q, k, v, proj 4 * (16 + 16) each, fc1 and fc2 4 * (16 + 32)
+    adapters = 2 * (4 * 128 + 2 * 192)
+    head = plain.head.weight.numel() + plain.head.bias.numel()
+    assert (report["trainable_params"], report["total_params"]) == (adapters + head, total + adapters)
+    assert report["peak_memory_mb"] > 0
+    best = vitzoo.create("test_tiny_vit", weights=report["best_dir"])
+    assert set(best.state_dict()) == set(plain.state_dict())  # merged: the plain model's keys only
+
+    assert finetune("test_tiny_vit", *args, *lora, "--epochs", "1", "--out", str(tmp_path / "b"), "--no-progress") == 0
+    printed = capsys.readouterr().out
+    assert f"trained        {adapters + head:,} of {total + adapters:,} parameters" in printed
+    assert re.search(r"peak memory [\d,]+ MiB", printed)

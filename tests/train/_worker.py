@@ -1,7 +1,8 @@
 """Subprocess entry point for tests that need a real process: `kill -9` and torchrun.
 
 python _worker.py cli  <finetune args>      registers `test_tiny_vit`, runs `vitzoo finetune` (vitzoo.commands.finetune)
-python -m torch.distributed.run --nproc_per_node=2 _worker.py ddp OUT_DIR
+python -m torch.distributed.run --nproc_per_node=2 _worker.py ddp OUT_DIR [lora]
+    (lora: then a LoRA run of the same model in OUT_DIR/lora, in the same processes)
 """
 
 from __future__ import annotations
@@ -52,15 +53,26 @@ def main(argv: list[str]) -> int:
             name="mnist-sample",
             kind="digits",
         )
-        torch.manual_seed(0)
-        model = vitzoo.create("test_tiny_vit")
-        if os.environ.get("RANK") == "1":
-            # A different start on purpose: DDP must broadcast rank 0's weights at wrap time.
-            torch.nn.init.normal_(model.head.weight)
-        fit(model, splits, config=TrainConfig(epochs=2, batch_size=64, progress=False), out_dir=out)
-        save_file(
-            {k: v.contiguous() for k, v in model.state_dict().items()}, f"{out}/rank{os.environ['RANK']}.safetensors"
-        )
+        runs = [(out, TrainConfig(epochs=2, batch_size=64, progress=False))]
+        if rest[1:] == ["lora"]:
+            # Two fits in these processes: the group is this script's, so fit uses it and leaves it
+            # (a process cannot join a torchrun group a second time once it was destroyed).
+            torch.distributed.init_process_group("gloo")
+            config = TrainConfig(epochs=1, batch_size=64, progress=False, lora_rank=2, lora_targets="qkv,mlp")
+            runs.append((f"{out}/lora", config))
+        for run_dir, config in runs:
+            torch.manual_seed(0)
+            model = vitzoo.create("test_tiny_vit")
+            if os.environ.get("RANK") == "1":
+                # A different start on purpose: DDP must broadcast rank 0's weights at wrap time.
+                torch.nn.init.normal_(model.head.weight)
+            fit(model, splits, config=config, out_dir=run_dir)
+            save_file(
+                {k: v.contiguous() for k, v in model.state_dict().items()},
+                f"{run_dir}/rank{os.environ['RANK']}.safetensors",
+            )
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
         return 0
     raise SystemExit(f"unknown mode {mode!r}")
 

@@ -23,11 +23,25 @@ def test_bad_config_names_the_field() -> None:
         ("amp", "fp16", "'auto', 'bf16' or 'off'"),
         ("ema_decay", 1.0, r"None or a float in \(0, 1\)"),
         ("threads", 0, "None or an int >= 1"),
+        ("lora_rank", 0, r"None or an int >= 1 \(e\.g\. 8\)"),
+        ("lora_alpha", 4.0, "None without lora_rank"),
+        ("lora_dropout", 0.1, "0 without lora_rank"),
+        ("lora_targets", "qkv", "'q,v' without lora_rank"),
     ],
 )
 def test_invalid_train_config_names_the_field_and_what_it_expects(field: str, value: object, expected: str) -> None:
     with pytest.raises(ValueError, match=rf"^{field}={value!r} is invalid; expected {expected}"):
         TrainConfig(**{field: value})
+
+
+def test_lora_settings_are_checked_with_a_rank() -> None:
+    with pytest.raises(ValueError, match=r"^lora_rank=8 is invalid; expected None with linear_probe"):
+        TrainConfig(lora_rank=8, linear_probe=True)
+    with pytest.raises(ValueError, match=r"^lora_dropout=1\.0 is invalid; expected a float in \[0, 1\)"):
+        TrainConfig(lora_rank=8, lora_dropout=1.0)
+    with pytest.raises(ValueError, match=r"^lora_targets: 'attn' is not a LoRA target"):
+        TrainConfig(lora_rank=8, lora_targets="q,attn")
+    assert TrainConfig(lora_rank=8, lora_targets="qkv,mlp", lora_alpha=16.0).lora_targets == "qkv,mlp"
 
 
 def test_overrides_are_typed_by_the_setting_and_none_clears_an_optional_one() -> None:

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from _worker import TINY
 from safetensors.torch import load_file
+
+import vitzoo
 
 pytestmark = pytest.mark.slow  # subprocesses: `pytest -m "not slow"` skips them
 
@@ -48,7 +51,7 @@ def _torchrun(script: str, *args: str) -> None:
 
 
 def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
-    _torchrun("_worker.py", "ddp", str(tmp_path))
+    _torchrun("_worker.py", "ddp", str(tmp_path), "lora")
     rank0, rank1 = load_file(tmp_path / "rank0.safetensors"), load_file(tmp_path / "rank1.safetensors")
     assert rank0.keys() == rank1.keys()
     for key in rank0:  # rank 1 started from a different head: DDP broadcast rank 0's weights
@@ -59,6 +62,17 @@ def test_two_processes_train_in_lockstep(tmp_path: Path) -> None:
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2  # one record per epoch, not one per rank
     assert '"val_acc"' in lines[-1]
+    # then LoRA in the same processes: DDP reduces the adapters' and the head's gradients only, and
+    # the ranks end with the same adapters; the frozen weights are rank 0's initial ones on both
+    lora0, lora1 = (load_file(tmp_path / "lora" / f"rank{r}.safetensors") for r in (0, 1))
+    assert any("lora_B" in k for k in lora0) and lora0.keys() == lora1.keys()
+    for key in lora0:
+        assert torch.equal(lora0[key], lora1[key]), key
+    torch.manual_seed(0)
+    initial = vitzoo.create("vit_mnist", **TINY).state_dict()  # test_tiny_vit, as the worker built it
+    frozen = [k for k in initial if not k.startswith("head.")]
+    assert all(torch.equal(lora0[k], initial[k]) for k in frozen)
+    assert not torch.equal(lora0["head.weight"], initial["head.weight"])
 
 
 def test_two_processes_stream_a_folder_through_worker_processes(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -267,3 +268,43 @@ def test_weights_that_turn_nan_in_the_last_step_are_never_exported(small_splits:
         fit(model, small_splits, config=config, out_dir=tmp_path, on_step=_poison_at(model, 0, 2))
     assert not (tmp_path / "best").exists() and not (tmp_path / "checkpoint.safetensors").exists()
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_lora_trains_adapters_and_head_resumes_exactly_and_exports_merged(
+    small_splits: DataSplits, tmp_path: Path
+) -> None:
+    """LoRA on a model with a BatchNorm stem, adapter dropout on: only the adapters and the head
+    change (the stem's running statistics neither), Ctrl-C + resume ends bit for bit where the
+    uninterrupted run ends, and best/ is the merged, plain model with the adapted one's outputs."""
+    from vitzoo.layers.lora import merge_lora
+
+    config = TrainConfig(**{**CONFIG, "lora_rank": 2, "lora_targets": "qkv,mlp", "lora_dropout": 0.1})
+    stem = dict(conv_stem=(4, 8), patch_size=8)
+    model = tiny_model(**stem)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fit(model, small_splits, config=config, out_dir=tmp_path / "whole")
+    after = model.state_dict()
+    changed = {k for k in after if k not in before or not torch.equal(before[k], after[k])}
+    assert changed == {k for k in after if "lora_" in k} | {"head.weight", "head.bias"}
+    run = json.loads((tmp_path / "whole" / "run.json").read_text())
+    trainable = sum(v.numel() for k, v in after.items() if k in changed)
+    assert run["parameters"] == {"total": sum(v.numel() for v in model.parameters()), "trainable": trainable}
+    assert "peak_memory_mb" in json.loads((tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()[0])
+
+    def interrupt(epoch: int, step: int) -> None:
+        if (epoch, step) == (1, 3):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert fit(tiny_model(**stem), small_splits, config=config, out_dir=tmp_path / "cut", on_step=interrupt).interrupted
+    resumed = tiny_model(seed=123, **stem)
+    fit(resumed, small_splits, config=config, out_dir=tmp_path / "cut", resume=True)
+    assert _same_weights(model, resumed)
+
+    one = tiny_model(**stem)  # one epoch: best/ holds the final weights
+    fit(one, small_splits, config=dataclasses.replace(config, epochs=1), out_dir=tmp_path / "one")
+    best = vitzoo.create("vit_mnist", weights=str(tmp_path / "one" / "best"), **{**TINY, **stem}).eval()
+    assert set(best.state_dict()) == set(before)  # a plain model: no adapter left
+    x = torch.randn(4, 1, 28, 28)
+    with torch.no_grad():
+        assert (best(x) - one.eval()(x)).abs().max() < 1e-5
+        assert (best(x) - merge_lora(one).eval()(x)).abs().max() < 1e-5

@@ -111,6 +111,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     _add_recipe_arguments(parser)
     _add_zero_shot_arguments(parser)
+    _add_lora_arguments(parser)
     _add_distillation_arguments(parser)
     _add_mix_arguments(parser)
     _add_run_arguments(parser)
@@ -161,6 +162,55 @@ def _add_zero_shot_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ALPHA",
         help="with --init-head zeroshot: also write the weight-space ensemble (1 - ALPHA) * zero-shot + ALPHA * "
         "fine-tuned of the final weights to RUN_DIR/wise-ft (WiSE-FT; 0.5 is the paper's usual choice)",
+    )
+
+
+def _lora_targets_arg(value: str) -> str:
+    """--lora-targets: a comma-separated list of LoRA targets, kept as given once checked."""
+    from ..layers.lora import parse_lora_targets
+
+    try:
+        return ",".join(parse_lora_targets(value, field="expected targets"))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[1]) from None
+
+
+def _add_lora_arguments(parser: argparse.ArgumentParser) -> None:
+    """LoRA: TrainConfig's lora_* fields."""
+    lora = parser.add_argument_group(
+        "LoRA (low-rank adapters)",
+        "Freeze the backbone and train low-rank updates of chosen layers of every block, plus the head. best/ "
+        "holds the adapters merged into the weights: a plain model of the same architecture.",
+    )
+    lora.add_argument(
+        "--lora",
+        dest="lora_rank",
+        type=_setting("lora_rank"),
+        default=None,
+        metavar="RANK",
+        help="train rank-RANK adapters, e.g. 8 (the lr defaults to 1e-3 without layer decay)",
+    )
+    lora.add_argument(
+        "--lora-alpha",
+        type=_setting("lora_alpha"),
+        default=None,
+        metavar="A",
+        help="scale the updates by A / RANK (default A = RANK)",
+    )
+    lora.add_argument(
+        "--lora-targets",
+        type=_lora_targets_arg,
+        default=None,
+        metavar="LIST",
+        help="layers to adapt: q, k, v (slices of the fused qkv layer, each its own adapter), qkv (all three), "
+        "proj (attention output), fc1, fc2, mlp (both); default q,v",
+    )
+    lora.add_argument(
+        "--lora-dropout",
+        type=_setting("lora_dropout"),
+        default=None,
+        metavar="P",
+        help="dropout on the adapters' input",
     )
 
 
@@ -329,7 +379,8 @@ def _train_config(args: argparse.Namespace, data_name: str) -> Any:
     from ..train import TrainConfig, recipe_defaults
 
     from_pretrained = bool(args.pretrained or args.weights or "." in args.model)
-    recipe = recipe_defaults(data_name, from_pretrained, model=args.model)
+    lora = _lora_settings(args)
+    recipe = recipe_defaults(data_name, from_pretrained, model=args.model, lora=bool(lora))
     for key in _RECIPE_FIELDS:
         if getattr(args, key, None) is not None:
             recipe[key] = getattr(args, key)
@@ -350,7 +401,23 @@ def _train_config(args: argparse.Namespace, data_name: str) -> Any:
         threads=args.threads,
         workers=args.workers,
         **{name: getattr(args, name) for name in (*distillation, *mixing)},
+        **lora,
     )
+
+
+def _lora_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """TrainConfig's lora_* fields from the flags ({} without --lora); a LoRA flag without --lora,
+    or --lora with --linear-probe, is an error naming the flags."""
+    given = {name: getattr(args, name, None) for name in ("lora_alpha", "lora_targets", "lora_dropout")}
+    rank = getattr(args, "lora_rank", None)
+    if rank is None:
+        named = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
+        if named:
+            raise ValueError(f"{', '.join(named)} without --lora RANK: add --lora RANK (e.g. --lora 8)")
+        return {}
+    if args.linear_probe:
+        raise ValueError("--lora and --linear-probe: choose one (a linear probe trains only the head)")
+    return {"lora_rank": rank, **{name: value for name, value in given.items() if value is not None}}
 
 
 def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
@@ -400,11 +467,13 @@ def _write_wise_ft(
     """RUN_DIR/wise-ft: the weight-space ensemble of the zero-shot and fine-tuned models."""
     import copy
 
+    from ..layers.lora import merge_lora
     from ..text.finetune import wise_ft
     from ..train import export_pretrained
 
-    mixed = copy.deepcopy(model)
-    mixed.load_state_dict(wise_ft(zero_shot, model.state_dict(), alpha))
+    plain = merge_lora(model)  # with --lora: the adapters folded into the weights (a copy already)
+    mixed = copy.deepcopy(plain) if plain is model else plain
+    mixed.load_state_dict(wise_ft(zero_shot, plain.state_dict(), alpha))
     export_pretrained(mixed, out_dir / WISE_FT_DIR, classes=classes, extra={"wise_ft_alpha": alpha})
     print(f"wrote the WiSE-FT ensemble (alpha {alpha}) to {out_dir / WISE_FT_DIR}", flush=True)
 
@@ -440,6 +509,21 @@ def _report(args: argparse.Namespace, out_dir: Path, data: str, result: Any) -> 
         "metrics": str(out_dir / METRICS_NAME),
         "curves": str(out_dir / CURVES_NAME),
         "checkpoint": str(out_dir / "checkpoint.safetensors"),
+        **_resources(out_dir, result),
+    }
+
+
+def _resources(out_dir: Path, result: Any) -> dict[str, Any]:
+    """The parameters that trained (of all, adapters included) from run.json, and the peak memory
+    of the epochs this process ran (MiB; CUDA: allocated on the device, CPU: resident set)."""
+    from ..train import load_run_info
+
+    counts = load_run_info(out_dir).get("parameters") or {}
+    peaks = [r["peak_memory_mb"] for r in result.history if "peak_memory_mb" in r]
+    return {
+        "trainable_params": counts.get("trainable"),
+        "total_params": counts.get("total"),
+        "peak_memory_mb": max(peaks) if peaks else None,
     }
 
 
@@ -452,9 +536,18 @@ def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, resu
             f"interrupted; resume with: vitzoo finetune {args.model} --out {out_dir} --resume (plus the same options)"
         )
         return 130
+    used = _resources(out_dir, result)
+    trained = (
+        f"  trained        {used['trainable_params']:,} of {used['total_params']:,} parameters "
+        f"({100 * used['trainable_params'] / max(used['total_params'], 1):.2f}%)"
+        + (f", peak memory {used['peak_memory_mb']:,.0f} MiB\n" if used["peak_memory_mb"] is not None else "\n")
+        if used["total_params"]
+        else ""
+    )
     print(
         f"done in {result.train_seconds:.0f} s of training: best val accuracy {100 * result.best_acc:.2f}% "
         f"(epoch {result.best_epoch + 1}), final {100 * result.final_acc:.2f}%\n"
+        f"{trained}"
         f"  run directory  {out_dir}\n"
         f"  best model     {out_dir / BEST_DIR}   (vitzoo.create({args.model.split('.')[0]!r}, weights={str(out_dir / BEST_DIR)!r}))\n"
         f"  metrics        {out_dir / METRICS_NAME}\n"

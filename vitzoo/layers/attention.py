@@ -2,7 +2,8 @@
 
 One fused Linear computes q, k and v for all heads at once (its output rows are ordered
 [q | k | v], each split into heads), which is the layout of timm and of the original JAX code.
-qkv and proj go through `linear.linear` (a fused bias epilogue for bf16 inference on CPU).
+qkv and proj go through `linear.linear_module` (a fused bias epilogue for bf16 inference on CPU;
+a LoRA adapter in their place, layers/lora.py, runs its own forward).
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 
@@ -21,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import check_heads
-from .linear import linear
+from .linear import linear_module
 
 
 class Attention(nn.Module):
@@ -56,7 +57,7 @@ class Attention(nn.Module):
         # dim 2 into three (B, heads, N, head_dim). Splitting in place (rather than permuting the
         # q/k/v axis to the front) lets the backward stack their gradients straight into the
         # layout of the qkv output: one copy fewer per block, the same numbers.
-        qkv = linear(x, self.qkv.weight, self.qkv.bias).reshape(B, N, 3, self.num_heads, self.head_dim)
+        qkv = linear_module(self.qkv, x).reshape(B, N, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.unbind(2)  # unpacked by name, not by a generator: torch.fx traces it
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.attn_sink is None:
@@ -67,7 +68,7 @@ class Attention(nn.Module):
         else:
             x = self._explicit_attention(q, k, v, self.attn_sink)
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
-        return self.proj_drop(linear(x, self.proj.weight, self.proj.bias))
+        return self.proj_drop(linear_module(self.proj, x))
 
     def _explicit_attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: list[torch.Tensor]

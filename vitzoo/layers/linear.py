@@ -23,6 +23,7 @@ import functools
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 # oneDNN's GELU post-op: (attr, algorithm) for exact GELU and its tanh approximation.
 _FUSED_ACTIVATIONS = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh")}
@@ -67,7 +68,20 @@ def linear(
     if use_fused(x, weight):
         attr, algorithm = _FUSED_ACTIVATIONS[activation] if activation else ("none", "")
         return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
-    y = F.linear(x, weight, bias)
+    return _activate(F.linear(x, weight, bias), activation)
+
+
+def linear_module(module: nn.Module, x: torch.Tensor, activation: str | None = None) -> torch.Tensor:
+    """`linear` with a plain nn.Linear's weight and bias; any other layer in its place (a LoRA
+    adapter, layers/lora.py) runs its own forward, then the activation."""
+    if type(module) is nn.Linear:
+        return linear(x, module.weight, module.bias, activation)
+    if activation not in (None, *_FUSED_ACTIVATIONS):
+        raise ValueError(f"linear: activation={activation!r} is not fusable; expected None, 'gelu' or 'gelu_tanh'")
+    return _activate(module(x), activation)
+
+
+def _activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
     if activation == "gelu":
         return F.gelu(y)
     if activation == "gelu_tanh":

@@ -2,7 +2,7 @@
 an optional normalisation of the hidden units before fc2 (`norm`, timm's Mlp `norm_layer`). The
 gated MLPs (SwiGLU) are in swiglu.py.
 
-fc1 and its activation go through `linear.linear`, which for bf16 inference on CPU applies GELU
+fc1 and its activation go through `linear.linear_module`, which for bf16 inference on CPU applies GELU
 inside the GEMM (see linear.py); everywhere else it is `act(fc1(x))`.
 """
 
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from .activations import make_activation
-from .linear import linear
+from .linear import linear_module
 from .norm import make_norm
 
 
@@ -39,10 +39,10 @@ class Mlp(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused_act is not None:
-            x = linear(x, self.fc1.weight, self.fc1.bias, self.fused_act)
+            x = linear_module(self.fc1, x, self.fused_act)
         else:
             x = self.act(self.fc1(x))
         x = self.drop1(x)
         if self.norm is not None:
             x = self.norm(x)
-        return self.drop2(linear(x, self.fc2.weight, self.fc2.bias))
+        return self.drop2(linear_module(self.fc2, x))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import Range, check_fields
+from ..layers.lora import DEFAULT_LORA_TARGETS, parse_lora_targets
 from .distill import DISTILL_MODES
 
 _PROBABILITY = Range(low=0, high=1, noun="a probability")
@@ -38,6 +39,9 @@ TRAIN_RANGES: dict[str, Range] = {
     "cutmix": Range(low=0, note="0: off"),
     "mix_prob": _PROBABILITY,
     "mix_switch_prob": _PROBABILITY,
+    "lora_rank": Range(int, low=1, note="e.g. 8"),
+    "lora_alpha": Range(low=0, low_open=True),
+    "lora_dropout": Range(low=0, high=1, high_open=True),
     "threads": Range(int, low=1),
     "workers": Range(int, low=0, note="0: no worker processes"),
 }
@@ -76,6 +80,11 @@ class TrainConfig:
     cutmix: float = 0.0  # CutMix's area ~ Beta(cutmix, cutmix); 0: off
     mix_prob: float = 1.0  # probability that a batch is mixed at all
     mix_switch_prob: float = 0.5  # with both on: probability that a mixed batch gets CutMix rather than Mixup
+    # LoRA (vitzoo/layers/lora.py): low-rank adapters and the head train, the backbone is frozen
+    lora_rank: int | None = None  # the adapters' rank, e.g. 8; None: off
+    lora_alpha: float | None = None  # the update is scaled by alpha / rank; None: alpha = rank
+    lora_targets: str = DEFAULT_LORA_TARGETS  # q, k, v (slices of the fused qkv), qkv, proj, fc1, fc2, mlp
+    lora_dropout: float = 0.0  # dropout on the adapters' input
     progress: bool = True
     device: str = "auto"
     threads: int | None = (
@@ -100,8 +109,26 @@ class TrainConfig:
                     "distill",
                     "'none' without a teacher, 'hard' or 'soft' with one",
                 ),
+                *_lora_checks(self),
             ],
         )
+        if self.lora_rank is not None:
+            parse_lora_targets(self.lora_targets)  # unknown names: a ValueError naming lora_targets
+
+
+def _lora_checks(config: TrainConfig) -> list[tuple[bool, str, str]]:
+    """The LoRA settings: the others only with a rank, and not together with a linear probe."""
+    off = config.lora_rank is None
+    return [
+        (off or not config.linear_probe, "lora_rank", "None with linear_probe (a linear probe trains the head only)"),
+        (not off or config.lora_alpha is None, "lora_alpha", "None without lora_rank"),
+        (not off or config.lora_dropout == 0, "lora_dropout", "0 without lora_rank"),
+        (
+            not off or config.lora_targets == DEFAULT_LORA_TARGETS,
+            "lora_targets",
+            f"{DEFAULT_LORA_TARGETS!r} without lora_rank",
+        ),
+    ]
 
 
 def describe_range(name: str) -> str:

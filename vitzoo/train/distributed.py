@@ -20,6 +20,7 @@ class DistInfo:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    owns_group: bool = False  # `setup` joined the process group, so `teardown` leaves it
 
     @property
     def enabled(self) -> bool:
@@ -31,21 +32,25 @@ class DistInfo:
 
 
 def setup(device_type: str) -> DistInfo:
-    """Join the process group if launched by torchrun (WORLD_SIZE > 1); otherwise a single process."""
+    """Join the process group if launched by torchrun (WORLD_SIZE > 1); otherwise a single process.
+    A group the caller initialised already is used as it is (and left to the caller)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
         return DistInfo()
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if not dist.is_initialized():
+    owns_group = not dist.is_initialized()
+    if owns_group:
         backend = "nccl" if device_type == "cuda" else "gloo"
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
         dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
-    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank)
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank, owns_group=owns_group)
 
 
 def teardown(info: DistInfo) -> None:
-    if info.enabled and dist.is_initialized():
+    """Leave the process group `setup` joined; one the caller initialised stays for its next use
+    (another fit in the same processes)."""
+    if info.enabled and info.owns_group and dist.is_initialized():
         dist.destroy_process_group()
 
 

@@ -45,6 +45,7 @@ from .interrupt import StopFlag, agree, should_stop
 from .metrics import CURVES_NAME, METRICS_NAME, format_epoch, plot_curves, write_metrics
 from .mix import step_seed
 from .optim import freeze_norm_statistics
+from .placement import peak_memory_mb
 from .run import Run
 from .start import setup_run
 from .step import merged_logits, train_step
@@ -138,7 +139,7 @@ def train_one_epoch(run: Run, stop: StopFlag, *, on_step: Callable[[int, int], N
     config, state, epoch = run.config, run.state, run.state.epoch
     where, models, optim = run.placement, run.models, run.optim
     models.wrapped.train()
-    if config.linear_probe:
+    if config.linear_probe or config.lora_rank is not None:
         freeze_norm_statistics(models.module)
     bar = _progress_bar(run)
     started = time.perf_counter()
@@ -256,6 +257,7 @@ def _epoch_record(run: Run, val: EvalResult) -> dict[str, Any]:
         "epoch_time_s": round(state.epoch_time, 3),
         "train_images_per_s": round(float(sums[2]) / max(state.epoch_time, 1e-9), 1),
         "threads": torch.get_num_threads(),
+        "peak_memory_mb": round(peak_memory_mb(run.placement.device), 1),  # this rank's, so far
     }
     if run.optim.loss.teacher is not None:  # the teacher's term of train_loss, on its own
         record["train_distill_loss"] = float(sums[3] / sums[2])

@@ -18,6 +18,8 @@ import math
 import torch
 from torch import nn
 
+from ..layers.lora import add_lora, is_lora_parameter
+
 HEAD_PREFIXES = ("head", "head_dist", "pre_logits")
 _EMBED_NAMES = ("patch_embed", "cls_token", "dist_token", "pos_embed")
 
@@ -67,6 +69,17 @@ def freeze_backbone(model: nn.Module) -> int:
         trainable += param.numel() if param.requires_grad else 0
     if trainable == 0:
         raise ValueError("linear probe: the model has no head parameters to train (num_classes=0?)")
+    return trainable
+
+
+def add_adapters(model: nn.Module, *, rank: int, alpha: float | None, targets: str, dropout: float) -> int:
+    """LoRA (layers/lora.py): adapters on the targeted layers of the blocks; only they and the
+    classifier head(s) train. Returns the number of trainable params."""
+    add_lora(model, rank=rank, alpha=alpha, targets=targets, dropout=dropout)
+    trainable = 0
+    for name, param in model.named_parameters():
+        param.requires_grad = is_lora_parameter(name) or name.split(".")[0] in HEAD_PREFIXES
+        trainable += param.numel() if param.requires_grad else 0
     return trainable
 
 

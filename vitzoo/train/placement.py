@@ -22,6 +22,19 @@ def resolve_device(name: str, info: distributed.DistInfo | None = None) -> torch
     return torch.device(name)
 
 
+def peak_memory_mb(device: torch.device) -> float:
+    """The peak memory of this process so far, in MiB: on CUDA the allocator's maximum on the
+    device (`max_memory_allocated`), on the CPU the process's maximum resident set size (weights,
+    gradients, optimizer state, activations, data and the torch runtime together)."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    import resource  # POSIX: Linux reports ru_maxrss in KiB (macOS in bytes)
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+
+
 def use_bf16(amp: str, device: torch.device) -> bool:
     if amp == "bf16":
         return True

@@ -34,8 +34,15 @@ _MODEL_RECIPES: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
-def recipe_defaults(data: str, from_pretrained: bool, model: str | None = None) -> dict[str, Any]:
-    """The default recipe (TrainConfig fields) for this data, start and model."""
+# LoRA: the adapters start at zero and are all the backbone learns, so they take a higher lr than
+# full fine-tuning of pretrained weights and no layer-wise decay (which exists to keep pretrained weights in place).
+# peft's examples use 1e-3 to 5e-3; the run behind it is benchmarks/backbone_workflow.py.
+_LORA = dict(lr=1e-3, layer_decay=None)
+
+
+def recipe_defaults(data: str, from_pretrained: bool, model: str | None = None, lora: bool = False) -> dict[str, Any]:
+    """The default recipe (TrainConfig fields) for this data, start and model; `lora`: training
+    LoRA adapters (TrainConfig.lora_rank) rather than the weights."""
     recipe: dict[str, Any]
     if from_pretrained:
         recipe = dict(_PRETRAINED)
@@ -47,4 +54,6 @@ def recipe_defaults(data: str, from_pretrained: bool, model: str | None = None) 
         recipe = dict(_SCRATCH_FOLDER)
     if not from_pretrained and model is not None:
         recipe.update(_MODEL_RECIPES.get((model.split(".")[0], data), {}))
+    if lora and from_pretrained:
+        recipe.update(_LORA)
     return recipe

@@ -27,7 +27,7 @@ from .export import BEST_DIR
 from .lock import RunLock
 from .metrics import METRICS_NAME, read_metrics
 from .mix import Mixer
-from .optim import WarmupCosine, freeze_backbone, make_optimizer, param_groups
+from .optim import WarmupCosine, add_adapters, freeze_backbone, make_optimizer, param_groups
 from .placement import Placement, resolve_device, use_bf16
 from .resume import check_same_model, check_same_settings
 from .run import Loaders, Models, Optimization, Run
@@ -133,6 +133,14 @@ def _build_run(
     torch.manual_seed(config.seed)
     if config.linear_probe:
         freeze_backbone(model)
+    if config.lora_rank is not None:
+        add_adapters(
+            model,
+            rank=config.lora_rank,
+            alpha=config.lora_alpha,
+            targets=config.lora_targets,
+            dropout=config.lora_dropout,
+        )
     model.to(device)
     ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
     bf16 = use_bf16(config.amp, device)
@@ -216,9 +224,17 @@ def _run_info(
         "train_config": dataclasses.asdict(run.config),
         "teacher": teacher.description if teacher is not None else None,
         "model_config": model_config.to_dict() if model_config is not None else None,
+        "parameters": _parameter_counts(run.models.module),
         # each resume that changed settings: {resumed_at_epoch, resumed_at_step, changed: {name: {old, new}}}
         "settings_history": settings_history,
     }
+
+
+def _parameter_counts(model: nn.Module) -> dict[str, int]:
+    """All of the model's parameters and those that train (the head of a linear probe; LoRA's
+    adapters and the head). With LoRA, `total` includes the adapters."""
+    params = list(model.parameters())
+    return {"total": sum(p.numel() for p in params), "trainable": sum(p.numel() for p in params if p.requires_grad)}
 
 
 def _restore(run: Run) -> None:
