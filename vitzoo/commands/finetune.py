@@ -182,36 +182,27 @@ def _add_lora_arguments(parser: argparse.ArgumentParser) -> None:
         "Freeze the backbone and train low-rank updates of chosen layers of every block, plus the head. best/ "
         "holds the adapters merged into the weights: a plain model of the same architecture.",
     )
-    lora.add_argument(
-        "--lora",
-        dest="lora_rank",
-        type=_setting("lora_rank"),
-        default=None,
-        metavar="RANK",
-        help="train rank-RANK adapters, e.g. 8 (the lr defaults to 1e-3 without layer decay)",
+    options = (
+        (
+            "--lora",
+            "lora_rank",
+            _setting("lora_rank"),
+            "RANK",
+            "train rank-RANK adapters, e.g. 8 (from pretrained weights the lr defaults to 1e-3, no layer decay)",
+        ),
+        ("--lora-alpha", "lora_alpha", _setting("lora_alpha"), "A", "scale the updates by A / RANK (default A = RANK)"),
+        (
+            "--lora-targets",
+            "lora_targets",
+            _lora_targets_arg,
+            "LIST",
+            "layers to adapt: q, k, v (slices of the fused qkv layer, each its own adapter), qkv (all three), "
+            "proj (attention output), fc1, fc2, mlp (both); default q,v",
+        ),
+        ("--lora-dropout", "lora_dropout", _setting("lora_dropout"), "P", "dropout on the adapters' input"),
     )
-    lora.add_argument(
-        "--lora-alpha",
-        type=_setting("lora_alpha"),
-        default=None,
-        metavar="A",
-        help="scale the updates by A / RANK (default A = RANK)",
-    )
-    lora.add_argument(
-        "--lora-targets",
-        type=_lora_targets_arg,
-        default=None,
-        metavar="LIST",
-        help="layers to adapt: q, k, v (slices of the fused qkv layer, each its own adapter), qkv (all three), "
-        "proj (attention output), fc1, fc2, mlp (both); default q,v",
-    )
-    lora.add_argument(
-        "--lora-dropout",
-        type=_setting("lora_dropout"),
-        default=None,
-        metavar="P",
-        help="dropout on the adapters' input",
-    )
+    for flag, dest, kind, metavar, text in options:
+        lora.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar, help=text)
 
 
 def _add_distillation_arguments(parser: argparse.ArgumentParser) -> None:
