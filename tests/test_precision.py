@@ -97,3 +97,14 @@ def test_loading_nonfinite_weights_warns_once_naming_them(tmp_path: Path):
     assert len(caught) == 1 and precision.nonfinite_tensors(loaded) == ["head.bias"]
     with pytest.raises(ValueError, match=r"NaN or infinite values in head.bias; its outputs would be NaN"):
         precision.refuse_nonfinite(loaded, "the weights")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_all_finite_finds_nan_and_both_infinities_anywhere(dtype):
+    t = torch.randn(7, 5).to(dtype)
+    assert precision.all_finite(t) and precision.all_finite(t[:0])
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for where in ((0, 0), (3, 2), (6, 4)):
+            u = t.clone()
+            u[where] = bad
+            assert not precision.all_finite(u), (bad, where)

@@ -71,7 +71,17 @@ def name_of(dtype: torch.dtype) -> str:
 def nonfinite_tensors(model: nn.Module) -> list[str]:
     """The names of `model`'s floating-point parameters and buffers that hold a NaN or an infinity
     (the one check behind the load warning and the refusals of predict, eval and export)."""
-    return [name for name, t in _named_floats(model) if not t.is_meta and not bool(torch.isfinite(t).all())]
+    return [name for name, t in _named_floats(model) if not t.is_meta and not all_finite(t)]
+
+
+def all_finite(t: torch.Tensor) -> bool:
+    """Whether a floating tensor holds no NaN and no infinity. Its minimum and maximum tell (a NaN
+    makes both NaN, an infinity is one of them) in one reduction, without the boolean tensor of
+    `isfinite(t).all()`, which is slow over bf16 weights (minutes for a 7B model)."""
+    if not t.numel():
+        return True
+    low, high = torch.aminmax(t)
+    return bool(torch.isfinite(low)) and bool(torch.isfinite(high))
 
 
 def describe_nonfinite(names: list[str], where: str) -> str:
