@@ -11,7 +11,7 @@ import pytest
 import torch
 from text_helpers import randomize, save_open_clip
 
-from vitzoo.text import read_image_text
+from vitzoo.text import get_tokenizer, read_image_text
 from vitzoo.text.keymaps import split_transformers_text
 from vitzoo.text.spm import SentencePieceTokenizer
 from vitzoo.text.transformer import TextTransformer
@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 TOL = 1e-5
 TEXTS = ["A Photo of a CAT!", "", "hello,   world... (zero-shot)", "the quick brown fox jumps " * 4, "Über café"]
 TEXT_CFG = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
-VISION_CFG = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=32)
+VISION_CFG = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
 
 
 def _hf_tokenizer(t5_spm, length=16):
@@ -43,7 +43,8 @@ def test_tokenizer_equals_transformers_siglip_tokenizer(t5_spm):
 
 def test_siglip_model_parity(tmp_path, t5_spm):
     config = transformers.SiglipConfig(
-        text_config={**TEXT_CFG, "max_position_embeddings": 16}, vision_config={**VISION_CFG, "patch_size": 16}
+        text_config={**TEXT_CFG, "max_position_embeddings": 16},
+        vision_config={**VISION_CFG, "patch_size": 16, "image_size": 32},
     )
     torch.manual_seed(0)
     ref = randomize(transformers.SiglipModel(config))
@@ -92,8 +93,13 @@ def test_siglip_style_open_clip_model_parity_and_missing_vocabulary(tmp_path, t5
         assert (model(images, ids) - (scale * img @ txt.T + bias)).abs().max() <= TOL
         assert (model.encode_text(ids, normalize=True) - txt).abs().max() <= TOL
     (directory / "spiece.model").unlink()
+    without = read_image_text(directory)  # the towers load; tokenizing names what is missing
+    with torch.no_grad():
+        assert torch.equal(without.encode_text(ids), model.encode_text(ids))
     with pytest.raises(WeightsError) as err:
-        read_image_text(directory)
+        without.tokenize(TEXTS)
+    with pytest.raises(WeightsError, match=r"spiece\.model"):
+        get_tokenizer(str(directory))
     message = str(err.value)
     assert "org/siglip-tokenizer" in message and "spiece.model" in message and "\n" not in message
 
@@ -107,7 +113,7 @@ def test_siglip2_text_tower_parity(tmp_path):
     ref = randomize(transformers.Siglip2Model(config))
     ref.save_pretrained(tmp_path)
     text_config, spec = transformers_text_config(json.loads((tmp_path / "config.json").read_text()), "config.json")
-    assert spec["file"] == "tokenizer.model"  # Gemma's vocabulary
+    assert spec["kind"] == "sentencepiece"
     from safetensors.torch import load_file
 
     state, _, _ = split_transformers_text(load_file(tmp_path / "model.safetensors"), file="model.safetensors")
@@ -183,3 +189,28 @@ def test_tokenizer_config_decides_specials_and_padding(tmp_path, t5_spm):
     config.write_text(json.dumps({"add_eos_token": False, "pad_token": {"content": "<pad>"}}))
     stated = from_files(t5_spm, config, 8)
     assert stated.pad_id == 0 and bare.eos_id not in stated(["a cat"])[0].tolist()
+
+
+@pytest.mark.skipif(not hasattr(transformers, "Siglip2Model"), reason="transformers < 4.49 has no Siglip2Model")
+def test_siglip2_naflex_model_parity(tmp_path):
+    """A Siglip2Model (NaFlex) read whole: its patch Linear as a convolution, its position table
+    for the square image it covers; transformers fed the same image as patches."""
+    config = transformers.Siglip2Config(
+        text_config={**TEXT_CFG, "max_position_embeddings": 16}, vision_config={**VISION_CFG, "num_patches": 4}
+    )
+    torch.manual_seed(0)
+    ref = randomize(transformers.Siglip2Model(config))
+    ref.save_pretrained(tmp_path)
+    model = read_image_text(tmp_path).eval()
+    assert model.visual.config.img_size == 32 and model.activation == "sigmoid"
+    images, ids = torch.randn(2, 3, 32, 32), torch.randint(0, 64, (3, 16))
+    patches = images.reshape(2, 3, 2, 16, 2, 16).permute(0, 2, 4, 3, 5, 1).reshape(2, 4, 16 * 16 * 3)
+    with torch.no_grad():
+        out = ref(
+            input_ids=ids,
+            pixel_values=patches,
+            pixel_attention_mask=torch.ones(2, 4, dtype=torch.long),
+            spatial_shapes=torch.tensor([[2, 2], [2, 2]]),
+        )
+        assert (model(images, ids) - out.logits_per_image).abs().max() <= TOL
+        assert (model.encode_image(images, normalize=True) - out.image_embeds).abs().max() <= TOL

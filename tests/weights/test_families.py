@@ -347,6 +347,7 @@ def test_transformers_config_defaults_are_transformers_own():
         "dinov2_with_registers": "Dinov2WithRegistersConfig",
         "clip_vision_model": "CLIPVisionConfig",
         "siglip_vision_model": "SiglipVisionConfig",
+        "siglip2_vision_model": "Siglip2VisionConfig",  # transformers >= 4.49
     }
     # Dinov2Config's patch_size default was 16 in older transformers (4.40), 14 now: vitzoo takes
     # today's; DINOv2's published configs state it, and the patch projection's shape checks it.

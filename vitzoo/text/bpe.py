@@ -157,3 +157,10 @@ def _read_merges(vocab_path: str | Path | None) -> list[tuple[str, str]]:
     if len(merges) != _MERGES or any(len(m) != 2 for m in merges):
         raise VitzooError(f"{where!r}: expected {_MERGES} merge lines of two symbols each after the header")
     return merges  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=8)
+def clip_tokenizer(context_length: int = CONTEXT_LENGTH) -> ClipTokenizer:
+    """The shipped vocabulary's tokenizer for a context length, built once (its tables take a
+    moment); tokenizing never changes it, so models share it."""
+    return ClipTokenizer(context_length=context_length)

@@ -32,7 +32,7 @@ from ..weights.errors import WeightsMismatchError
 from ..weights.files import read_checkpoint, read_json
 from ..weights.hub import HF_PREFIX, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
 from ..weights.shapes import infer_config_fields
-from .bpe import ClipTokenizer
+from .bpe import clip_tokenizer
 from .keymaps import split_open_clip, split_transformers_text
 from .model import ImageTextModel, Tokenizer
 from .open_clip_config import OpenClipConfig, parse_open_clip_config
@@ -147,7 +147,7 @@ def _read_open_clip(files: Files, config_path: Path) -> ImageTextModel:
         text,
         logit_scale=_scalar(split.logit_scale, "logit_scale", str(weights)) or CLIP_LOGIT_SCALE,
         logit_bias=_scalar(split.logit_bias, "logit_bias", str(weights)),
-        tokenizer=tokenizer_for(files, cfg.tokenizer, cfg.text),
+        tokenizer=tokenizer_for(files, cfg.tokenizer, cfg.text, lazy=True),
     )
     attach_pretrained_cfg(visual, cfg.preprocessing(visual.config, files.label))
     return model
@@ -220,7 +220,7 @@ def _read_transformers(files: Files, source: Source) -> ImageTextModel:
         text,
         logit_scale=_scalar(scale, "logit_scale", str(weights)) or CLIP_LOGIT_SCALE,
         logit_bias=_scalar(bias, "logit_bias", str(weights)),
-        tokenizer=tokenizer_for(files, tokenizer_spec, text_config),
+        tokenizer=tokenizer_for(files, tokenizer_spec, text_config, lazy=True),
     )
 
 
@@ -244,20 +244,37 @@ def create_image_text(name: str, pretrained: bool = False, weights: Source | Non
         attach_pretrained_cfg(visual, entry.default_cfg)
     if text_config.causal:
         return ImageTextModel(
-            visual, TextTransformer(text_config), tokenizer=ClipTokenizer(context_length=text_config.context_length)
+            visual, TextTransformer(text_config), tokenizer=clip_tokenizer(text_config.context_length)
         )
     return ImageTextModel(
         visual, TextTransformer(text_config), logit_scale=SIGLIP_LOGIT_SCALE, logit_bias=SIGLIP_LOGIT_BIAS
     )
 
 
-def tokenizer_for(files: Files, spec: dict[str, Any], text: TextConfig) -> Tokenizer:
-    """The tokenizer `spec` describes ({"kind": "clip"} or {"kind": "sentencepiece", ...})."""
+def tokenizer_for(files: Files, spec: dict[str, Any], text: TextConfig, *, lazy: bool = False) -> Tokenizer:
+    """The tokenizer `spec` describes ({"kind": "clip"} or {"kind": "sentencepiece", ...}). A
+    vocabulary that is nowhere to be found raises WeightsNotFoundError naming the places and files;
+    `lazy`: when the tokenizer is called instead (a model still computes from token ids)."""
     if spec["kind"] == "clip":
-        return ClipTokenizer(context_length=text.context_length)
+        return clip_tokenizer(text.context_length)
     from .spm import sentencepiece_tokenizer
 
-    return sentencepiece_tokenizer(files, spec, text, open_files)
+    try:
+        return sentencepiece_tokenizer(files, spec, text, open_files)
+    except WeightsNotFoundError as e:
+        if not lazy:
+            raise
+        return MissingTokenizer(e)
+
+
+class MissingTokenizer:
+    """Raises, when called, why the model has no tokenizer (the model's towers still work on ids)."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        raise self.error
 
 
 def get_tokenizer(model_name_or_source: str) -> Callable[[list[str]], torch.Tensor]:
@@ -268,7 +285,7 @@ def get_tokenizer(model_name_or_source: str) -> Callable[[list[str]], torch.Tens
     if not model_name_or_source.startswith((HF_PREFIX, TIMM_PREFIX)) and not Path(model_name_or_source).is_dir():
         config = TEXT_CONFIGS.get(registry.get_entry(model_name_or_source).name)
         if config is not None and config.causal:
-            return ClipTokenizer(context_length=config.context_length)
+            return clip_tokenizer(config.context_length)
         source = _text_source(model_name_or_source)
     files = open_files(source)
     oc_config = files.get(OPEN_CLIP_CONFIG, optional=True)

@@ -36,8 +36,6 @@ _SIGLIP_TEXT = dict(
     layer_norm_eps=1e-6,
 )
 TEXT_MODEL_TYPES = {"clip": _CLIP_TEXT, "siglip": _SIGLIP_TEXT, "siglip2": _SIGLIP_TEXT}
-# The SentencePiece model file of each type's tokenizer (T5's vocabulary for SigLIP, Gemma's for SigLIP 2).
-SPM_FILES = {"siglip": "spiece.model", "siglip2": "tokenizer.model"}
 
 
 def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfig, dict[str, Any]]:
@@ -81,4 +79,6 @@ def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfi
         raise WeightsFileError(f"{where!r}: text_config is invalid ({e})") from e
     if clip:
         return config, {"kind": "clip"}
-    return config, {"kind": "sentencepiece", "repo": None, "file": SPM_FILES[model_type], "clean": "canonicalize"}
+    # SigLIP's vocabulary is T5's (spiece.model); SigLIP 2's, in a SiglipModel (fixed resolution) as in a
+    # Siglip2Model (NaFlex), Gemma's (tokenizer.model): the files present, and tokenizer_config.json, say.
+    return config, {"kind": "sentencepiece", "repo": None, "clean": "canonicalize"}

@@ -12,7 +12,9 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                                                                         Dinov2WithRegistersModel
                   [vision_model.]embeddings.patch_embedding.weight      CLIPVisionModel[WithProjection],
                                                                         SiglipVisionModel, CLIPModel,
-                                                                        SiglipModel (their vision tower)
+                                                                        SiglipModel, Siglip2Model (their vision
+                                                                        tower; SigLIP 2's patch Linear becomes
+                                                                        a convolution)
                   embeddings.patch_embeddings.weight                    DINOv3ViTModel
     torchvision   conv_proj.weight                                      torchvision vit_b_16 & co.
     npz           [opt/target/|params/]embedding/kernel                 Google's original JAX/Flax ViT
@@ -23,6 +25,7 @@ detected layout maps is reported as unexpected (strict) rather than silently dro
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -269,8 +272,22 @@ def _from_transformers_clip(state: StateDict, file: str) -> Converted:
         if packed is not None:  # q, k, v stacked: our kv Linear is k and v stacked the same way
             dim = packed.shape[0] // 3
             out[f"attn_pool.q.{kind}"], out[f"attn_pool.kv.{kind}"] = packed[:dim], packed[dim:]
+    patch = out.get("patch_embed.proj.weight")
+    if patch is not None and patch.dim() == 2:  # SigLIP 2 NaFlex: a Linear over flattened patches
+        out["patch_embed.proj.weight"] = _naflex_patch_kernel(patch, file=file)
     eps = CLIP_EPS if "cls_token" in out else SIGLIP_EPS  # SigLIP has no class token
     return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": eps})
+
+
+def _naflex_patch_kernel(w: torch.Tensor, *, file: str) -> torch.Tensor:
+    """SigLIP 2's patch Linear (D, p * p * 3), its input a patch's pixels in (row, column, channel)
+    order, as the equivalent convolution kernel (D, 3, p, p)."""
+    side = math.isqrt(w.shape[1] // 3)
+    if side * side * 3 != w.shape[1]:
+        raise WeightsMismatchError(
+            f"{file}: embeddings.patch_embedding.weight has shape {tuple(w.shape)}; expected (D, 3 * p * p)"
+        )
+    return w.reshape(w.shape[0], side, side, 3).permute(0, 3, 1, 2).contiguous()
 
 
 # ----------------------------------------------------------------------------- torchvision

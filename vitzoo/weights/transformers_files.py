@@ -13,12 +13,16 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
     clip_vision_model, clip             CLIP's vision tower: LayerNorm before the blocks, no patch bias,
                                         the projection (visual_projection, no bias) as the head
     siglip_vision_model, siglip         SigLIP's vision tower: no class token, attention pooling ("map")
+    siglip2_vision_model, siglip2       SigLIP 2 NaFlex's: the same, with a Linear patch embedding over
+                                        (row, column, channel)-ordered patches (a convolution, keymaps.py)
+                                        and a square position table of num_patches, built for the
+                                        square image it covers (NaFlex resamples it per image)
     dinov3_vit                          DINOv3: rotary positions (base rope_theta) and no position table,
                                         registers, LayerScale, q/k/v biases as query_bias / key_bias /
                                         value_bias say (the key's: zero), SwiGLU with use_gated_mlp;
                                         pooled by the class token (its pooler_output)
 
-A whole CLIP or SigLIP model (text and vision, "clip" / "siglip") is read for its vision_config.
+A whole CLIP or SigLIP model (text and vision, "clip" / "siglip" / "siglip2") is read for its vision_config.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ _DINOV2_DEFAULTS = dict(
 )
 _CLIP_DEFAULTS = dict(_VIT_DEFAULTS, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=512)
 _SIGLIP_DEFAULTS = dict(_VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=True)
+_SIGLIP2_DEFAULTS = dict({k: v for k, v in _SIGLIP_DEFAULTS.items() if k != "image_size"}, num_patches=256)
 _DINOV3_DEFAULTS = dict(
     {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
     hidden_size=384,
@@ -98,6 +103,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "clip_vision_model": Family(_CLIP_DEFAULTS, fixed=dict(pre_norm=True, patch_bias=False)),
     "siglip_vision_model": Family(_SIGLIP_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
+    "siglip2_vision_model": Family(_SIGLIP2_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
     # transformers computes DINOv3's rotary embedding for every input size, as dynamic_img_size does.
     "dinov3_vit": Family(
         _DINOV3_DEFAULTS,
@@ -105,7 +111,7 @@ FAMILIES: dict[str, Family] = {
     ),
 }
 # Whole text + image models: their vision tower is the vision_config of the family named here.
-VISION_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}
+VISION_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model"}
 MODEL_TYPES = (*FAMILIES, *VISION_TOWERS)
 
 # transformers' names for the config keys vitzoo reads, with their types: a value of another type
@@ -133,6 +139,7 @@ _KEY_TYPES: dict[str, Any] = {
     "proj_bias": bool,
     "mlp_bias": bool,
     "use_gated_mlp": bool,
+    "num_patches": int,
 }
 
 
@@ -185,7 +192,7 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         depth=values["num_hidden_layers"],
         num_heads=values["num_attention_heads"],
         mlp_ratio=mlp_ratio,
-        img_size=_size(values["image_size"]),
+        img_size=_size(values["image_size"]) if "num_patches" not in values else _naflex_size(values, where),
         patch_size=_size(values["patch_size"]),
         in_chans=values["num_channels"],
         norm_eps=float(values["layer_norm_eps"]),
@@ -222,6 +229,17 @@ def _dinov3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
     if values["use_gated_mlp"]:  # act(gate_proj(x)) * up_proj(x): timm's SwiGLU (fc1_g, fc1_x)
         fields["mlp_layer"] = "swiglu"
     return fields
+
+
+def _naflex_size(values: dict[str, Any], where: str) -> int:
+    """SigLIP 2 NaFlex: the square image its position table covers (num_patches = side x side)."""
+    side, patch = math.isqrt(values["num_patches"]), values["patch_size"]
+    if values["num_patches"] <= 0 or side * side != values["num_patches"] or not isinstance(patch, int):
+        raise WeightsFileError(
+            f"{where}: num_patches={values['num_patches']!r} with patch_size={patch!r} is not supported; "
+            "expected a square number of patches and an int patch size"
+        )
+    return side * patch
 
 
 def _size(value: int | list[int] | tuple[int, int]) -> int | tuple[int, int]:
@@ -301,6 +319,9 @@ PROCESSORS: dict[str, Processor] = {
     "CLIP": Processor(_CLIP_PROCESSOR, int_size_is_short_side=True),
     "Bit": Processor(_CLIP_PROCESSOR, int_size_is_short_side=True),  # DINOv2's processor
     "Siglip": Processor(dict(_VIT_PROCESSOR, resample=3)),
+    # NaFlex resizes each image to the most patches that fit max_num_patches at its aspect ratio;
+    # vitzoo's tower is built for the square its position table covers, which the resize squashes to.
+    "Siglip2": Processor(dict(_VIT_PROCESSOR, resample=2)),
     "DINOv3ViT": Processor(dict(_VIT_PROCESSOR, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD))),
 }
 
