@@ -429,6 +429,10 @@ def _image_text_model(args: argparse.Namespace) -> Any:
     """--init-head zeroshot: the whole image-text model of the weights (None for a random head)."""
     if args.wise_ft is not None and args.init_head != "zeroshot":
         raise ValueError("--wise-ft needs --init-head zeroshot: it mixes the fine-tuned and zero-shot models")
+    if args.wise_ft is not None and getattr(args, "lora_rank", None):
+        raise ValueError(
+            "--wise-ft with --lora is not supported: mix the merged best/ with the zero-shot model instead"
+        )
     if args.init_head != "zeroshot":
         return None
     if not (args.pretrained or args.weights or "." in args.model):
