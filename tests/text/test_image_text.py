@@ -95,10 +95,13 @@ def test_zero_shot_head_gives_the_zero_shot_logits(open_clip_clip):
         model.zero_shot_classifier(names, ["no placeholder"])
 
 
-def test_hub_warm_cache_offline_and_cold_cache_error(open_clip_clip, fake_hub, hf_cache, monkeypatch):
+def test_download_then_offline_and_cold_cache_error(open_clip_clip, fake_hub, hf_cache, monkeypatch):
+    from vitzoo import cli
+
     _, directory = open_clip_clip
     fake_hub.publish_dir("org/tiny-clip", directory)
-    online = read_image_text("hf-hub:org/tiny-clip")
+    assert cli.main(["download", "hf-hub:org/tiny-clip", "--text"]) == 0  # what offline use needs, cached
+    online = read_image_text(directory)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     fake_hub.reset()  # nothing answers now: only the cache can
     offline = read_image_text("hf-hub:org/tiny-clip")

@@ -13,6 +13,7 @@ from text_helpers import randomize, save_open_clip
 
 from vitzoo.text import get_tokenizer, read_image_text
 from vitzoo.text.keymaps import split_transformers_text
+from vitzoo.text.load import download_image_text
 from vitzoo.text.spm import SentencePieceTokenizer
 from vitzoo.text.transformer import TextTransformer
 from vitzoo.text.transformers_config import transformers_text_config
@@ -170,6 +171,8 @@ def test_siglip_hub_repo_with_a_timm_image_tower(tmp_path, t5_spm, fake_hub, hf_
     (repo / "open_clip_config.json").write_text(json.dumps({"model_cfg": cfg}))
     shutil.copy(t5_spm, repo / "spiece.model")
     fake_hub.publish_dir("timm/ViT-B-16-SigLIP", repo)
+    cached = download_image_text("siglip_b16")
+    assert {p.name for p in cached} == {"open_clip_config.json", "open_clip_model.safetensors", "spiece.model"}
     model = vitzoo.create("siglip_b16", pretrained=True, text=True).eval()
     assert model.visual.config.embed_dim == 48 and model.visual.config.global_pool == "map"
     images, ids = torch.randn(2, 3, 32, 32), model.tokenize(TEXTS)

@@ -30,7 +30,7 @@ from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
 from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_source, vit_config
 from ..weights.errors import WeightsMismatchError
 from ..weights.files import read_checkpoint, read_json
-from ..weights.hub import HF_PREFIX, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
+from ..weights.hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
 from ..weights.shapes import infer_config_fields
 from .bpe import clip_tokenizer
 from .keymaps import split_open_clip, split_transformers_text
@@ -296,3 +296,28 @@ def get_tokenizer(model_name_or_source: str) -> Callable[[list[str]], torch.Tens
     assert config_path is not None
     text_config, spec = transformers_text_config(read_json(config_path), str(config_path))
     return tokenizer_for(files, spec, text_config)
+
+
+def download_image_text(name_or_source: str) -> list[Path]:
+    """Fetch what a whole image-text model needs into the hub cache, for later offline use
+    (HF_HUB_OFFLINE=1): its config and weights files and its tokenizer's vocabulary. Takes a
+    registered name (its image-text source) or "hf-hub:org/repo[@rev]" / "timm:<name>"."""
+    source = name_or_source
+    if not source.startswith((HF_PREFIX, TIMM_PREFIX)):
+        source = _text_source(name_or_source)
+    files = open_files(source)
+    if files.ref is None:
+        raise WeightsNotFoundError(f"{name_or_source!r}: download fetches hub sources; a directory is already local")
+    oc_config = files.get(OPEN_CLIP_CONFIG, optional=True)
+    if oc_config is not None:
+        cfg = parse_open_clip_config(read_json(oc_config), str(oc_config))
+        files.first(OPEN_CLIP_WEIGHTS)
+        spec, text = cfg.tokenizer, cfg.text
+    else:
+        config_path = files.get("config.json", tried=(OPEN_CLIP_CONFIG,))
+        assert config_path is not None
+        text, spec = transformers_text_config(read_json(config_path), str(config_path))
+        files.first(TRANSFORMERS_WEIGHTS)
+        files.get(PREPROCESSOR_FILE, optional=True)
+    tokenizer = tokenizer_for(files, spec, text)
+    return [*files.fetched.values(), *getattr(tokenizer, "files", [])]

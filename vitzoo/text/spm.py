@@ -64,6 +64,7 @@ class SentencePieceTokenizer:
     ) -> None:
         spm = require("sentencepiece")
         self.sp = spm.SentencePieceProcessor(model_file=str(model_file))
+        self.files = [Path(model_file)]  # what it was read from (vitzoo download --text caches them)
         self.context_length = context_length
         self.add_bos, self.add_eos = add_bos, add_eos
         self.bos_id, self.eos_id = self.sp.bos_id(), self.sp.eos_id()
@@ -105,7 +106,7 @@ def from_files(model_file: Path, config_file: Path | None, context_length: int) 
     gemma = "gemma" in kind or (model_file.name == "tokenizer.model" and not kind)
     bos, eos = GEMMA_SPECIALS if gemma else T5_SPECIALS
     add_bos, add_eos = cfg.get("add_bos_token", bos), cfg.get("add_eos_token", eos)
-    return SentencePieceTokenizer(
+    tokenizer = SentencePieceTokenizer(
         model_file,
         context_length,
         add_bos=bool(add_bos),
@@ -113,6 +114,9 @@ def from_files(model_file: Path, config_file: Path | None, context_length: int) 
         pad_piece=_token(cfg.get("pad_token")),
         pad_with_eos=not gemma,  # T5 / SigLIP pad with </s> (big_vision's pad_value=1); Gemma with <pad>
     )
+    if config_file is not None:
+        tokenizer.files.append(config_file)
+    return tokenizer
 
 
 def sentencepiece_tokenizer(
