@@ -11,6 +11,7 @@ The package's layers import downwards only (tests/test_layering.py checks it):
     registry                                                   names -> builders, configs, sources
     weights/                                                   checkpoints: read, convert, adapt, export
     builder                                                    create / from_pretrained: registry + weights
+    text/                                                      whole image-text models (create(..., text=True))
     data/, predict, probe/, train/, viz/, commands/, cli       applications on top
 
 The names below are imported on first use, so `import vitzoo.model` (or `vitzoo.layers`) loads
