@@ -348,3 +348,20 @@ def test_file_names_that_are_not_utf8_are_written_escaped(tmp_path, capsys, weig
     assert os.fsencode(record["image"]) == raw  # the JSON string is the name, escaped: its very bytes
     with open(tmp_path / "preds.csv", newline="", encoding="utf-8") as f:  # valid UTF-8
         assert list(csv.reader(f))[1][0] == str(folder) + "/caf\\xe9.png"
+
+
+def test_sigmoid_activation_scores_each_class_on_its_own(weights, photos):
+    """activation="sigmoid" (SigLIP's zero-shot): each probability is sigmoid(logit), not a share."""
+    _, model = weights
+    _, readable, _ = photos
+    records = list(
+        predict.predict_images(model, readable[:2], topk=10, workers=0, progress=False, activation="sigmoid")
+    )
+    tf = eval_transform(model)
+    with torch.no_grad():
+        logits = model(torch.stack([tf(Image.open(p)) for p in readable[:2]]))
+    for record, row in zip(records, logits.sigmoid()):
+        for p in record["predictions"]:
+            assert p["probability"] == pytest.approx(float(row[p["index"]]), abs=1e-6)
+    with pytest.raises(ValueError, match="activation"):
+        next(predict.predict_images(model, readable[:1], activation="tanh"))
