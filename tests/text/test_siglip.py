@@ -189,9 +189,10 @@ def test_tokenizer_config_decides_specials_and_padding(tmp_path, t5_spm):
     bare = from_files(t5_spm, None, 8)  # SigLIP's defaults: </s> appended, padding with </s>
     assert bare(["a cat"])[0, -1] == bare.eos_id and bare.pad_id == bare.eos_id
     config = tmp_path / "tokenizer_config.json"
-    config.write_text(json.dumps({"add_eos_token": False, "pad_token": {"content": "<pad>"}}))
+    config.write_text(json.dumps({"add_eos_token": False, "pad_token": {"content": "<pad>"}, "padding_side": "left"}))
     stated = from_files(t5_spm, config, 8)
-    assert stated.pad_id == 0 and bare.eos_id not in stated(["a cat"])[0].tolist()
+    ids = stated(["a cat"])[0].tolist()
+    assert stated.pad_id == 0 and bare.eos_id not in ids and ids[0] == 0 and ids[-1] != 0
 
 
 @pytest.mark.skipif(not hasattr(transformers, "Siglip2Model"), reason="transformers < 4.49 has no Siglip2Model")

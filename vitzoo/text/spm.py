@@ -4,7 +4,8 @@
     text -> ftfy + HTML entities (as open_clip) -> canonicalised (big_vision's: "_" to a space,
     punctuation removed, lower case, whitespace collapsed) -> SentencePiece ids
     -> [<bos>] ids [<eos>] (as the tokenizer_config.json says) -> cut to the context, keeping <eos>
-    -> padded with the pad id to the context the tower was trained with (SigLIP pools at the last slot)
+    -> padded with the pad id to the context the tower was trained with (SigLIP pools at the last slot),
+       on the right unless tokenizer_config.json says padding_side "left"
 
 The vocabulary is read from the checkpoint's own directory or repo, else from the tokenizer repo
 its config names (open_clip's `hf_tokenizer_name`); when neither has it, one error names both.
@@ -61,6 +62,7 @@ class SentencePieceTokenizer:
         add_eos: bool = True,
         pad_piece: str | None = None,
         pad_with_eos: bool = False,
+        pad_left: bool = False,
     ) -> None:
         spm = require("sentencepiece")
         self.sp = spm.SentencePieceProcessor(model_file=str(model_file))
@@ -75,6 +77,7 @@ class SentencePieceTokenizer:
         else:
             pad = self.eos_id if pad_with_eos else self.sp.pad_id()
         self.pad_id = pad if pad >= 0 else 0
+        self.pad_left = pad_left  # a tokenizer_config.json's padding_side "left"
 
     def encode(self, text: str) -> list[int]:
         return list(self.sp.encode(clean_canonical(text)))
@@ -88,7 +91,11 @@ class SentencePieceTokenizer:
         for i, text in enumerate(texts):
             ids = self.encode(text)[: max(room, 0)]
             ids = [self.bos_id] * self.add_bos + ids + [self.eos_id] * self.add_eos
-            out[i, : len(ids)] = torch.tensor(ids[:length], dtype=torch.long)
+            ids = ids[:length]
+            if self.pad_left:
+                out[i, length - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            else:
+                out[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         return out
 
 
@@ -113,6 +120,7 @@ def from_files(model_file: Path, config_file: Path | None, context_length: int) 
         add_eos=bool(add_eos),
         pad_piece=_token(cfg.get("pad_token")),
         pad_with_eos=not gemma,  # T5 / SigLIP pad with </s> (big_vision's pad_value=1); Gemma with <pad>
+        pad_left=cfg.get("padding_side") == "left",
     )
     if config_file is not None:
         tokenizer.files.append(config_file)
