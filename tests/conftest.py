@@ -8,12 +8,17 @@ reads these variables once:
   answers the Hub's file requests `/{org}/{repo}/resolve/{revision}/{filename}` (HEAD and GET,
   with X-Repo-Commit, ETag and Content-Length) for repos that tests publish to it, and 404s for
   everything else - so a stray download fails at once instead of retrying against huggingface.co;
+  It also takes uploads as the Hub's API does (`POST /api/repos/create`, `.../branch/{name}`,
+  `.../preupload/{revision}`, `.../commit/{revision}` with every file inline, `/api/validate-yaml`):
+  a commit is applied whole when its request succeeds, never in part;
 * HF_HUB_OFFLINE is cleared and tokens are removed, so the user's environment cannot leak in.
 
 Fixtures:
     fake_hub   the server; `fake_hub.publish("org/repo", {"model.safetensors": path_or_bytes})`,
                `fake_hub.publish_dir("org/repo", directory)`, `fake_hub.requests` (method, path)
-               log, `fake_hub.fail_with("org/repo", 500)`, `fake_hub.truncate("org/repo")`
+               log, `fake_hub.fail_with("org/repo", 500)`, `fake_hub.truncate("org/repo")`,
+               `fake_hub.fail_commits("org/repo", 500)` (the commit request fails after its body
+               arrived), `fake_hub.commits` (repo_id, revision, message, Authorization header)
     hf_cache   an empty hub cache directory for one test (HF_HUB_CACHE points at it)
     mnist_dir  600 + 200 real digits as a raw MNIST directory (`--data mnist --data-dir`)
     png_size   (width, height) of a PNG file, after checking that it decodes fully
@@ -21,7 +26,9 @@ Fixtures:
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -43,6 +50,8 @@ class FakeHub:
         self.requests: list[tuple[str, str]] = []
         self.failures: dict[str, int] = {}  # repo_id -> HTTP status answered to every request
         self.truncated: set[str] = set()  # repos whose GETs break off half-way
+        self.commit_failures: dict[str, int] = {}  # repo_id -> HTTP status answered to its commits
+        self.commits: list[tuple[str, str, str, str]] = []  # (repo_id, revision, message, Authorization)
         self._lock = threading.Lock()
         hub = self
 
@@ -54,6 +63,9 @@ class FakeHub:
 
             def do_GET(self) -> None:
                 hub._answer(self, body=True)
+
+            def do_POST(self) -> None:
+                hub._post(self)
 
             def log_message(self, *args: object) -> None:  # keep test output clean
                 pass
@@ -83,6 +95,14 @@ class FakeHub:
     def fail_with(self, repo_id: str, status: int) -> None:
         self.failures[repo_id] = status
 
+    def fail_commits(self, repo_id: str, status: int) -> None:
+        self.commit_failures[repo_id] = status
+
+    def files(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
+        """The files of `revision` of a published repo ({} when there is none)."""
+        with self._lock:
+            return dict(self.repos.get(repo_id, {}).get(revision, ("", {}))[1])
+
     def truncate(self, repo_id: str) -> None:
         """The next GET of the repo breaks off half-way; every request after it gets HTTP 500."""
         self.truncated.add(repo_id)
@@ -97,6 +117,8 @@ class FakeHub:
             self.requests.clear()
             self.failures.clear()
             self.truncated.clear()
+            self.commit_failures.clear()
+            self.commits.clear()
 
     # ---------------------------------------------------------------- serving
     def _answer(self, handler: BaseHTTPRequestHandler, *, body: bool) -> None:
@@ -139,6 +161,77 @@ class FakeHub:
             handler.close_connection = True
             return None
         return self._send(handler, 200, data, headers, body)
+
+    # ---------------------------------------------------------------- uploads
+    def _post(self, handler: BaseHTTPRequestHandler) -> None:
+        path = unquote(handler.path.split("?", 1)[0])
+        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        with self._lock:
+            self.requests.append(("POST", path))
+        parts = path.lstrip("/").split("/")
+        if path == "/api/validate-yaml":
+            return self._send_json(handler, 200, {"errors": [], "warnings": []})
+        if path == "/api/repos/create":
+            request = json.loads(body)
+            name = request["name"] if "/" in request["name"] else f"{request.get('organization')}/{request['name']}"
+            if name in self.repos:
+                return self._send_json(handler, 409, {"error": "You already created this model repo", "url": name})
+            self.publish(name, {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"})
+            return self._send_json(handler, 200, {"url": f"{self.url}/{name}", "name": name})
+        # /api/models/{org}/{repo}/{action}/{revision}
+        if len(parts) != 6 or parts[:2] != ["api", "models"]:
+            return self._send_json(handler, 404, {"error": "not found"})
+        repo_id, action, revision = f"{parts[2]}/{parts[3]}", parts[4], parts[5]
+        if repo_id not in self.repos:
+            return self._send_json(handler, 404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"})
+        if action == "branch":
+            if revision in self.repos[repo_id]:
+                return self._send_json(handler, 409, {"error": f"branch {revision} already exists"})
+            self.publish(repo_id, self.files(repo_id), revision=revision)
+            return self._send_json(handler, 200, {})
+        if revision not in self.repos[repo_id]:
+            headers = {"X-Error-Code": "RevisionNotFound"}
+            return self._send_json(handler, 404, {"error": "Revision not found"}, headers)
+        if action == "preupload":
+            files = [
+                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                for f in json.loads(body)["files"]
+            ]
+            return self._send_json(handler, 200, {"files": files})
+        if action == "commit":
+            return self._commit(handler, repo_id, revision, body)
+        return self._send_json(handler, 404, {"error": "not found"})
+
+    def _commit(self, handler: BaseHTTPRequestHandler, repo_id: str, revision: str, body: bytes) -> None:
+        """Apply an NDJSON commit of inline files whole, or answer an injected failure and change nothing."""
+        if repo_id in self.commit_failures:
+            return self._send_json(handler, self.commit_failures[repo_id], {"error": "injected commit failure"})
+        lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+        files = self.files(repo_id, revision)
+        message = ""
+        for line in lines:
+            value = line["value"]
+            if line["key"] == "header":
+                message = value["summary"]
+            elif line["key"] == "file":
+                files[value["path"]] = base64.b64decode(value["content"])
+            elif line["key"] == "deletedFile":
+                files.pop(value["path"], None)
+            else:  # LFS and copies: this hub answers every preupload with "regular"
+                return self._send_json(handler, 400, {"error": f"unsupported commit operation {line['key']}"})
+        commit = self.publish(repo_id, files, revision=revision)
+        with self._lock:
+            self.commits.append((repo_id, revision, message, handler.headers.get("Authorization", "")))
+        answer = {"commitUrl": f"{self.url}/{repo_id}/commit/{commit}", "commitOid": commit, "pullRequestUrl": None}
+        return self._send_json(handler, 200, answer)
+
+    @classmethod
+    def _send_json(
+        cls, handler: BaseHTTPRequestHandler, status: int, data: dict, headers: dict[str, str] | None = None
+    ) -> None:
+        cls._send(
+            handler, status, json.dumps(data).encode(), {"Content-Type": "application/json", **(headers or {})}, True
+        )
 
     @staticmethod
     def _send(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers: dict[str, str], body: bool) -> None:

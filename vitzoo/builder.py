@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import push as _push  # noqa: F401  (installs VisionTransformer.push_to_hub's implementation)
 from . import registry
 from .atomic import write_safetensors
 from .features import feature_model
@@ -91,6 +92,7 @@ def create(
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
 
     pretrained=True loads the name's default source (or the one its ".tag" selects);
+    "hf-hub:org/repo[@rev]" as the name builds what that repository states (from_pretrained);
     weights=SOURCE loads a file, directory, "hf-hub:org/repo" or "timm:<name>" instead.
     `pretrained_cfg_overlay` (as in timm) replaces preprocessing fields of `model.pretrained_cfg`
     (mean, std, crop_pct, crop_mode, interpolation, label_names, ...): the user's word wins over
@@ -149,6 +151,13 @@ def _create_image_text(
 def _create(
     name: str, pretrained: bool, weights: Source | None, dtype: torch.dtype | None, **overrides: Any
 ) -> nn.Module:
+    if name.startswith(HF_PREFIX):  # timm's spelling: the repository names its architecture
+        if weights is not None or overrides:
+            raise TypeError(
+                f"create({name!r}): a hub repository states its own config and weights; "
+                "expected no weights= or field overrides (build a registered name with weights= instead)"
+            )
+        return from_pretrained(name)
     entry, pcfg = registry.get_pretrained_cfg(name)
     _, tag = registry.split_name(name)
     if tag is not None and not pretrained and weights is None:
@@ -168,6 +177,7 @@ def _create(
     model = entry.builder(**overrides)
     if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
         attach_pretrained_cfg(model, _fit_cfg(entry.default_cfg, model))
+    attach_architecture(model, entry.name)  # saved and pushed models name it (push: timm's counterpart)
     return model
 
 

@@ -7,6 +7,7 @@
     vitzoo predict NAME IMAGE|DIR... [--output F]  top-k labels and probabilities (F: .csv/.jsonl)
     vitzoo export NAME --out FILE                  an ONNX file or a torch.export program (.onnx/.pt2)
     vitzoo finetune / eval / viz ...               training, evaluation and pictures
+    vitzoo push RUN_DIR_OR_WEIGHTS REPO_ID         upload to the Hub (timm / transformers load it)
 
 Each subcommand is a module of vitzoo/commands/ (`configure_parser` + `run`), listed in its one
 table, COMMANDS. Every subcommand has --help, prints a table for people and JSON with --json.

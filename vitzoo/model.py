@@ -59,7 +59,7 @@ from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
 from .layers.swiglu import MLPS, MlpName
-from .layout import save_pretrained
+from .layout import hub_pusher, save_pretrained
 from .pretrained_cfg import PretrainedCfg
 
 GLOBAL_POOLS = ("token", "avg", "map", "")
@@ -501,6 +501,25 @@ class VisionTransformer(nn.Module):
         """Write config.json + model.safetensors into `directory` (atomically, see vitzoo/layout.py);
         `vitzoo.from_pretrained(directory)` reads it back."""
         return save_pretrained(self, directory)
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool = False,
+        revision: str | None = None,
+        commit_message: str = "Upload vitzoo model",
+        token: str | None = None,
+        license: str | None = None,
+        run: dict[str, Any] | None = None,
+    ) -> str:
+        """Upload this model to the Hugging Face Hub as one commit and return the commit's URL: the
+        layout timm and transformers load where timm has the architecture (else vitzoo's), and a
+        model card. `run` is the record of the training run it came from (vitzoo/push.py has the
+        details); the token is huggingface_hub's (`token`, HF_TOKEN or the cached login)."""
+        options = {"private": private, "revision": revision, "commit_message": commit_message}
+        pushed: str = hub_pusher()(self, repo_id, **options, token=token, license=license, run=run)
+        return pushed
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that an optimizer should not decay (tokens and position embedding), as

@@ -269,21 +269,29 @@ def timm_counterparts() -> dict[str, str]:
 
 
 def list_models(
-    pattern: str | list[str] = "*", pretrained: bool | None = None, exclude: str | Sequence[str] = ()
+    pattern: str | list[str] = "*",
+    pretrained: bool | None = None,
+    exclude: str | Sequence[str] = (),
+    license: str | Sequence[str] | None = None,
 ) -> list[str]:
     """Registered names matching shell-style `pattern`(s). pretrained=True lists "name.tag"
-    for every pretrained source; pretrained=False lists only names without any source."""
+    for every pretrained source; pretrained=False lists only names without any source.
+    `license` (a Hub licence id such as "apache-2.0", or several; case-insensitive) keeps the
+    sources under one of those licences: "name.tag" with pretrained=True, else the names that
+    have at least one such source."""
     _populate()
     patterns = [pattern] if isinstance(pattern, str) else list(pattern)
     excludes = [exclude] if isinstance(exclude, str) else list(exclude)
+    licenses = _license_filter(license, pretrained)
     names: list[str] = []
     for entry in snapshot().values():
+        tags = [t for t, cfg in entry.pretrained.items() if licenses is None or (cfg.license or "").lower() in licenses]
         if pretrained is True:
-            candidates = [f"{entry.name}.{tag}" for tag in entry.pretrained]
+            candidates = [f"{entry.name}.{tag}" for tag in tags]
         elif pretrained is False:
             candidates = [] if entry.pretrained else [entry.name]
         else:
-            candidates = [entry.name]
+            candidates = [entry.name] if licenses is None or tags else []
         for cand in candidates:
             base = split_name(cand)[0]
             if any(fnmatch.fnmatchcase(cand, p) or fnmatch.fnmatchcase(base, p) for p in patterns) and not any(
@@ -291,6 +299,18 @@ def list_models(
             ):
                 names.append(cand)
     return sorted(names)
+
+
+def _license_filter(license: str | Sequence[str] | None, pretrained: bool | None) -> set[str] | None:
+    """The licence ids `list_models(license=...)` keeps, lower case; None keeps every source."""
+    if license is None:
+        return None
+    wanted = [license] if isinstance(license, str) else list(license)
+    if not wanted or not all(isinstance(x, str) and x.strip() for x in wanted):
+        raise ValueError(f"list_models: license={license!r} is invalid; expected a licence id such as 'apache-2.0'")
+    if pretrained is False:
+        raise ValueError("list_models: license filters pretrained sources; pretrained=False lists names that have none")
+    return {x.strip().lower() for x in wanted}
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "features": ("vitzoo.commands.features", "embed every image of a dataset once: a safetensors file for probe"),
     "probe": ("vitzoo.commands.probe", "kNN, linear, few-shot and retrieval evaluation of cached features"),
     "viz": ("vitzoo.commands.viz", "draw patches, embeddings and attention as PNGs"),
+    "push": ("vitzoo.commands.push", "upload a run's best model or saved weights to the Hugging Face Hub"),
 }
 
 __all__ = ["COMMANDS"]

@@ -64,12 +64,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sources(info: dict[str, Any]) -> list[str]:
+    """The pretrained sources, each with its licence (marked non-commercial / gated where it is so;
+    the JSON gets the same as `license_flags`)."""
+    from ..pretrained_cfg import license_flags
+
     lines = ["pretrained sources" + (" (the first is the default)" if info["pretrained"] else "")]
     if not info["pretrained"]:
         lines.append("  none (random init; use --weights / vitzoo.create(..., weights=...) for your own)")
     for tag, cfg in info["pretrained"].items():
         lines.append(f"  {info['name']}.{tag}")
-        lines.append(f"      source   {cfg['source']}   license {cfg['license'] or '-'}")
+        flags = license_flags(cfg["license"])
+        cfg["license_flags"] = list(flags)
+        restricted = f" ({', '.join(flags)})" if flags else ""
+        lines.append(f"      source   {cfg['source']}   license {cfg['license'] or '-'}{restricted}")
         if cfg["description"]:
             lines.append(f"      about    {cfg['description']}")
     return lines

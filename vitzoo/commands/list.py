@@ -1,4 +1,5 @@
-"""`vitzoo list [PATTERN...] [--pretrained]`: names, sizes, compute and origin of registered models."""
+"""`vitzoo list [PATTERN...] [--pretrained] [--license ID]`: names, sizes, compute and origin of
+registered models; with --pretrained, each source's licence, marked when it is non-commercial or gated."""
 
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "patterns", nargs="*", metavar="PATTERN", help="shell-style pattern(s); a bare word matches anywhere"
     )
     parser.add_argument("--pretrained", action="store_true", help="list NAME.TAG for every pretrained source instead")
+    parser.add_argument(
+        "--license",
+        action="append",
+        metavar="ID",
+        help="only sources under this licence (a Hub id such as apache-2.0, cc-by-nc-4.0); repeat for several",
+    )
 
 
 def _pattern(p: str) -> str:
@@ -28,10 +35,12 @@ def run(args: argparse.Namespace) -> int:
     from ..registry import list_models
 
     patterns = [_pattern(p) for p in args.patterns] or ["*"]
-    names = list_models(patterns, pretrained=True if args.pretrained else None)
+    names = list_models(patterns, pretrained=True if args.pretrained else None, license=args.license)
     if not names and not args.json:  # for people most likely a typo; for a program `[]` is the answer
         what = " ".join(args.patterns) if args.patterns else "*"
         kind = "pretrained model" if args.pretrained else "model"
+        if args.license:
+            kind += " under licence " + " or ".join(args.license)
         raise LookupError(f"no {kind} matches {what!r} (run `vitzoo list` to see every name)")
     rows, text = _pretrained_rows(names) if args.pretrained else _model_rows(names)
     emit(args, rows, text)
@@ -39,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _pretrained_rows(names: list[str]) -> tuple[list[dict[str, Any]], str]:
-    """One row per NAME.TAG: its source, input size, classes, license and origin."""
+    """One row per NAME.TAG: its source, input size, classes, license (and what it restricts) and origin."""
+    from ..pretrained_cfg import license_flags
     from ..registry import get_entry
 
     rows: list[dict[str, Any]] = []
@@ -55,11 +65,12 @@ def _pretrained_rows(names: list[str]) -> tuple[list[dict[str, Any]], str]:
                 "input_size": list(cfg.input_size),
                 "num_classes": cfg.num_classes,
                 "license": cfg.license,
+                "license_flags": list(license_flags(cfg.license)),
                 "origin": entry.origin,
             }
         )
     text = table(
-        ["NAME.TAG", "DEFAULT", "SOURCE", "INPUT", "CLASSES", "LICENSE"],
+        ["NAME.TAG", "DEFAULT", "SOURCE", "INPUT", "CLASSES", "LICENSE", "RESTRICTED"],
         [
             [
                 r["name"],
@@ -68,6 +79,7 @@ def _pretrained_rows(names: list[str]) -> tuple[list[dict[str, Any]], str]:
                 size(r["input_size"]),
                 r["num_classes"],
                 r["license"] or "-",
+                ", ".join(r["license_flags"]) or "-",
             ]
             for r in rows
         ],

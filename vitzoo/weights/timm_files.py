@@ -26,7 +26,8 @@ from .shapes import infer_config_fields
 
 logger = logging.getLogger("vitzoo.weights")
 
-_TIMM_ARGS = (
+# The ViTConfig fields timm's VisionTransformer takes under the same name (its model_args).
+TIMM_MODEL_ARGS = (
     "img_size",
     "patch_size",
     "in_chans",
@@ -66,7 +67,7 @@ def timm_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[s
         if not isinstance(value, dict):
             raise WeightsFileError(f"{where!r}: {key}={value!r} is invalid; expected a JSON object")
     fields: dict[str, Any] = {}
-    for key in _TIMM_ARGS:
+    for key in TIMM_MODEL_ARGS:
         if args.get(key) is not None:  # timm's None means "the architecture's default"
             value = args[key]
             fields[key] = tuple(value) if isinstance(value, list) else value

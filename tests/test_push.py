@@ -1,0 +1,151 @@
+"""vitzoo.push: a model pushed to the (local test) Hub comes back in timm, in transformers (its
+TimmWrapper) and in vitzoo with the same logits on real photos (scikit-image's), the same top-1
+label, label names and preprocessing; a model timm cannot build is pushed in vitzoo's layout with
+one line saying so; a push is one commit, and a commit the Hub refuses changes nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+from PIL import Image
+
+import vitzoo
+import vitzoo.data
+from vitzoo.pretrained_cfg import attach_pretrained_cfg
+from vitzoo.push import HubPushError, push_to_hub, timm_counterpart
+
+timm = pytest.importorskip("timm")
+skimage_data = pytest.importorskip("skimage.data")
+
+PHOTOS = ("chelsea", "astronaut", "coffee")
+LABELS = ("cat", "astronaut", "coffee")
+LOGIT_ATOL = 1e-6  # the same input through the same weights in another library
+INPUT_ATOL = 1e-5  # float rounding of the same uint8 pixels normalised in another order
+TOKEN = "hf_vitzoo_test_token"
+
+
+@pytest.fixture(scope="module")
+def photos() -> dict[str, Image.Image]:
+    return {name: Image.fromarray(getattr(skimage_data, name)()) for name in PHOTOS}
+
+
+@pytest.fixture
+def hub(fake_hub, hf_cache, monkeypatch):
+    """The test Hub with a token where huggingface_hub looks for one (HF_TOKEN)."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    return fake_hub
+
+
+def _tiny_vit(seed: int = 0) -> torch.nn.Module:
+    """vit_ti16 at reduced depth and width (the same code path), three named classes."""
+    torch.manual_seed(seed)
+    model = vitzoo.create("vit_ti16", depth=2, embed_dim=48, num_heads=3, img_size=64, num_classes=3).eval()
+    attach_pretrained_cfg(model, model.pretrained_cfg.replace(label_names=LABELS, license="apache-2.0"))
+    return model
+
+
+def _logits(model, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(x)
+    return getattr(out, "logits", out)
+
+
+def test_push_round_trip_through_timm_transformers_and_vitzoo(hub, photos):
+    model = _tiny_vit()
+    assert timm_counterpart(model) == ("vit_tiny_patch16_224", {"img_size": 64, "embed_dim": 48, "depth": 2})
+    url = model.push_to_hub("vitzoo-test/tiny-vit", commit_message="first push")
+    assert hub.commits == [("vitzoo-test/tiny-vit", "main", "first push", f"Bearer {TOKEN}")]
+    assert url.startswith(f"{hub.url}/vitzoo-test/tiny-vit/commit/")
+    files = hub.files("vitzoo-test/tiny-vit")
+    assert set(files) == {".gitattributes", "config.json", "model.safetensors", "README.md"}
+    config = json.loads(files["config.json"])
+    assert config["architecture"] == "vit_tiny_patch16_224" and config["label_names"] == list(LABELS)
+    assert config["pretrained_cfg"]["license"] == "apache-2.0"
+
+    ours = vitzoo.data.eval_transform(model)
+    x = torch.stack([ours(img) for img in photos.values()])
+    expected = _logits(model, x)
+    top1 = [LABELS[i] for i in expected.argmax(-1)]
+
+    theirs = timm.create_model("hf-hub:vitzoo-test/tiny-vit", pretrained=True).eval()
+    assert (_logits(theirs, x) - expected).abs().max().item() <= LOGIT_ATOL
+    assert tuple(theirs.pretrained_cfg["label_names"]) == LABELS and theirs.pretrained_cfg["license"] == "apache-2.0"
+    transform = timm.data.create_transform(**timm.data.resolve_data_config(model=theirs))
+    timm_x = torch.stack([transform(img.convert("RGB")) for img in photos.values()])
+    assert (timm_x - x).abs().max().item() <= INPUT_ATOL
+    assert [LABELS[i] for i in _logits(theirs, timm_x).argmax(-1)] == top1
+
+    back = vitzoo.create("hf-hub:vitzoo-test/tiny-vit").eval()
+    assert torch.equal(_logits(back, x), expected)
+    cfg, pushed = back.pretrained_cfg, model.pretrained_cfg
+    assert (cfg.label_names, cfg.license) == (LABELS, "apache-2.0")
+    assert (cfg.input_size, cfg.mean, cfg.std, cfg.interpolation, cfg.crop_pct, cfg.crop_mode) == (
+        pushed.input_size,
+        pushed.mean,
+        pushed.std,
+        pushed.interpolation,
+        pushed.crop_pct,
+        pushed.crop_mode,
+    )
+    _check_transformers(x, expected, top1, photos)
+
+
+def _check_transformers(x: torch.Tensor, expected: torch.Tensor, top1: list[str], photos) -> None:
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "TimmWrapperForImageClassification"):
+        pytest.skip(f"transformers {transformers.__version__} has no TimmWrapper (added in 4.47)")
+    model = transformers.AutoModelForImageClassification.from_pretrained("vitzoo-test/tiny-vit").eval()
+    assert type(model).__name__ == "TimmWrapperForImageClassification"
+    assert (_logits(model, x) - expected).abs().max().item() <= LOGIT_ATOL
+    assert [model.config.id2label[i] for i in range(3)] == list(LABELS)
+    processor = transformers.AutoImageProcessor.from_pretrained("vitzoo-test/tiny-vit")
+    hf_x = processor([img.convert("RGB") for img in photos.values()], return_tensors="pt")["pixel_values"]
+    assert (hf_x - x).abs().max().item() <= INPUT_ATOL
+    assert [model.config.id2label[int(i)] for i in _logits(model, hf_x).argmax(-1)] == top1
+
+
+def test_a_model_without_timm_counterpart_is_pushed_in_vitzoo_layout_saying_so_once(hub, caplog):
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_mnist_tiny").eval()
+    with caplog.at_level(logging.WARNING, logger="vitzoo.push"):
+        push_to_hub(model, "vitzoo-test/mnist-tiny", license="mit")
+    lines = [r.getMessage() for r in caplog.records if r.name == "vitzoo.push"]
+    assert len(lines) == 1 and lines[0].startswith("timm and transformers cannot load vitzoo-test/mnist-tiny: ")
+    assert "vit_mnist_tiny has no timm counterpart" in lines[0]
+    files = hub.files("vitzoo-test/mnist-tiny")
+    assert json.loads(files["config.json"])["format"] == "vitzoo"
+    card = files["README.md"].decode()
+    assert "license: mit" in card and "timm and transformers cannot load this repository" in card
+    assert "timm.create_model" not in card
+    back = vitzoo.create("hf-hub:vitzoo-test/mnist-tiny").eval()
+    x = torch.randn(2, 1, 32, 32)
+    assert torch.equal(_logits(back, x), _logits(model, x))
+    assert back.pretrained_cfg.license == "mit" and back.pretrained_cfg.label_names == model.pretrained_cfg.label_names
+
+
+def test_a_commit_the_hub_refuses_leaves_the_repo_unchanged(hub):
+    model = _tiny_vit()
+    push_to_hub(model, "vitzoo-test/tiny-vit")
+    before = hub.files("vitzoo-test/tiny-vit")
+    with torch.no_grad():
+        model.head.bias.add_(1.0)  # new weights, so the second commit would change the repo
+    hub.fail_commits("vitzoo-test/tiny-vit", 500)
+    with pytest.raises(HubPushError) as err:
+        push_to_hub(model, "vitzoo-test/tiny-vit", commit_message="second push")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("push to vitzoo-test/tiny-vit failed at the step 'commit'")
+    assert message.endswith("nothing was committed, the repository is unchanged") and "500" in message
+    assert hub.files("vitzoo-test/tiny-vit") == before and len(hub.commits) == 1
+
+
+def test_bad_arguments_are_refused_before_anything_is_sent(hub):
+    model = _tiny_vit()
+    for repo_id, match in (("no-org", "malformed"), ("org/name@dev", "revision=")):
+        with pytest.raises(ValueError, match=match):
+            push_to_hub(model, repo_id)
+    with pytest.raises(ValueError, match="commit_message is empty"):
+        push_to_hub(model, "vitzoo-test/x", commit_message="")
+    assert hub.requests == [] and hub.commits == []

@@ -1,0 +1,184 @@
+"""The model card (README.md) that `push_to_hub` writes: the model, where its weights come from and
+their licence, the label names, the preprocessing, the training run it came from (settings and
+final metrics) and how to load it in vitzoo, timm and transformers. Plain text from plain data."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from .pretrained_cfg import PretrainedCfg, license_flags, resolve_label_names
+
+CARD_NAME = "README.md"
+# Licence ids the Hub's metadata knows; any other licence is written as `other` with its name.
+HUB_LICENSES = (
+    "apache-2.0",
+    "mit",
+    "bsd-3-clause",
+    "cc0-1.0",
+    "cc-by-4.0",
+    "cc-by-sa-4.0",
+    "cc-by-nc-4.0",
+    "cc-by-nc-sa-4.0",
+    "cc-by-nc-nd-4.0",
+    "llama2",
+    "llama3",
+    "gemma",
+)
+_LABELS_SHOWN = 100  # more label names than this are summarised
+# Settings of a run that say where and how fast it ran, not what it learned.
+_RUNTIME_SETTINGS = ("progress", "device", "threads", "workers", "eval_batch_size")
+
+
+@dataclass(frozen=True)
+class CardFacts:
+    """What the card says beyond the model itself."""
+
+    repo_id: str
+    layout: str  # "timm" or "vitzoo"
+    timm_name: str | None
+    model_args: dict[str, Any]
+    why_not_timm: str | None
+    pretrained: PretrainedCfg
+    run: dict[str, Any] | None  # {"run_info": run.json, "metrics": [records], "result": train_result.json}
+
+
+def model_card(model: nn.Module, facts: CardFacts) -> str:
+    """README.md for the pushed repository."""
+    pcfg = facts.pretrained
+    sections = [
+        _front_matter(facts),
+        f"# {facts.repo_id.split('/')[-1]}\n",
+        *_model_section(model, facts),
+        *_labels_section(pcfg),
+        *_preprocessing_section(pcfg),
+        *_training_section(facts.run),
+        *_usage_section(facts),
+    ]
+    return "\n".join(sections).rstrip() + "\n"
+
+
+def _front_matter(facts: CardFacts) -> str:
+    license = facts.pretrained.license
+    lines = ["---", f"library_name: {'timm' if facts.layout == 'timm' else 'vitzoo'}"]
+    if license in HUB_LICENSES:
+        lines.append(f"license: {license}")
+    elif license:
+        lines += ["license: other", f"license_name: {license}"]
+    lines += ["tags:", "- image-classification", "- vitzoo"] + (["- timm"] if facts.layout == "timm" else [])
+    lines += ["pipeline_tag: image-classification", "---", ""]
+    return "\n".join(lines)
+
+
+def _model_section(model: nn.Module, facts: CardFacts) -> list[str]:
+    pcfg = facts.pretrained
+    arch = getattr(model, "architecture", None) or type(model).__name__
+    params = sum(p.numel() for p in model.parameters())
+    lines = ["## Model", "", f"- architecture: vitzoo `{arch}`, {params:,} parameters"]
+    if facts.timm_name is not None:
+        args = f" with model_args `{json.dumps(facts.model_args)}`" if facts.model_args else ""
+        lines.append(f"- timm architecture: `{facts.timm_name}`{args}")
+    if pcfg.description:
+        lines.append(f"- about: {pcfg.description}")
+    lines.append(f"- source weights: {pcfg.source or 'not stated (trained or changed with vitzoo)'}")
+    flags = license_flags(pcfg.license)
+    restricted = f" ({', '.join(flags)})" if flags else ""
+    lines.append(
+        f"- licence: {pcfg.license or 'not stated: the author has not said under which terms it may be used'}{restricted}"
+    )
+    if facts.why_not_timm is not None:
+        lines.append(f"- layout: vitzoo's. timm and transformers cannot load it: {facts.why_not_timm}.")
+    else:
+        lines.append("- layout: timm's (config.json + model.safetensors): timm, transformers and vitzoo load it")
+    return [*lines, ""]
+
+
+def _labels_section(pcfg: PretrainedCfg) -> list[str]:
+    names = resolve_label_names(pcfg)
+    lines = ["## Labels", ""]
+    if pcfg.num_classes == 0:
+        return [*lines, "None: the model returns pooled features (no classifier).", ""]
+    if not names:
+        return [*lines, f"{pcfg.num_classes} classes, unnamed: predictions are class indices.", ""]
+    shown = names if len(names) <= _LABELS_SHOWN else names[:20]
+    more = "" if len(shown) == len(names) else f", ... ({len(names) - len(shown)} more)"
+    return [*lines, f"{len(names)} classes: " + ", ".join(f"`{n}`" for n in shown) + more, ""]
+
+
+def _preprocessing_section(pcfg: PretrainedCfg) -> list[str]:
+    c, h, w = pcfg.input_size
+    return [
+        "## Preprocessing",
+        "",
+        f"- input: {c} channel(s), {h}x{w}; resize {pcfg.interpolation}, crop_pct {pcfg.crop_pct} ({pcfg.crop_mode})",
+        f"- normalisation: mean {tuple(pcfg.mean)}, std {tuple(pcfg.std)}",
+        "",
+    ]
+
+
+def _training_section(run: dict[str, Any] | None) -> list[str]:
+    if not run:
+        return []
+    info, metrics, result = run.get("run_info") or {}, run.get("metrics") or [], run.get("result") or {}
+    lines = ["## Training", ""]
+    started = info.get("weights") or (f"{info.get('model')} pretrained" if info.get("pretrained") else None)
+    lines.append(f"- model: `{info.get('model', '?')}`, started from {started or 'random initialisation'}")
+    if info.get("data"):
+        sizes = f"{info.get('train_images', '?')} training / {info.get('val_images', '?')} validation images"
+        lines.append(f"- data: {info['data']}, {len(info.get('classes') or [])} classes, {sizes}")
+    settings = {k: v for k, v in (info.get("train_config") or {}).items() if k not in _RUNTIME_SETTINGS}
+    if settings:
+        lines.append("- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    if metrics:
+        last = metrics[-1]
+        lines.append(
+            f"- final epoch ({last.get('epoch', 0) + 1}): train loss {last.get('train_loss', float('nan')):.4f}, "
+            f"accuracy {100 * last.get('train_acc', float('nan')):.2f}%; validation loss "
+            f"{last.get('val_loss', float('nan')):.4f}, accuracy {100 * last.get('val_acc', float('nan')):.2f}%"
+        )
+    if "val_acc" in result:
+        lines.append(
+            f"- these weights: the best epoch ({result.get('epoch', 0) + 1}), validation accuracy "
+            f"{100 * result['val_acc']:.2f}%"
+        )
+    return [*lines, ""]
+
+
+def _usage_section(facts: CardFacts) -> list[str]:
+    repo = facts.repo_id
+    auto = "AutoModelForImageClassification" if facts.pretrained.num_classes else "AutoModel"  # features: no head
+    lines = [
+        "## Usage",
+        "",
+        "vitzoo:",
+        "",
+        "```python",
+        "import vitzoo",
+        f'model = vitzoo.create("hf-hub:{repo}").eval()',
+        "```",
+        "",
+    ]
+    if facts.layout != "timm":
+        return [*lines, f"timm and transformers cannot load this repository: {facts.why_not_timm}.", ""]
+    lines += [
+        "timm:",
+        "",
+        "```python",
+        "import timm",
+        f'model = timm.create_model("hf-hub:{repo}", pretrained=True).eval()',
+        "transform = timm.data.create_transform(**timm.data.resolve_data_config(model=model))",
+        "```",
+        "",
+        "transformers (its timm wrapper):",
+        "",
+        "```python",
+        f"from transformers import AutoImageProcessor, {auto}",
+        f'processor = AutoImageProcessor.from_pretrained("{repo}")',
+        f'model = {auto}.from_pretrained("{repo}").eval()',
+        "```",
+        "",
+    ]
+    return lines
