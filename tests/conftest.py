@@ -18,7 +18,8 @@ Fixtures:
                `fake_hub.publish_dir("org/repo", directory)`, `fake_hub.requests` (method, path)
                log, `fake_hub.fail_with("org/repo", 500)`, `fake_hub.truncate("org/repo")`,
                `fake_hub.fail_commits("org/repo", 500)` (the commit request fails after its body
-               arrived), `fake_hub.commits` (repo_id, revision, message, Authorization header)
+               arrived), `fake_hub.commits` (repo_id, revision, message, Authorization header),
+               `fake_hub.private` (repos created private), `fake_hub.files("org/repo", revision)`
     hf_cache   an empty hub cache directory for one test (HF_HUB_CACHE points at it)
     mnist_dir  600 + 200 real digits as a raw MNIST directory (`--data mnist --data-dir`)
     png_size   (width, height) of a PNG file, after checking that it decodes fully
@@ -52,6 +53,7 @@ class FakeHub:
         self.truncated: set[str] = set()  # repos whose GETs break off half-way
         self.commit_failures: dict[str, int] = {}  # repo_id -> HTTP status answered to its commits
         self.commits: list[tuple[str, str, str, str]] = []  # (repo_id, revision, message, Authorization)
+        self.private: set[str] = set()  # repos created private
         self._lock = threading.Lock()
         hub = self
 
@@ -119,6 +121,7 @@ class FakeHub:
             self.truncated.clear()
             self.commit_failures.clear()
             self.commits.clear()
+            self.private.clear()
 
     # ---------------------------------------------------------------- serving
     def _answer(self, handler: BaseHTTPRequestHandler, *, body: bool) -> None:
@@ -177,6 +180,9 @@ class FakeHub:
             if name in self.repos:
                 return self._send_json(handler, 409, {"error": "You already created this model repo", "url": name})
             self.publish(name, {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"})
+            # older huggingface_hub sends "private", newer "visibility"
+            if request.get("private") or request.get("visibility") == "private":
+                self.private.add(name)
             return self._send_json(handler, 200, {"url": f"{self.url}/{name}", "name": name})
         # /api/models/{org}/{repo}/{action}/{revision}
         if len(parts) != 6 or parts[:2] != ["api", "models"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import vitzoo
-from vitzoo.pretrained_cfg import PretrainedCfg
+from vitzoo.pretrained_cfg import PretrainedCfg, license_flags
 
 timm_data = pytest.importorskip("timm.data")
 
@@ -44,3 +44,20 @@ def test_label_names_are_one_per_class():
         PretrainedCfg.from_dict({"num_classes": 10, "label_names": ["a", "b", "c"]})
     with pytest.raises(TypeError, match=r"label_names=\('a', None\) is invalid; expected a list of strings"):
         PretrainedCfg.from_dict({"num_classes": 2, "label_names": ["a", None]})
+
+
+@pytest.mark.parametrize(
+    "license, flags",
+    [
+        ("apache-2.0", ()),
+        ("MIT", ()),
+        (None, ()),
+        ("cc-by-nc-4.0", ("non-commercial",)),
+        ("CC-BY-NC-SA-4.0", ("non-commercial",)),
+        ("apple-amlr", ("non-commercial",)),
+        ("dinov3-license", ("gated",)),
+        ("llama3.1", ("gated",)),
+    ],
+)
+def test_license_flags_mark_non_commercial_and_gated_licences(license, flags):
+    assert license_flags(license) == flags

@@ -226,3 +226,17 @@ def test_model_info_of_a_tag_shows_the_fields_its_weights_need():
     # clip_b16's OpenAI weights were trained with QuickGELU, its LAION weights with exact GELU.
     assert registry.model_info("clip_b16")["config"]["act_layer"] == "quick_gelu"
     assert registry.model_info("clip_b16.laion2b")["config"]["act_layer"] == "gelu"
+
+
+def test_list_models_filters_by_licence():
+    nc = vitzoo.list_models(pretrained=True, license="cc-by-nc-4.0")
+    assert builtin(nc) == ["mae_b16.mae"]
+    assert builtin(vitzoo.list_models(license="CC-BY-NC-4.0")) == ["mae_b16"]  # a name with such a source
+    apache = builtin(vitzoo.list_models(pretrained=True, license="apache-2.0"))
+    assert "vit_b16.augreg2_in21k_ft_in1k" in apache and "mae_b16.mae" not in apache
+    both = builtin(vitzoo.list_models(pretrained=True, license=["apache-2.0", "cc-by-nc-4.0"]))
+    assert both == sorted(apache + nc) and "vit_mnist" not in builtin(vitzoo.list_models(license="apache-2.0"))
+    with pytest.raises(ValueError, match="pretrained=False lists names that have none"):
+        vitzoo.list_models(pretrained=False, license="apache-2.0")
+    with pytest.raises(ValueError, match="license='' is invalid"):
+        vitzoo.list_models(license="")

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo import registry
+from vitzoo import registry, zoo
+from vitzoo.pretrained_cfg import license_flags
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
 
@@ -182,3 +183,14 @@ def test_deit_configs_mirror_their_vit_sizes():
         distilled = vitzoo.model_info(f"deit_{size}16_distilled")
         assert distilled["config"]["distilled"] is True
         assert distilled["config"]["embed_dim"] == plain["config"]["embed_dim"]
+
+
+def test_every_pretrained_tag_states_its_licence():
+    """A rule for every family added to zoo.py: each tag carries a licence (timm's id for its
+    releases, compared above), and the restricted ones are marked."""
+    tags = [(m.name, tag, cfg.license) for m in zoo.MODELS for tag, cfg in m.pretrained.items()]
+    assert tags and [t[:2] for t in tags if not (isinstance(t[2], str) and t[2].strip())] == []
+    assert {f"{n}.{t}" for n, t, _ in tags} == {
+        name for name in vitzoo.list_models(pretrained=True) if registry.get_entry(name).origin == "built-in"
+    }
+    assert license_flags(registry.get_pretrained_cfg("mae_b16.mae")[1].license) == ("non-commercial",)  # type: ignore[union-attr]

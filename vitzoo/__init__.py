@@ -48,6 +48,7 @@ _EXPORTS = {
     "download": "builder",
     "convert": "builder",
     "save_pretrained": "layout",
+    "push_to_hub": "push",
     "export": "weights",
 }
 
@@ -67,6 +68,7 @@ __all__ = [
     "list_models",
     "load_weights",
     "model_info",
+    "push_to_hub",
     "register",
     "register_model",
     "save_pretrained",
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
     from .layout import save_pretrained
     from .model import VisionTransformer, ViTConfig
     from .pretrained_cfg import PretrainedCfg
+    from .push import push_to_hub
     from .registry import RegistryError, UnknownModelError, list_models, model_info, register, register_model
     from .weights import export
 

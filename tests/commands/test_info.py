@@ -86,3 +86,14 @@ def test_json_output_is_always_valid_json(capsys):
 
     emit(argparse.Namespace(json=True), {"loss": float("nan"), "values": [1.5, float("inf")]}, "")
     assert json.loads(capsys.readouterr().out) == {"loss": None, "values": [1.5, None]}
+
+
+def test_info_shows_each_sources_licence_and_marks_restricted_ones(capsys):
+    code, out, _ = run(capsys, "info", "mae_b16")
+    assert code == 0 and "license cc-by-nc-4.0 (non-commercial)" in out
+    code, out, _ = run(capsys, "info", "vit_b16", "--json")
+    sources = json.loads(out)["pretrained"]
+    assert {tag: (s["license"], s["license_flags"]) for tag, s in sources.items()} == {
+        "augreg2_in21k_ft_in1k": ("apache-2.0", []),
+        "augreg_in21k_ft_in1k": ("apache-2.0", []),
+    }

@@ -48,3 +48,20 @@ def test_pattern_matching_nothing_is_an_empty_json_list(capsys):
     """For a program an empty list is an answer: `[]` and exit 0 (people get the error above)."""
     for argv in (["list", "NOMATCH", "--json"], ["list", "--pretrained", "mnist", "--json"]):
         assert run(capsys, *argv) == (0, "[]\n", "")
+
+
+def test_list_filters_by_licence_and_marks_restricted_ones(capsys):
+    code, out, _ = run(capsys, "list", "--pretrained", "--license", "CC-BY-NC-4.0", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["name"] for r in rows] == vitzoo.list_models(pretrained=True, license="cc-by-nc-4.0")
+    assert rows and all(r["license"] == "cc-by-nc-4.0" and r["license_flags"] == ["non-commercial"] for r in rows)
+    code, out, _ = run(capsys, "list", "--pretrained", "mae*", "vit_b16")
+    lines = out.splitlines()
+    assert lines[0].split()[-2:] == ["LICENSE", "RESTRICTED"]
+    assert lines[1].split()[-2:] == ["cc-by-nc-4.0", "non-commercial"] and lines[2].split()[-2:] == ["apache-2.0", "-"]
+    code, out, _ = run(
+        capsys, "list", "mae*", "vit_mnist*", "dino_s16", "--license", "cc-by-nc-4.0", "--license", "mit"
+    )
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["mae_b16"]  # names with such a source
+    code, out, err = run(capsys, "list", "--license", "no-such-licence")
+    assert code == 1 and "no model under licence no-such-licence matches" in err

@@ -1,0 +1,63 @@
+"""`vitzoo push`: a fine-tuned run directory goes to the (local test) Hub as one commit on the
+branch asked for, with a model card stating the run's settings and final metrics, and comes back
+in vitzoo exactly; bad sources are one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo import cli
+from vitzoo.train.metrics import read_metrics
+
+from .training import finetune
+
+pytestmark = pytest.mark.usefixtures("tiny_models", "one_thread")
+
+
+def test_push_a_run_directory_to_a_private_branch(
+    mnist_dir: Path, tmp_path: Path, fake_hub, hf_cache, capsys, monkeypatch
+):
+    monkeypatch.setenv("HF_TOKEN", "hf_vitzoo_test_token")
+    run = tmp_path / "run"
+    data = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download")
+    assert (
+        finetune("test_tiny_vit", *data, "--epochs", "1", "--batch-size", "64", "--out", str(run), "--no-progress") == 0
+    )
+    capsys.readouterr()
+    argv = ["push", str(run), "vitzoo-test/mnist-run", "--private", "--revision", "dev", "--commit-message", "run 1"]
+    assert cli.main([*argv, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["layout"], result["revision"], result["weights"]) == ("vitzoo", "dev", str(run / "best"))
+    assert [c[1:3] for c in fake_hub.commits] == [("dev", "run 1")] and fake_hub.private == {"vitzoo-test/mnist-run"}
+    assert set(fake_hub.files("vitzoo-test/mnist-run")) == {".gitattributes"}  # main is untouched
+
+    card = fake_hub.files("vitzoo-test/mnist-run", "dev")["README.md"].decode()
+    last = read_metrics(run / "metrics.jsonl")[-1]
+    best = json.loads((run / "best" / "train_result.json").read_text())
+    assert f"validation loss {last['val_loss']:.4f}, accuracy {100 * last['val_acc']:.2f}%" in card
+    assert f"the best epoch (1), validation accuracy {100 * best['val_acc']:.2f}%" in card
+    assert "epochs=1" in card and "batch_size=64" in card and "data: mnist, 10 classes, 600 training" in card
+    assert "10 classes: `0`, `1`" in card and "timm and transformers cannot load this repository" in card
+
+    pushed = vitzoo.from_pretrained(run / "best").eval()
+    back = vitzoo.create("hf-hub:vitzoo-test/mnist-run@dev").eval()
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(back(x), pushed(x))
+
+
+@pytest.mark.parametrize("make, message", [(None, "does not exist"), ("run", "has no best/ model yet")])
+def test_bad_sources_are_one_line_errors(tmp_path: Path, fake_hub, capsys, make, message):
+    source = tmp_path / "src"
+    if make == "run":  # a run that stopped before its first epoch ended
+        source.mkdir()
+        (source / "run.json").write_text(json.dumps({"train_config": {}}))
+    assert cli.main(["push", str(source), "vitzoo-test/x"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vitzoo: error: ") and message in err and "\n" not in err
+    assert fake_hub.commits == []
