@@ -502,23 +502,13 @@ class VisionTransformer(nn.Module):
         `vitzoo.from_pretrained(directory)` reads it back."""
         return save_pretrained(self, directory)
 
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        private: bool = False,
-        revision: str | None = None,
-        commit_message: str = "Upload vitzoo model",
-        token: str | None = None,
-        license: str | None = None,
-        run: dict[str, Any] | None = None,
-    ) -> str:
+    def push_to_hub(self, repo_id: str, **options: Any) -> str:
         """Upload this model to the Hugging Face Hub as one commit and return the commit's URL: the
         layout timm and transformers load where timm has the architecture (else vitzoo's), and a
-        model card. `run` is the record of the training run it came from (vitzoo/push.py has the
-        details); the token is huggingface_hub's (`token`, HF_TOKEN or the cached login)."""
-        options = {"private": private, "revision": revision, "commit_message": commit_message}
-        pushed: str = hub_pusher()(self, repo_id, **options, token=token, license=license, run=run)
+        model card. The keywords are `vitzoo.push.push_to_hub`'s: private=False, revision=None,
+        commit_message, token=None (else HF_TOKEN or the cached login), license=None (replaces the
+        weights' own), run=None (the record of the training run, for the card)."""
+        pushed: str = hub_pusher()(self, repo_id, **options)
         return pushed
 
     def no_weight_decay(self) -> set[str]:
