@@ -282,7 +282,7 @@ def test_bad_config_values_are_value_errors():
         ("img_size", (32, 32.0), "img_size=(32, 32.0) is invalid; expected an int or a list of 2 ints"),
         ("conv_stem", (8, "16"), "conv_stem=(8, '16') is invalid; expected a list of ints"),
         ("representation_size", 2.5, "representation_size=2.5 is invalid; expected an int or None"),
-        ("pos_embed", 1, "pos_embed=1 is invalid; expected one of 'learned', 'sincos'"),
+        ("pos_embed", 1, "pos_embed=1 is invalid; expected one of 'learned', 'sincos', 'none'"),
     ],
 )
 def test_wrongly_typed_config_fields_are_type_errors_naming_the_field(field, value, expected):
@@ -993,3 +993,137 @@ def test_bf16_model_traces_and_eager_keeps_the_fused_linear():
             eager = model(x)
             assert taken and all(taken) == linear_module._fused_op_available()  # every eager Linear fused
             assert torch.allclose(traced(x).float(), eager.float(), rtol=2e-2, atol=2e-2)
+
+
+# ----------------------------------------------------------------------------- rotary position embedding
+# RoPE-ViT's three layouts against timm's Eva built by name at a reduced size (the same code path);
+# timm's Eva names LayerScale gamma_1 / gamma_2, which the timm key map renames.
+ROPE_VIT = {
+    "vit_base_patch16_rope_224": dict(rope="cat", rope_temperature=100.0, pos_embed="none"),
+    "vit_base_patch16_rope_mixed_224": dict(rope="mixed", rope_temperature=10.0, pos_embed="none"),
+    "vit_base_patch16_rope_mixed_ape_224": dict(rope="mixed", rope_temperature=10.0, no_embed_class=True),
+}
+
+
+def _rope_twins(timm_name: str, dynamic: bool = False, reg_tokens: int = 0) -> tuple[VisionTransformer, nn.Module]:
+    timm = pytest.importorskip("timm")
+    if timm_name not in timm.list_models():
+        pytest.skip(f"timm {timm.__version__} has no {timm_name}")
+    from vitzoo.weights.keymaps import to_vitzoo
+
+    torch.manual_seed(0)
+    theirs = timm.create_model(
+        timm_name,
+        depth=2,
+        embed_dim=64,
+        num_heads=2,
+        num_classes=5,
+        dynamic_img_size=dynamic,
+        num_reg_tokens=reg_tokens,
+    ).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_(0, 0.2)  # LayerScale's 1e-5 would hide the blocks
+    fields = dict(ROPE_VIT[timm_name], rope_grid_indexing="xy", init_values=1e-5, reg_tokens=reg_tokens)
+    ours = VisionTransformer(
+        img_size=224,
+        patch_size=16,
+        embed_dim=64,
+        depth=2,
+        num_heads=2,
+        num_classes=5,
+        dynamic_img_size=dynamic,
+        **fields,
+    ).eval()
+    ours.load_state_dict(to_vitzoo(theirs.state_dict()).state, strict=True)
+    return ours, theirs
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+@pytest.mark.parametrize("timm_name", list(ROPE_VIT))
+def test_rope_models_equal_timms_eva(timm_name):
+    ours, theirs = _rope_twins(timm_name)
+    assert count_parameters(ours) == sum(p.numel() for p in theirs.parameters())
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        feats = ours.forward_features(x)
+        assert _max_diff(feats, theirs.forward_features(x)) <= 1e-5
+        assert _max_diff(ours(x), theirs(x)) <= 1e-5
+        assert _max_diff(ours.forward_head(feats, pre_logits=True), theirs.forward_head(feats, pre_logits=True)) <= 1e-5
+        _, maps = ours.forward_intermediates(x, indices=[0, 1])
+        _, their_maps = theirs.forward_intermediates(x, indices=[0, 1])
+        assert max(_max_diff(a, b) for a, b in zip(maps, their_maps)) <= 1e-5
+
+
+@pytest.mark.parametrize("timm_name", ["vit_base_patch16_rope_224", "vit_base_patch16_rope_mixed_ape_224"])
+def test_rope_models_follow_other_input_sizes_as_timm(timm_name):
+    ours, theirs = _rope_twins(timm_name, dynamic=True)
+    with torch.no_grad():
+        for size in [(224, 320), (512, 512)]:
+            x = torch.randn(1, 3, *size)
+            assert _max_diff(ours(x), theirs(x)) <= 1e-4
+        ours.set_input_size(img_size=(224, 320))  # the cached embedding follows the new grid
+        ours.config = ours.config.replace(dynamic_img_size=False)
+        x = torch.randn(1, 3, 224, 320)
+        assert _max_diff(ours(x), theirs(x)) <= 1e-4
+        assert ours.rope is not None and ours.rope.grid == (14, 20)
+
+
+def test_rope_register_tokens_are_not_rotated_as_in_timm():
+    ours, theirs = _rope_twins("vit_base_patch16_rope_224", reg_tokens=2)
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert _max_diff(ours.forward_features(x), theirs.forward_features(x)) <= 1e-5
+
+
+def test_rope_mixed_grad_checkpointing_gives_the_same_gradients():
+    grads = []
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = _tiny(rope="mixed", embed_dim=32, num_heads=2, pos_embed="none")
+        model.set_grad_checkpointing(ckpt)
+        model(_input(model.config)).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+    assert grads[0][[n for n, _ in model.named_parameters()].index("rope.freqs")].abs().sum() > 0
+    assert model.no_weight_decay() == {"cls_token", "rope.freqs"}
+
+
+def test_rope_options_add_nothing_when_off():
+    torch.manual_seed(0)
+    plain = _tiny()
+    torch.manual_seed(0)
+    off = _tiny(rope="", qkv_fused=True, k_bias=True)
+    assert plain.rope is None and off.rope is None
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), off.state_dict().values()))
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"rope": "spiral"}, "rope='spiral' is invalid; expected '' (none) or one of 'cat', 'mixed', 'dinov3'"),
+        ({"rope": "cat", "embed_dim": 30, "num_heads": 3}, "needs a head width (embed_dim / num_heads) divisible by 4"),
+        ({"rope": "mixed", "rope_rotate_half": True}, "rope='mixed' cannot be combined with rope_rotate_half=True"),
+        ({"rope_jitter_coords": 0.5}, "rope_jitter_coords=0.5 is invalid; expected None or >= 1"),
+        ({"rope_min_period": 0.5}, "expected both (DINOv3's period range) or neither"),
+        ({"rope_ref_feat_shape": [16, 0]}, "rope_ref_feat_shape=(16, 0) is invalid"),
+        ({"pos_embed": "rotary"}, "pos_embed='rotary' is invalid; expected 'learned', 'sincos' or 'none'"),
+    ],
+)
+def test_bad_rope_fields_are_named(fields, message):
+    with pytest.raises(ValueError) as err:
+        ViTConfig(img_size=32, patch_size=16, embed_dim=32, num_heads=2).replace(**fields)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["cat", "mixed", "dinov3"])
+def test_rope_models_trace_with_torch_fx_and_follow_the_input_size(kind):
+    model = _tiny(embed_dim=32, num_heads=2, rope=kind, dynamic_img_size=True, reg_tokens=1).eval()
+    traced = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        for size in [(32, 32), (48, 64)]:
+            x = torch.randn(1, 3, *size)
+            assert torch.equal(traced(x), model(x))

@@ -22,6 +22,10 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
     mlp_layer        "swiglu" / "swiglu_packed": the gated MLP of DINOv2-g, EVA-02, DINOv3
                      (layers/swiglu.py); mlp_norm its sub-LayerNorm (EVA-02), mlp_align its width rounding
     norm_layer       "rmsnorm" instead of LayerNorm everywhere (layers/norm.py)
+    rope, rope_*     2D rotary position embedding of q and k (layers/rope.py): "cat" (EVA-02, PE,
+                     RoPE-ViT axial), "mixed" (RoPE-ViT, learned frequencies), "dinov3"; beside the
+                     learned table or alone (pos_embed="none"); class and register tokens not rotated
+    qkv_fused, k_bias  EVA's attention layouts: separate q/k/v projections, no bias on k
 
 A disabled option is absent or an nn.Identity: it does no tensor work, and today's models compute
 what they always did. As a backbone the model speaks timm's API: `forward_intermediates`,
@@ -58,11 +62,13 @@ from .layers.norm import NORMS, NormName, RMSNorm, make_norm
 from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
+from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args
 from .layers.swiglu import MLPS, MlpName
 from .layout import hub_pusher, save_pretrained
 from .pretrained_cfg import PretrainedCfg
 
 GLOBAL_POOLS = ("token", "avg", "map", "")
+POS_EMBEDS = ("learned", "sincos", "none")
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class ViTConfig:
     num_heads: int = 12
     mlp_ratio: float = 4.0
     qkv_bias: bool = True
+    qkv_fused: bool = True  # False: separate q_proj / k_proj / v_proj (EVA-02 B/L)
+    k_bias: bool = True  # False (with qkv_bias): q and v have a bias, k none (EVA's attention)
     act_layer: ActName = "gelu"  # MLP activation of the blocks and of the "map" pool (layers/activations.py)
     # The blocks' MLP: "mlp" (fc1, act, fc2), or gated by act_layer (SwiGLU with "silu"):
     # "swiglu" (fc1_g, fc1_x, fc2) or "swiglu_packed" (fc1 holds gate and input); layers/swiglu.py.
@@ -93,7 +101,7 @@ class ViTConfig:
     class_token: bool = True
     reg_tokens: int = 0  # register tokens after the class token (DINOv2 with registers)
     distilled: bool = False  # DeiT: a second token and head; needs class_token
-    pos_embed: Literal["learned", "sincos"] = "learned"
+    pos_embed: Literal["learned", "sincos", "none"] = "learned"  # "none": no absolute table (RoPE alone)
     no_embed_class: bool = False  # the position embedding covers the patches only, not the prefix tokens
     pre_norm: bool = False  # LayerNorm `norm_pre` after the position embedding, before the blocks (CLIP)
     # "token": the class token; "avg": the mean of the patch tokens; "map": attention pooling
@@ -105,13 +113,26 @@ class ViTConfig:
     head_bias: bool = True  # bias of the classifier / projection head
     norm_eps: float = 1e-6  # transformers' ViT checkpoints use 1e-12, CLIP 1e-5
     dynamic_img_size: bool = False  # any input size, multiples of the patch; positions resampled per call
+    # 2D rotary position embedding in every block (layers/rope.py); "" is none. timm's names.
+    rope: Literal["", "cat", "mixed", "dinov3"] = ""
+    rope_temperature: float = 10000.0  # the frequency base ("dinov3": of the periods)
+    rope_grid_indexing: Literal["ij", "xy"] = "ij"  # coordinate channels (row, col) or (col, row)
+    rope_grid_offset: float = 0.0  # added to the patch indices ("cat", "dinov3")
+    rope_ref_feat_shape: tuple[int, int] | None = None  # "cat": positions rescaled to span this grid (EVA)
+    rope_rotate_half: bool = False  # pairs channel i with i + head_dim/2, not 2i with 2i+1
+    rope_min_period: float | None = None  # "dinov3": geometric periods from min to max instead of the base
+    rope_max_period: float | None = None
+    rope_normalize_coords: Literal["separate", "min", "max"] = "separate"  # "dinov3": the [-1, 1] scaling
+    rope_shift_coords: float | None = None  # training only: coordinate shift, per-axis jitter, shared rescale
+    rope_jitter_coords: float | None = None
+    rope_rescale_coords: float | None = None
     drop_rate: float = 0.0  # dropout after the position embedding, in the MLP and after attn proj
     attn_drop_rate: float = 0.0  # dropout on the attention weights
     drop_path_rate: float = 0.0  # stochastic depth, rising linearly from 0 to this over depth
 
     def __post_init__(self) -> None:
         # Normalise lists (from JSON) to tuples so configs compare and hash by value.
-        for name in ("img_size", "patch_size", "conv_stem"):
+        for name in ("img_size", "patch_size", "conv_stem", "rope_ref_feat_shape"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -144,7 +165,7 @@ class ViTConfig:
                 (self.norm_layer in NORMS, "norm_layer", "one of " + ", ".join(map(repr, NORMS))),
                 (self.init_values is None or self.init_values > 0, "init_values", "None or a positive number"),
                 (self.reg_tokens >= 0, "reg_tokens", "an int >= 0"),
-                (self.pos_embed in ("learned", "sincos"), "pos_embed", "'learned' or 'sincos'"),
+                (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos' or 'none'"),
                 (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
                 (
                     self.representation_size is None or self.representation_size > 0,
@@ -157,6 +178,7 @@ class ViTConfig:
                 (0 <= self.drop_path_rate < 1, "drop_path_rate", "a float in [0, 1)"),
             ],
         )
+        self._validate_rope()
         if self.distilled and not self.class_token:
             raise ValueError("distilled=True needs class_token=True (DeiT token order is [cls, dist, patches])")
         if self.global_pool == "token" and not self.class_token:
@@ -193,6 +215,56 @@ class ViTConfig:
                 f"mlp_ratio={self.mlp_ratio} is invalid for mlp_layer='swiglu_packed': fc1's width "
                 f"int(embed_dim * mlp_ratio) = {int(self.embed_dim * self.mlp_ratio)} holds gate and input "
                 "halves; expected it even"
+            )
+
+    def _validate_rope(self) -> None:
+        check_fields(
+            self,
+            [
+                (self.rope in ("", *ROPE_KINDS), "rope", "'' (none) or one of " + ", ".join(map(repr, ROPE_KINDS))),
+                (self.rope_temperature > 0, "rope_temperature", "a positive number"),
+                (self.rope_grid_indexing in GRID_INDEXINGS, "rope_grid_indexing", "'ij' or 'xy'"),
+                (
+                    self.rope_normalize_coords in NORMALIZE_COORDS,
+                    "rope_normalize_coords",
+                    "'separate', 'min' or 'max'",
+                ),
+                (
+                    self.rope_ref_feat_shape is None or min(self.rope_ref_feat_shape) > 0,
+                    "rope_ref_feat_shape",
+                    "None or a list of 2 positive ints",
+                ),
+                (
+                    self.rope_min_period is None or self.rope_min_period > 0,
+                    "rope_min_period",
+                    "None or a positive number",
+                ),
+                (
+                    self.rope_max_period is None or self.rope_max_period > 0,
+                    "rope_max_period",
+                    "None or a positive number",
+                ),
+                (self.rope_shift_coords is None or self.rope_shift_coords >= 0, "rope_shift_coords", "None or >= 0"),
+                (self.rope_jitter_coords is None or self.rope_jitter_coords >= 1, "rope_jitter_coords", "None or >= 1"),
+                (
+                    self.rope_rescale_coords is None or self.rope_rescale_coords >= 1,
+                    "rope_rescale_coords",
+                    "None or >= 1",
+                ),
+            ],
+        )
+        if (self.rope_min_period is None) != (self.rope_max_period is None):
+            raise ValueError(
+                f"rope_min_period={self.rope_min_period!r} and rope_max_period={self.rope_max_period!r}: "
+                "expected both (DINOv3's period range) or neither (periods from rope_temperature)"
+            )
+        if self.rope:  # what the layer itself refuses (a head width, a layout)
+            check_rope_args(
+                self.rope,
+                self.embed_dim // self.num_heads,
+                self.rope_rotate_half,
+                self.rope_grid_indexing,
+                self.rope_normalize_coords,
             )
 
     @classmethod
@@ -303,7 +375,7 @@ def feature_take_indices(num_blocks: int, indices: int | Sequence[int] | None) -
 class VisionTransformer(nn.Module):
     """A ViT and its variants. Build it from a `ViTConfig`, from keyword fields, or both (fields override)."""
 
-    pos_embed: torch.Tensor  # a Parameter when learned, a non-persistent buffer when sincos
+    pos_embed: torch.Tensor | None  # a Parameter when learned, a non-persistent buffer when sincos, else None
 
     def __init__(self, config: ViTConfig | None = None, /, **fields: Any) -> None:
         super().__init__()
@@ -331,34 +403,15 @@ class VisionTransformer(nn.Module):
         num_positions = self.patch_embed.num_patches + self._embedded_prefix_tokens()
         if config.pos_embed == "learned":
             self.pos_embed = nn.Parameter(torch.zeros(1, num_positions, D))
-        else:  # fixed sinusoids; derived from the config, so not saved in state dicts
+        elif config.pos_embed == "sincos":  # fixed sinusoids; derived from the config, so not saved in state dicts
             self.register_buffer("pos_embed", sincos_1d(num_positions, D).unsqueeze(0), persistent=False)
+        else:  # positions only from the rotary embedding
+            self.pos_embed = None
+        self.rope = self._new_rope() if config.rope else None
         self.pos_drop = nn.Dropout(config.drop_rate)
         self.norm_pre = make_norm(config.norm_layer, D, config.norm_eps) if config.pre_norm else nn.Identity()
 
-        # Stochastic depth grows linearly with depth: early blocks carry more general features.
-        dpr = [config.drop_path_rate * i / max(config.depth - 1, 1) for i in range(config.depth)]
-        self.blocks = nn.Sequential(
-            *[
-                Block(
-                    dim=D,
-                    num_heads=config.num_heads,
-                    mlp_ratio=config.mlp_ratio,
-                    qkv_bias=config.qkv_bias,
-                    drop=config.drop_rate,
-                    attn_drop=config.attn_drop_rate,
-                    drop_path=dpr[i],
-                    norm_eps=config.norm_eps,
-                    init_values=config.init_values,
-                    act_layer=config.act_layer,
-                    mlp_layer=config.mlp_layer,
-                    mlp_norm=config.mlp_norm,
-                    mlp_align=config.mlp_align,
-                    norm_layer=config.norm_layer,
-                )
-                for i in range(config.depth)
-            ]
-        )
+        self.blocks = self._new_blocks()
         # With fc_norm the final LayerNorm moves after the pooling (validate() ensures final_norm).
         final_norm_on_tokens = config.final_norm and not config.fc_norm
         self.norm = make_norm(config.norm_layer, D, config.norm_eps) if final_norm_on_tokens else nn.Identity()
@@ -428,6 +481,57 @@ class VisionTransformer(nn.Module):
         if num_classes <= 0:
             return nn.Identity()
         return nn.Linear(self.head_hidden_size, num_classes, bias=self.config.head_bias)
+
+    def _new_blocks(self) -> nn.Sequential:
+        c = self.config
+        # Stochastic depth grows linearly with depth: early blocks carry more general features.
+        dpr = [c.drop_path_rate * i / max(c.depth - 1, 1) for i in range(c.depth)]
+        return nn.Sequential(
+            *[
+                Block(
+                    dim=c.embed_dim,
+                    num_heads=c.num_heads,
+                    mlp_ratio=c.mlp_ratio,
+                    qkv_bias=c.qkv_bias,
+                    drop=c.drop_rate,
+                    attn_drop=c.attn_drop_rate,
+                    drop_path=dpr[i],
+                    norm_eps=c.norm_eps,
+                    init_values=c.init_values,
+                    act_layer=c.act_layer,
+                    mlp_layer=c.mlp_layer,
+                    mlp_norm=c.mlp_norm,
+                    mlp_align=c.mlp_align,
+                    norm_layer=c.norm_layer,
+                    qkv_fused=c.qkv_fused,
+                    k_bias=c.k_bias,
+                    rope_rotate_half=c.rope_rotate_half,
+                )
+                for i in range(c.depth)
+            ]
+        )
+
+    def _new_rope(self) -> RotaryEmbedding2d:
+        c = self.config
+        return RotaryEmbedding2d(
+            c.rope,
+            head_dim=c.embed_dim // c.num_heads,
+            num_heads=c.num_heads,
+            depth=c.depth,
+            grid=self.patch_embed.grid_size,
+            num_prefix_tokens=self.num_prefix_tokens,
+            temperature=c.rope_temperature,
+            grid_indexing=c.rope_grid_indexing,
+            grid_offset=c.rope_grid_offset,
+            ref_feat_shape=c.rope_ref_feat_shape,
+            rotate_half=c.rope_rotate_half,
+            min_period=c.rope_min_period,
+            max_period=c.rope_max_period,
+            normalize_coords=c.rope_normalize_coords,
+            shift_coords=c.rope_shift_coords,
+            jitter_coords=c.rope_jitter_coords,
+            rescale_coords=c.rope_rescale_coords,
+        )
 
     def _embedded_prefix_tokens(self) -> int:
         """How many prefix tokens have a row in the position table (none with no_embed_class)."""
@@ -515,7 +619,10 @@ class VisionTransformer(nn.Module):
         """Parameter names that an optimizer should not decay (tokens and position embedding), as
         timm lists them (timm decays the attention pool's latent query like any weight)."""
         names = ("pos_embed", "cls_token", "reg_token", "dist_token")
-        return {name for name in names if isinstance(getattr(self, name), nn.Parameter)}
+        skip = {name for name in names if isinstance(getattr(self, name), nn.Parameter)}
+        if self.rope is not None:  # RoPE-Mixed's learned frequencies, as timm lists them
+            skip |= {f"rope.{name}" for name in self.rope.no_weight_decay()}
+        return skip
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
         """Recompute each block's activations in the backward pass instead of keeping them
@@ -537,12 +644,15 @@ class VisionTransformer(nn.Module):
             return
         config = self.config.replace(img_size=img_size)  # validates the size against the patch
         new_grid = self.patch_embed.dynamic_feat_size(to_2tuple(config.img_size))
-        with torch.no_grad():
-            table = self._pos_embed_for_grid(new_grid)
-        if isinstance(self.pos_embed, nn.Parameter):
-            self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
-        else:
-            self.pos_embed = table  # replaces the buffer, still non-persistent
+        if self.pos_embed is not None:
+            with torch.no_grad():
+                table = self._pos_embed_for_grid(new_grid)
+            if isinstance(self.pos_embed, nn.Parameter):
+                self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
+            else:
+                self.pos_embed = table  # replaces the buffer, still non-persistent
+        if self.rope is not None:
+            self.rope.set_grid(new_grid)
         self.patch_embed.set_input_size(config.img_size)
         self.config = config
         self.pretrained_cfg = self.pretrained_cfg.replace(input_size=config.input_size)
@@ -581,6 +691,7 @@ class VisionTransformer(nn.Module):
     # ----------------------------------------------------------------------------- forward
     def _pos_embed_for_grid(self, grid: tuple[int, int]) -> torch.Tensor:
         """The position table for a (rows, columns) grid of patches (see `pos_embed_for_grid`)."""
+        assert self.pos_embed is not None  # the callers check
         return pos_embed_for_grid(
             self.pos_embed,
             grid,
@@ -594,9 +705,9 @@ class VisionTransformer(nn.Module):
         image_size = x.shape[-2:]
         # A model cast for inference (create(..., dtype=torch.bfloat16)) takes fp32 images as they
         # come out of the preprocessing: the input follows the weights (a no-op when they agree).
-        x = self.patch_embed(x.to(self.pos_embed.dtype))  # checks the shape
         pos_embed = self.pos_embed
-        if self.config.dynamic_img_size:
+        x = self.patch_embed(x.to((self.patch_embed.proj.weight if pos_embed is None else pos_embed).dtype))
+        if self.config.dynamic_img_size and pos_embed is not None:
             pos_embed = pos_embed_for_image(
                 pos_embed,
                 image_size,
@@ -610,29 +721,42 @@ class VisionTransformer(nn.Module):
         ]
         if self.config.no_embed_class:
             # DeiT III, big_vision: positions for the patches only, then the prefix tokens join
-            x = x + pos_embed
+            x = x if pos_embed is None else x + pos_embed
             if prefix:
                 x = torch.cat([*prefix, x], dim=1)
         else:
             # ViT, DeiT: [cls, (dist | reg), patches], then one position per token
             if prefix:
                 x = torch.cat([*prefix, x], dim=1)
-            x = x + pos_embed
+            x = x if pos_embed is None else x + pos_embed
         return self.norm_pre(self.pos_drop(x))
 
-    def _run_block(self, block: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def _rope_embed(self, image_size: torch.Size) -> torch.Tensor | None:
+        """The rotary embedding for an image of `image_size`: the cached one of the model's grid,
+        computed for the input's grid with `dynamic_img_size`."""
+        if self.rope is None:
+            return None
+        if self.config.dynamic_img_size:
+            return self.rope.embed_for_image(image_size, self.patch_embed.patch_size)
+        return self.rope.get_embed()
+
+    def _run_block(self, i: int, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+        block = self.blocks[i]
+        if rope is not None and self.rope is not None:
+            rope = self.rope.for_block(rope, i)  # "mixed": block i's own frequencies
         if self.grad_checkpointing and torch.is_grad_enabled():
             # Keep only the block's input; its inside is recomputed during backward (dropout and
             # DropPath draw the same random numbers again: the RNG state is saved with it).
-            return checkpoint(block, x, use_reentrant=False)
-        return block(x)
+            return checkpoint(block, x, rope, use_reentrant=False)
+        return block(x, rope)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, prefix + N, D) normalised tokens."""
+        rope = self._rope_embed(x.shape[-2:])
         x = self._embed(x)
-        if self.grad_checkpointing:
-            for block in self.blocks:
-                x = self._run_block(block, x)
+        if self.grad_checkpointing or rope is not None:
+            for i in range(len(self.blocks)):
+                x = self._run_block(i, x, rope)
         else:
             x = self.blocks(x)
         return self.norm(x)
@@ -697,10 +821,11 @@ class VisionTransformer(nn.Module):
         taken, last = feature_take_indices(len(self.blocks), indices)
         take = set(taken)
         image_size = x.shape[-2:]
+        rope = self._rope_embed(image_size)
         x = self._embed(x)
         intermediates = []
-        for i, block in enumerate(self.blocks[: last + 1] if stop_early else self.blocks):
-            x = self._run_block(block, x)
+        for i in range(last + 1 if stop_early else len(self.blocks)):
+            x = self._run_block(i, x, rope)
             if i in take:
                 intermediates.append(self.norm(x) if norm else x)
 

@@ -60,3 +60,38 @@ def test_attention_dropout_only_in_train():
 def test_embed_dim_not_divisible_by_num_heads_is_a_value_error(dim, num_heads):
     with pytest.raises(ValueError, match=rf"embed_dim {dim} is not divisible by num_heads {num_heads}"):
         Attention(dim=dim, num_heads=num_heads)
+
+
+@pytest.mark.parametrize("qkv_fused", [True, False])
+def test_eva_layouts_with_rope_equal_timms_eva_attention(qkv_fused):
+    """EVA's q/v-only biases (fused: q_bias, v_bias beside a bias-free qkv; unfused: a bias-free
+    k_proj), with a rotary embedding and a class token, equal timm's EvaAttention."""
+    eva = pytest.importorskip("timm.models.eva")
+    from vitzoo.layers.rope import RotaryEmbedding2d
+
+    torch.manual_seed(0)
+    theirs = eva.EvaAttention(32, num_heads=2, qkv_fused=qkv_fused, num_prefix_tokens=1, scale_norm=False).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    ours = Attention(dim=32, num_heads=2, qkv_fused=qkv_fused, k_bias=False).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)  # timm's names
+    rope = RotaryEmbedding2d("cat", head_dim=16, num_heads=2, depth=1, grid=(3, 4), num_prefix_tokens=1)
+    x = torch.randn(2, 13, 32)
+    with torch.no_grad():
+        expected = theirs(x, rope=rope.get_embed()[1:])
+        torch.testing.assert_close(ours(x, rope.get_embed()), expected, atol=1e-6, rtol=0)
+    names = {n for n, _ in ours.named_parameters()}
+    assert names == (
+        {"qkv.weight", "q_bias", "v_bias", "proj.weight", "proj.bias"}
+        if qkv_fused
+        else {
+            "q_proj.weight",
+            "q_proj.bias",
+            "k_proj.weight",
+            "v_proj.weight",
+            "v_proj.bias",
+            "proj.weight",
+            "proj.bias",
+        }
+    )

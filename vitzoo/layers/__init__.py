@@ -2,6 +2,7 @@
 
 patch_embed  image -> sequence of patch vectors (Conv2d, and the unfold + Linear form)
 pos_embed    learned and fixed sinusoidal position embeddings; resampling to another grid
+rope         2D rotary position embeddings of q and k (timm's "cat", "mixed", DINOv3's)
 attention    multi-head self-attention (fused qkv, scaled_dot_product_attention)
 activations  GELU, its tanh approximation, QuickGELU
 mlp          the position-wise feed-forward network
@@ -24,6 +25,7 @@ from .norm import RMSNorm, make_norm
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
 from .pool import AttentionPool
 from .pos_embed import resample_abs_pos_embed, sincos_1d
+from .rope import RotaryEmbedding2d, apply_rope
 from .swiglu import SwiGLU, SwiGLUPacked, make_mlp
 
 __all__ = [
@@ -36,8 +38,10 @@ __all__ = [
     "PatchEmbed",
     "QuickGELU",
     "RMSNorm",
+    "RotaryEmbedding2d",
     "SwiGLU",
     "SwiGLUPacked",
+    "apply_rope",
     "capture_attention",
     "make_activation",
     "make_mlp",

@@ -4,6 +4,11 @@ One fused Linear computes q, k and v for all heads at once (its output rows are 
 [q | k | v], each split into heads), which is the layout of timm and of the original JAX code.
 qkv and proj go through `linear.linear_module` (a fused bias epilogue for bf16 inference on CPU;
 a LoRA adapter in their place, layers/lora.py, runs its own forward).
+Two other layouts of the same projections, with timm's names so its checkpoints load by name:
+`qkv_fused=False` keeps q_proj, k_proj and v_proj apart (EVA-02 B/L), and `k_bias=False` (with
+qkv_bias) gives q and v a bias but not k, as EVA's attention: the fused layout then holds
+`q_bias` and `v_bias` beside a bias-free qkv, the unfused one a bias-free k_proj.
+With `rope`, queries and keys are rotated by a 2D rotary embedding (rope.py) before attending.
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 
@@ -22,7 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import check_heads
-from .linear import linear_module
+from .linear import linear, linear_module
+from .rope import apply_rope
 
 
 class Attention(nn.Module):
@@ -35,6 +41,9 @@ class Attention(nn.Module):
         attn_drop: float = 0.0,
         proj_drop: float = 0.0,
         is_causal: bool = False,
+        qkv_fused: bool = True,
+        k_bias: bool = True,
+        rope_rotate_half: bool = False,
     ) -> None:
         super().__init__()
         check_heads(dim, num_heads)
@@ -43,7 +52,20 @@ class Attention(nn.Module):
         self.is_causal = is_causal
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
+        self.rope_rotate_half = rope_rotate_half
+        self.qkv: nn.Module | None = None  # an nn.Linear, or a LoRA adapter put in its place
+        self.q_bias: nn.Parameter | None = None
+        self.v_bias: nn.Parameter | None = None
+        if qkv_fused:
+            self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias and k_bias)
+            if qkv_bias and not k_bias:  # EVA: q and v biases; k's is zero (a buffer, not saved)
+                self.q_bias = nn.Parameter(torch.zeros(dim))
+                self.register_buffer("k_bias", torch.zeros(dim), persistent=False)  # never trained
+                self.v_bias = nn.Parameter(torch.zeros(dim))
+        else:
+            self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)
+            self.k_proj = nn.Linear(dim, dim, bias=qkv_bias and k_bias)
+            self.v_proj = nn.Linear(dim, dim, bias=qkv_bias)
         self.attn_drop = attn_drop
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
@@ -51,15 +73,12 @@ class Attention(nn.Module):
         # None (the normal case) keeps the fused kernel, so ordinary forwards pay one `is None` test.
         self.attn_sink: list[torch.Tensor] | None = None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
         B, N, D = x.shape
-        # One matmul for q, k and v of every head, then views: (B, N, 3, heads, head_dim) split on
-        # dim 2 into three (B, heads, N, head_dim). Splitting in place (rather than permuting the
-        # q/k/v axis to the front) lets the backward stack their gradients straight into the
-        # layout of the qkv output: one copy fewer per block, the same numbers.
-        qkv = linear_module(self.qkv, x).reshape(B, N, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.unbind(2)  # unpacked by name, not by a generator: torch.fx traces it
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k, v = self._project(x)
+        if rope is not None:  # (N, 2 * head_dim) or per head (heads, N, 2 * head_dim), [sin | cos]
+            q = apply_rope(q, rope, self.rope_rotate_half).type_as(v)
+            k = apply_rope(k, rope, self.rope_rotate_half).type_as(v)
         if self.attn_sink is None:
             # softmax(q k^T / sqrt(head_dim)) v, fused.
             x = F.scaled_dot_product_attention(
@@ -69,6 +88,31 @@ class Attention(nn.Module):
             x = self._explicit_attention(q, k, v, self.attn_sink)
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
         return self.proj_drop(linear_module(self.proj, x))
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v, each (B, heads, N, head_dim)."""
+        B, N, _ = x.shape
+        if self.qkv is None:  # unfused: three projections
+
+            def heads(m: nn.Module) -> torch.Tensor:
+                return linear_module(m, x).reshape(B, N, self.num_heads, self.head_dim).transpose(1, 2)
+
+            return heads(self.q_proj), heads(self.k_proj), heads(self.v_proj)
+        # One matmul for q, k and v of every head, then views: (B, N, 3, heads, head_dim) split on
+        # dim 2 into three (B, heads, N, head_dim). Splitting in place (rather than permuting the
+        # q/k/v axis to the front) lets the backward stack their gradients straight into the
+        # layout of the qkv output: one copy fewer per block, the same numbers.
+        if self.q_bias is not None and self.v_bias is not None:  # EVA: the bias assembled, k's zero
+            bias = torch.cat((self.q_bias, self.k_bias, self.v_bias))
+            if type(self.qkv) is nn.Linear:
+                qkv = linear(x, self.qkv.weight, bias)
+            else:  # a LoRA adapter in its place (layers/lora.py)
+                qkv = linear_module(self.qkv, x) + bias
+        else:
+            qkv = linear_module(self.qkv, x)
+        qkv = qkv.reshape(B, N, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.unbind(2)  # unpacked by name, not by a generator: torch.fx traces it
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _explicit_attention(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: list[torch.Tensor]

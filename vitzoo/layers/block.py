@@ -3,6 +3,7 @@
 x = x + DropPath(LayerScale(Attention(LayerNorm(x))))
 x = x + DropPath(LayerScale(Mlp(LayerNorm(x))))
 
+`rope` is the rotary embedding of the tokens (rope.py), None without one.
 LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2); otherwise, like a
 zero stochastic-depth rate, it is an nn.Identity that does no tensor work. The norms are LayerNorm
 or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request.
@@ -39,11 +40,22 @@ class Block(nn.Module):
         mlp_align: int = 0,
         norm_layer: str = "layernorm",
         is_causal: bool = False,
+        qkv_fused: bool = True,
+        k_bias: bool = True,
+        rope_rotate_half: bool = False,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm_layer, dim, norm_eps)
         self.attn = Attention(
-            dim=dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop, is_causal=is_causal
+            dim=dim,
+            num_heads=num_heads,
+            qkv_bias=qkv_bias,
+            attn_drop=attn_drop,
+            proj_drop=drop,
+            is_causal=is_causal,
+            qkv_fused=qkv_fused,
+            k_bias=k_bias,
+            rope_rotate_half=rope_rotate_half,
         )
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -61,7 +73,7 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x))))
+    def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x

@@ -4,7 +4,8 @@ vitzoo's names are timm's (see model.py), so "timm" and "vitzoo" checkpoints nee
 Every other layout is a table of (pattern, our name) rules plus the few tensor reshapes it needs:
 
     layout        detected by the key                                   source
-    timm/vitzoo   patch_embed.proj.weight                               timm, vitzoo save_pretrained
+    timm/vitzoo   patch_embed.proj.weight                               timm (its Eva: gamma_1/2 renamed),
+                                                                        vitzoo save_pretrained
     transformers  [vit.|deit.]embeddings.patch_embeddings.projection.weight
                                                                         ViTModel, ViTForImageClassification,
                                                                         DeiTForImageClassificationWithTeacher,
@@ -133,9 +134,20 @@ def _merge_qkv(state: StateDict, *, file: str) -> StateDict:
 
 
 # ----------------------------------------------------------------------------- timm / vitzoo
+# timm's Eva (EVA-02, PE, RoPE-ViT, DINOv3) names LayerScale's factors gamma_1 / gamma_2.
+EVA_RULES: list[Rule] = [(r"blocks\.(\d+)\.gamma_([12])", r"blocks.\1.ls\2.gamma")]
+
+
 def _from_vitzoo(state: StateDict, file: str) -> Converted:
-    # Identical names; the representation layer of old timm checkpoints is `pre_logits.fc` too.
-    return Converted(dict(state), "vitzoo")
+    # Identical names (timm's Eva differs in its LayerScale only); the representation layer of old
+    # timm checkpoints is `pre_logits.fc` too.
+    eva = [re.compile(p) for p, _ in EVA_RULES]
+    out: StateDict = {}
+    for key, value in state.items():
+        for pattern, (_, repl) in zip(eva, EVA_RULES):
+            key = pattern.sub(repl, key) if pattern.fullmatch(key) else key
+        out[key] = value
+    return Converted(out, "vitzoo")
 
 
 # ----------------------------------------------------------------------------- transformers
