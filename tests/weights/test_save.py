@@ -144,3 +144,34 @@ def test_convert_needs_the_architecture_for_a_bare_file(tmp_path):
         vitzoo.convert(tmp_path / "bare.safetensors", tmp_path / "out")
     with pytest.raises(ValueError, match="unknown target format"):
         vitzoo.convert(tmp_path / "bare.safetensors", tmp_path / "out", to="keras")
+
+
+ROPE_LAYOUTS = [
+    pytest.param(dict(rope="cat", pos_embed="none", k_bias=False), id="cat-qv-bias"),
+    pytest.param(dict(rope="mixed", pos_embed="none", qkv_fused=False, k_bias=False), id="mixed-unfused"),
+    pytest.param(
+        dict(rope="dinov3", pos_embed="none", reg_tokens=4, rope_rotate_half=True, dynamic_img_size=True), id="dinov3"
+    ),
+]
+
+
+@pytest.mark.parametrize("fields", ROPE_LAYOUTS)
+def test_rope_model_round_trip_on_meta_build(tmp_path, fields):
+    """The rotary embedding's cache and EVA's zero k bias are non-persistent buffers: not saved,
+    real data again in the model built on the meta device for loading."""
+    torch.manual_seed(0)
+    model = vitzoo.VisionTransformer(img_size=32, patch_size=16, embed_dim=32, depth=2, num_heads=2, **fields).eval()
+    model.save_pretrained(tmp_path)
+    loaded = vitzoo.from_pretrained(tmp_path).eval()
+    assert loaded.config == model.config
+    assert not any(t.is_meta for t in loaded.buffers())
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), model(x))
+
+
+def test_rope_settings_no_tensor_shows_must_match_the_model(tmp_path):
+    model = vitzoo.VisionTransformer(img_size=32, patch_size=16, embed_dim=32, depth=1, num_heads=2, rope="cat")
+    model.save_pretrained(tmp_path)
+    with pytest.raises(WeightsMismatchError, match="trained with rope='cat', the model has rope=''"):
+        vitzoo.create("vit_ti16", weights=str(tmp_path), img_size=32, embed_dim=32, depth=1, num_heads=2)

@@ -192,15 +192,17 @@ class RotaryEmbedding2d(nn.Module):
             self.embed = self._cached_embed()
 
     # ------------------------------------------------------------------ frequencies and angles
-    def bands(self) -> torch.Tensor:
+    def bands(self, device: torch.device | None = None) -> torch.Tensor:
         """(head_dim / 4,) float32: "cat"'s angular frequencies, "dinov3"'s periods."""
         n = self.head_dim // 4
         if self.kind == "dinov3":
             if self.min_period is not None and self.max_period is not None:
-                exponents = torch.linspace(0, 1, n, dtype=torch.float32)
+                exponents = torch.linspace(0, 1, n, dtype=torch.float32, device=device)
                 return self.min_period * ((self.max_period / self.min_period) ** exponents)
-            return self.temperature ** (2.0 * torch.arange(n, dtype=torch.float32) / (self.head_dim // 2))
-        return 1.0 / (self.temperature ** (torch.arange(0, n, 1, dtype=torch.int64).to(torch.float32) / n))
+            exponents = 2.0 * torch.arange(n, dtype=torch.float32, device=device) / (self.head_dim // 2)
+            return self.temperature**exponents
+        indices = torch.arange(0, n, 1, dtype=torch.int64, device=device).to(torch.float32)
+        return 1.0 / (self.temperature ** (indices / n))
 
     def coords(self, grid: tuple[int, int]) -> torch.Tensor:
         """(N, 2) float32 positions of `grid`'s patches, on the model's device."""
@@ -215,8 +217,14 @@ class RotaryEmbedding2d(nn.Module):
             "normalize": self.normalize_coords,
         }
 
-    def _device(self) -> torch.device | None:
-        return self.freqs.device if self.kind == "mixed" else None
+    def _device(self) -> torch.device:
+        """Where positions are computed: with the frequencies or the cached embedding, on the CPU
+        while there is none (built on the meta device, the cache is real data, as sincos_1d's)."""
+        if self.kind == "mixed":
+            return self.freqs.device
+        if self.embed is None or self.embed.is_meta:
+            return torch.device("cpu")
+        return self.embed.device
 
     def from_coords(self, coords: torch.Tensor) -> torch.Tensor:
         """The [sin | cos] embedding of (N, 2) positions, augmented while training with coordinate
@@ -227,13 +235,12 @@ class RotaryEmbedding2d(nn.Module):
             freqs = self.freqs.float()
             angles = coords[:, 0, None] * freqs[0].unsqueeze(-2) + coords[:, 1, None] * freqs[1].unsqueeze(-2)
             return _sin_cos(angles, self.rotate_half, self.num_prefix_tokens).to(self.freqs.dtype)
-        bands = self.bands()
+        bands = self.bands(coords.device)
         if self.kind == "dinov3":
             angles = (2 * math.pi * coords[:, :, None] / bands[None, None, :]).flatten(1)
         else:
             angles = (coords[:, :, None] * bands).flatten(1)
-        embed = _sin_cos(angles, self.rotate_half, self.num_prefix_tokens)
-        return embed if self.embed is None else embed.to(self.embed.device)
+        return _sin_cos(angles, self.rotate_half, self.num_prefix_tokens)
 
     # ------------------------------------------------------------------ what the model calls
     @property

@@ -18,8 +18,20 @@ from .keymaps import to_timm
 EXPORT_FORMATS = ("timm", "vitzoo")
 
 
+def is_eva(config: object) -> bool:
+    """Whether timm builds this architecture as its Eva (rotary embedding, EVA's attention layouts,
+    no position table) rather than its VisionTransformer: the names of LayerScale differ."""
+    return bool(
+        getattr(config, "rope", "")
+        or not getattr(config, "qkv_fused", True)
+        or not getattr(config, "k_bias", True)
+        or getattr(config, "pos_embed", "learned") == "none"
+    )
+
+
 def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
-    """Write `model` for another library. "timm": a safetensors file that
+    """Write `model` for another library. "timm": a safetensors file (in the names of timm's Eva
+    for RoPE and EVA models, of its VisionTransformer otherwise) that
     `timm.create_model(<timm name>, pretrained=True, pretrained_cfg_overlay=dict(file=path, custom_load=False))`
     loads with identical logits (custom_load=False: before timm 1.0.31 a file overlay keeps the Google
     .npz loader of the AugReg ViTs); "vitzoo": `save_pretrained` into the directory `path`."""
@@ -30,14 +42,16 @@ def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
     config = getattr(model, "config", None)
     if config is not None:
         problems = []
-        if getattr(config, "pos_embed", "learned") != "learned":
+        if getattr(config, "pos_embed", "learned") == "sincos":
             problems.append("fixed sincos position embedding (timm's ViT learns it)")
         if not getattr(config, "final_norm", True):
             problems.append("no final LayerNorm")
         if problems:
             raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
     state = to_timm(
-        model.state_dict(), what=f"{type(model).__name__} {getattr(model, 'architecture', '') or ''}".strip()
+        model.state_dict(),
+        what=f"{type(model).__name__} {getattr(model, 'architecture', '') or ''}".strip(),
+        eva=is_eva(config),
     )
     path = Path(path)
     if path.suffix != ".safetensors":

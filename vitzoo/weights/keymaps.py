@@ -423,9 +423,10 @@ _CONVERTERS: dict[str, Callable[[StateDict, str], Converted]] = {
 
 
 # ----------------------------------------------------------------------------- vitzoo -> timm
-def to_timm(state: StateDict, *, what: str = "model") -> StateDict:
-    """Our state dict in timm's names. timm 1.x's VisionTransformer has no representation layer
-    (timm drops `pre_logits.*` when loading), so a model that has one cannot be exported. A head
+def to_timm(state: StateDict, *, what: str = "model", eva: bool = False) -> StateDict:
+    """Our state dict in timm's names (`eva`: its Eva's, whose LayerScale names differ). timm 1.x's
+    VisionTransformer has no representation layer (timm drops `pre_logits.*` when loading), so a
+    model that has one cannot be exported. A head
     without bias (CLIP's projection, head_bias=False) gets a zero bias, as timm's own CLIP
     converter gives its heads: timm's VisionTransformer always has one."""
     if any(k.startswith("pre_logits.") for k in state):
@@ -439,6 +440,8 @@ def to_timm(state: StateDict, *, what: str = "model") -> StateDict:
             "through a custom embed_layer: timm cannot load it by name; export to 'vitzoo' instead"
         )
     out = dict(state)
+    if eva:  # timm's Eva: LayerScale is gamma_1 / gamma_2 (EVA_RULES backwards)
+        out = {re.sub(r"^blocks\.(\d+)\.ls([12])\.gamma$", r"blocks.\1.gamma_\2", k): v for k, v in out.items()}
     head = out.get("head.weight")
     if head is not None and "head.bias" not in out:
         out["head.bias"] = head.new_zeros(head.shape[0])

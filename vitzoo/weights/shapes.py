@@ -69,7 +69,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         class_token=class_token,
         distilled=distilled,
         final_norm="norm.weight" in state or fc_norm,  # fc_norm: the final norm moved after the pooling
-        qkv_bias="blocks.0.attn.qkv.bias" in state if depth else True,
+        qkv_bias=any(f"blocks.0.attn.{k}" in state for k in ("qkv.bias", "q_bias", "q_proj.bias")) if depth else True,
         # timm pools MAE-style fine-tuned models (fc_norm) by averaging, even with a class token
         global_pool="token" if class_token and not fc_norm else "avg",
         conv_stem=conv_stem,
@@ -82,6 +82,13 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         patch_bias="patch_embed.proj.bias" in state,
         fc_norm=fc_norm,
         head_bias="head.bias" in state or "head.weight" not in state,
+        # EVA's attention: separate projections; q and v biased but not k (fused: q_bias, v_bias)
+        qkv_fused="blocks.0.attn.q_proj.weight" not in state,
+        k_bias=not (
+            "blocks.0.attn.q_bias" in state
+            or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
+        ),
+        rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
     )
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
@@ -91,8 +98,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
-    if pos is None:
-        fields["pos_embed"] = "sincos"
+    if pos is None:  # no learned table: sinusoids, or the rotary embedding alone (RoPE-Mixed shows itself)
+        fields["pos_embed"] = "none" if "rope.freqs" in state else "sincos"
     else:
         prefix = int(class_token) + int(distilled) + reg_tokens
         covered = position_prefix(pos.shape[1], prefix)
@@ -148,4 +155,7 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     mlp_layer="mlp",
     mlp_norm=False,
     norm_layer="layernorm",
+    qkv_fused=True,
+    k_bias=True,
+    rope="",
 )

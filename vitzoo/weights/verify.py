@@ -46,8 +46,30 @@ _STATED_BY: dict[str, str] = {
     "mlp_layer": "blocks.0.mlp.fc1_g.weight, or the widths of blocks.0.mlp.fc1 and fc2",
     "mlp_norm": "blocks.0.mlp.norm.weight",
     "norm_layer": "blocks.0.norm1.bias",
+    "qkv_fused": "blocks.0.attn.q_proj.weight",
+    "k_bias": "blocks.0.attn.q_bias / k_proj.bias",
 }
-_BLOCK_FIELDS = ("qkv_bias", "mlp_layer", "mlp_norm", "norm_layer")  # shown by block 0's tensors only
+_BLOCK_FIELDS = (
+    "qkv_bias",
+    "mlp_layer",
+    "mlp_norm",
+    "norm_layer",
+    "qkv_fused",
+    "k_bias",
+)  # shown by block 0's tensors only
+# What no tensor shows and the model must agree with (check_fits), like the head count: the
+# rotary embedding's settings (RoPE-Mixed's frequencies are a tensor, the other kinds are not).
+_UNSHOWN_ROPE = (
+    "rope",
+    "rope_temperature",
+    "rope_grid_indexing",
+    "rope_grid_offset",
+    "rope_ref_feat_shape",
+    "rope_rotate_half",
+    "rope_min_period",
+    "rope_max_period",
+    "rope_normalize_coords",
+)
 
 
 def check_stated(
@@ -92,9 +114,11 @@ def check_stated(
     if "norm_eps" in stated and not stated["norm_eps"] > 0:
         raise WeightsFileError(f"{config!r}: norm_eps={stated['norm_eps']!r} is invalid; expected a positive number")
     _check_mlp_width(stated, inferred, state, mismatch)
+    if "rope" in stated and (stated["rope"] == "mixed") != ("rope.freqs" in state):
+        raise mismatch("rope", stated["rope"], "rope.freqs", "mixed" if "rope.freqs" in state else "not 'mixed'")
     pos = state.get("pos_embed")
-    if stated.get("pos_embed") == "sincos" and pos is not None:
-        raise mismatch("pos_embed", "sincos", "pos_embed", "learned")
+    if stated.get("pos_embed") in ("sincos", "none") and pos is not None:
+        raise mismatch("pos_embed", stated["pos_embed"], "pos_embed", "learned")
     if stated.get("pos_embed") == "learned" and pos is None:
         raise mismatch("pos_embed", "learned", "no pos_embed tensor", "sincos")
     if "img_size" not in stated:
@@ -146,6 +170,12 @@ def check_fits(model: nn.Module, ckpt: Checkpoint) -> None:
             raise WeightsMismatchError(
                 f"{ckpt.file}: the checkpoint was trained with num_heads={ckpt.config['num_heads']}, the model "
                 f"has num_heads={config.num_heads}; expected equal head counts"
+            )
+    for name in _UNSHOWN_ROPE:
+        if config is not None and name in ckpt.declared and ckpt.config[name] != getattr(config, name, None):
+            raise WeightsMismatchError(
+                f"{ckpt.file}: the checkpoint was trained with {name}={ckpt.config[name]!r}, the model has "
+                f"{name}={getattr(config, name, None)!r}; expected the same rotary position embedding"
             )
     act = ckpt.config.get("act_layer")
     if config is not None and hasattr(config, "act_layer") and "act_layer" in ckpt.declared and act != config.act_layer:
