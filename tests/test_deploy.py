@@ -96,6 +96,32 @@ def test_onnx_matches_pytorch_at_every_batch_size(name, exported, ort):
         np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=1e-4)
 
 
+@pytest.mark.skipif(not DYNAMO_ONNX, reason=f"torch {torch.__version__}: dynamic-size ONNX needs torch >= 2.9")
+def test_onnx_of_a_rope_model_follows_batch_height_and_width(tmp_path, ort):
+    """EVA-02's layout: rotary embedding (rescaled to a reference grid) beside a learned table, both
+    computed in the graph from the input's size; two sizes other than the traced one, and batches."""
+    torch.manual_seed(0)
+    model = VisionTransformer(
+        **{**TINY, "num_heads": 2}, rope="cat", rope_ref_feat_shape=(3, 3), reg_tokens=1, dynamic_img_size=True
+    )
+    with torch.no_grad():
+        model.pos_embed.normal_(std=0.5)
+    path = deploy.export_onnx(model, tmp_path / "rope.onnx", dynamic_size=True)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (inp,) = session.get_inputs()
+    assert all(isinstance(d, str) for d in (inp.shape[0], inp.shape[2], inp.shape[3]))  # batch, height, width
+    for batch, h, w in [(1, 48, 64), (3, 24, 40)]:
+        x = torch.randn(batch, 3, h, w, generator=torch.Generator().manual_seed(h))
+        (got,) = session.run(None, {"image": x.numpy()})
+        np.testing.assert_allclose(got, reference(model, x).numpy(), rtol=0, atol=1e-4)
+
+
+def test_dynamic_size_needs_a_dynamic_model(tmp_path):
+    with pytest.raises(ValueError, match="needs a model built with dynamic_img_size=True"):
+        deploy.export_onnx(vitzoo.create("vit_ti16", **TINY), tmp_path / "x.onnx", dynamic_size=True)
+    assert not (tmp_path / "x.onnx").exists()
+
+
 def test_onnx_of_a_distilled_deit_is_the_average_of_its_two_heads(exported, ort):
     model, path = exported["deit_distilled"]
     x = images(model, 3)

@@ -11,6 +11,13 @@ every case; a model cast to bf16 or fp16 casts it inside (VisionTransformer.forw
 so a deployment feeds the same preprocessed images whatever the weights' precision, and gets
 logits in the weights' precision back. Files are written atomically (vitzoo/atomic.py).
 
+With `dynamic_size=True` the height and width are dynamic too, as multiples of the patch size:
+the model must be built with `dynamic_img_size=True`, and its learned position table (resampled,
+bicubic) and rotary embedding (layers/rope.py) are then computed in the graph from the input's
+size, so the file follows any input size instead of freezing the example's. This needs the
+torch.export-based exporter (torch 2.9 and later for ONNX): TorchScript tracing records the
+example's sizes as constants.
+
 Which ONNX exporter: each torch version's default one, the one its maintainers test for that
 version. From torch 2.9 that is the exporter built on torch.export and onnxscript; the older
 TorchScript-tracing exporter is deprecated there and warns that it will be removed. torch up to
@@ -32,11 +39,13 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 from .atomic import atomic_path
+from .layers.helpers import to_2tuple
 from .layers.lora import merge_lora
 from .pretrained_cfg import pretrained_cfg_of
 
@@ -49,6 +58,7 @@ EXAMPLE_BATCH = 2
 # A protobuf message, and so an ONNX file that holds its weights inline, is limited to 2 GiB.
 ONNX_MAX_BYTES = 2**31
 EXTRA_HINT = 'pip install "vitzoo[onnx]"'
+MAX_GRID = 1024  # the most patch rows (and columns) a dynamic-size export accepts
 
 
 def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
@@ -98,16 +108,17 @@ def export(
     *,
     opset: int | None = None,
     input_size: Sequence[int] | None = None,
+    dynamic_size: bool = False,
 ) -> Path:
     """Write `model` as ONNX or as a torch.export program; `fmt` defaults to `path`'s suffix.
     LoRA adapters are merged first (layers/lora.py): the graph is the plain model's."""
     fmt = format_of(path, fmt)
     model = merge_lora(model)
     if fmt == "onnx":
-        return export_onnx(model, path, opset=opset, input_size=input_size)
+        return export_onnx(model, path, opset=opset, input_size=input_size, dynamic_size=dynamic_size)
     if opset is not None:
         raise ValueError(f"opset={opset} applies to ONNX export only; a {fmt!r} program has no opset")
-    return export_program(model, path, input_size=input_size)
+    return export_program(model, path, input_size=input_size, dynamic_size=dynamic_size)
 
 
 # ------------------------------------------------------------------------------------ ONNX
@@ -117,21 +128,33 @@ def export_onnx(
     *,
     opset: int | None = None,
     input_size: Sequence[int] | None = None,
+    dynamic_size: bool = False,
 ) -> Path:
     """Write `model` (in eval mode) as an ONNX file with input "image" (batch, C, H, W), float32,
-    and output "output" (batch, ...), the batch axis dynamic. `opset` defaults to the exporter's
-    own choice; `input_size` (C, H, W) to the model's pretrained_cfg."""
+    and output "output" (batch, ...), the batch axis dynamic (and H, W with `dynamic_size`, see
+    the module docstring). `opset` defaults to the exporter's own choice; `input_size` (C, H, W)
+    to the model's pretrained_cfg."""
     if opset is not None and (isinstance(opset, bool) or not isinstance(opset, int) or opset < 1):
         raise ValueError(f"opset={opset!r} is invalid; expected a positive int (an ONNX opset version such as 18)")
     example = example_input(model, input_size)
     _check_onnx_size(model)
     check_available("onnx")
     use_dynamo = _torch_at_least(2, 9)
+    shapes = dynamic_shapes(model, dynamic_size)
+    if dynamic_size and not use_dynamo:
+        raise RuntimeError(
+            f"ONNX export with dynamic height and width needs torch >= 2.9 (its torch.export-based exporter); "
+            f"torch {torch.__version__}'s TorchScript tracer would freeze the example's size. Export a .pt2 "
+            "program, or a fixed size"
+        )
     path = Path(path)
     _check_destination(path)
     with _eval_mode(model), atomic_path(path) as tmp:
         try:
-            written = (_onnx_via_torch_export if use_dynamo else _onnx_via_tracing)(model, example, tmp, opset)
+            if use_dynamo:
+                written = _onnx_via_torch_export(model, example, tmp, opset, shapes)
+            else:
+                written = _onnx_via_tracing(model, example, tmp, opset)
         except OSError as exc:
             _reraise_interrupt(exc)
             raise
@@ -151,7 +174,9 @@ def export_onnx(
     return path
 
 
-def _onnx_via_torch_export(model: nn.Module, example: torch.Tensor, dst: Path, opset: int | None) -> int | None:
+def _onnx_via_torch_export(
+    model: nn.Module, example: torch.Tensor, dst: Path, opset: int | None, shapes: dict[int, Any]
+) -> int | None:
     """Export with torch's torch.export-based exporter; returns the opset it wrote."""
     # Its loggers report a failed down-conversion with a traceback; export_onnx's check of the
     # written opset says the same in one line.
@@ -161,7 +186,7 @@ def _onnx_via_torch_export(model: nn.Module, example: torch.Tensor, dst: Path, o
             (example,),
             str(dst),
             dynamo=True,
-            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            dynamic_shapes=(shapes,),
             input_names=[INPUT_NAME],
             output_names=[OUTPUT_NAME],
             opset_version=opset,
@@ -200,16 +225,24 @@ def _check_onnx_size(model: nn.Module) -> None:
 
 
 # ------------------------------------------------------------------------------------ torch.export
-def export_program(model: nn.Module, path: str | os.PathLike[str], *, input_size: Sequence[int] | None = None) -> Path:
+def export_program(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    input_size: Sequence[int] | None = None,
+    dynamic_size: bool = False,
+) -> Path:
     """Write `model` (in eval mode) as a torch.export program (torch.export.save's .pt2 archive),
-    its batch axis dynamic. Load it with `load_program` or `torch.export.load(path).module()`."""
+    its batch axis dynamic (and H, W with `dynamic_size`). Load it with `load_program` or
+    `torch.export.load(path).module()`."""
     check_available("torch-export")
     example = example_input(model, input_size)
+    shapes = dynamic_shapes(model, dynamic_size)
     path = Path(path)
     _check_destination(path)
     with _eval_mode(model):
         try:
-            program = torch.export.export(model, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+            program = torch.export.export(model, (example,), dynamic_shapes=(shapes,))
         except Exception as exc:
             _reraise_interrupt(exc)
             raise RuntimeError(f"torch.export failed with torch {torch.__version__}: {_first_line(exc)}") from exc
@@ -233,6 +266,24 @@ def load_program(path: str | os.PathLike[str]) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------------ shared
+def dynamic_shapes(model: nn.Module, dynamic_size: bool) -> dict[int, Any]:
+    """torch.export's dynamic axes of the image input: the batch, and with `dynamic_size` the
+    height and width as multiples of the patch size (ValueError for a model that cannot follow them)."""
+    shapes: dict[int, Any] = {0: torch.export.Dim("batch")}
+    if not dynamic_size:
+        return shapes
+    config = getattr(model, "config", None)
+    if config is None or not getattr(config, "dynamic_img_size", False):
+        raise ValueError(
+            "dynamic_size=True needs a model built with dynamic_img_size=True (positions for any grid); expected "
+            "vitzoo.create(name, dynamic_img_size=True)"
+        )
+    ph, pw = to_2tuple(config.patch_size)
+    shapes[2] = ph * torch.export.Dim("rows", min=1, max=MAX_GRID)
+    shapes[3] = pw * torch.export.Dim("cols", min=1, max=MAX_GRID)
+    return shapes
+
+
 def example_input(model: nn.Module, input_size: Sequence[int] | None = None) -> torch.Tensor:
     """A float32 batch of EXAMPLE_BATCH images of `input_size` (C, H, W), by default the size in
     the model's pretrained_cfg, on the model's device."""

@@ -2,7 +2,7 @@
 
 Convention (the same as `torch.utils.flop_counter.FlopCounterMode`): only matrix products count,
 and one multiply-add is 2 FLOPs. Element-wise work (LayerNorm, GELU, softmax, bias adds, residuals,
-LayerScale) is left out — it is a few percent of a ViT and depends on kernels rather than on the architecture.
+LayerScale, the rotary embedding) is left out — it is a few percent of a ViT and depends on kernels rather than on the architecture.
 So a number here is twice the "GMACs" that some tables quote: ViT-B/16 at 224 is 35.1 GFLOPs =
 17.6 GMACs.
 
@@ -73,9 +73,10 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     mlp = config.depth * 2 * tokens * (block_fc1 + block_hidden * d)
     pool = 0
     if config.global_pool == "map":
-        # One learned query attends over the patch tokens: q (D -> D) on the query, k and v
-        # (D -> 2D) on every patch token, q k^T and attn v, the output projection, then the MLP.
-        keys = tokens - config.num_prefix_tokens
+        # One learned query attends over the patch tokens (every token with pool_include_prefix):
+        # q (D -> D) on the query, k and v (D -> 2D) on each of them, q k^T and attn v, the output
+        # projection, then the MLP.
+        keys = tokens if config.pool_include_prefix else tokens - config.num_prefix_tokens
         pool = 2 * d * d + 2 * keys * d * 2 * d + 2 * (2 * keys * d) + 2 * d * d + 2 * (d * hidden + hidden * d)
     # The head sees one pooled feature per classifier (two with a distillation token), or every
     # token without pooling.

@@ -16,7 +16,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      added before the prefix tokens (class, registers) join
     pre_norm, patch_bias=False, act_layer   CLIP (ln_pre, a bias-free patch projection, QuickGELU;
                      layers/activations.py)
-    global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none)
+    global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none);
+                     attn_pool_num_heads, pool_include_prefix: PE's pool (8 heads, over every token)
     fc_norm          MAE fine-tuning: the final LayerNorm moves after the pooling
     head_bias        CLIP's visual projection has no bias
     mlp_layer        "swiglu" / "swiglu_packed": the gated MLP of DINOv2-g, EVA-02, DINOv3
@@ -107,6 +108,8 @@ class ViTConfig:
     # "token": the class token; "avg": the mean of the patch tokens; "map": attention pooling
     # (SigLIP); "": none, the head sees every token (what prune_intermediate_layers leaves).
     global_pool: Literal["token", "avg", "map", ""] = "token"
+    attn_pool_num_heads: int | None = None  # "map": heads of the pooling attention (PE: 8); None: num_heads
+    pool_include_prefix: bool = False  # "map": the query attends over the prefix tokens too (PE)
     representation_size: int | None = None  # Linear + Tanh before the head (ImageNet-21k ViT)
     final_norm: bool = True  # LayerNorm after the last block (the MNIST tutorial has none)
     fc_norm: bool = False  # move the final LayerNorm after the pooling (timm's MAE fine-tuning)
@@ -165,6 +168,12 @@ class ViTConfig:
                 (self.norm_layer in NORMS, "norm_layer", "one of " + ", ".join(map(repr, NORMS))),
                 (self.init_values is None or self.init_values > 0, "init_values", "None or a positive number"),
                 (self.reg_tokens >= 0, "reg_tokens", "an int >= 0"),
+                (
+                    self.attn_pool_num_heads is None
+                    or (self.attn_pool_num_heads > 0 and self.embed_dim % self.attn_pool_num_heads == 0),
+                    "attn_pool_num_heads",
+                    f"None or a divisor of embed_dim {self.embed_dim}",
+                ),
                 (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos' or 'none'"),
                 (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
                 (
@@ -333,9 +342,13 @@ def pos_embed_for_image(
 ) -> torch.Tensor:
     """`dynamic_img_size`: the table for an image of `image_size` (the table itself for the model's
     own grid). A leaf of torch.fx graphs (`torch.fx.wrap` below), so a traced dynamic model adapts
-    its positions to each input as the eager one does."""
-    grid = (math.ceil(image_size[0] / patch_size[0]), math.ceil(image_size[1] / patch_size[1]))
-    return pos_embed if grid == tuple(old_grid) else pos_embed_for_grid(pos_embed, grid, old_grid, prefix, learned)
+    its positions to each input as the eager one does. Under torch.export with symbolic sizes the
+    table is always resampled: a test of the grid would pin the graph to the example's size."""
+    grid = (-(-image_size[0] // patch_size[0]), -(-image_size[1] // patch_size[1]))
+    symbolic = any(isinstance(side, torch.SymInt) for side in grid)
+    if not symbolic and grid == tuple(old_grid):
+        return pos_embed
+    return pos_embed_for_grid(pos_embed, grid, old_grid, prefix, learned)
 
 
 torch.fx.wrap("pos_embed_for_image")
@@ -419,7 +432,7 @@ class VisionTransformer(nn.Module):
         self.attn_pool = (
             AttentionPool(
                 dim=D,
-                num_heads=config.num_heads,
+                num_heads=config.attn_pool_num_heads or config.num_heads,
                 mlp_ratio=config.mlp_ratio,
                 norm_eps=config.norm_eps,
                 act_layer=config.act_layer,
@@ -764,8 +777,8 @@ class VisionTransformer(nn.Module):
     def pool(self, x: torch.Tensor, pool_type: str | None = None) -> torch.Tensor:
         """(B, tokens, D) -> (B, D) by `config.global_pool`, or by `pool_type` ("token", "avg" or ""
         for the tokens unchanged) on a model without attention pooling (timm's signature)."""
-        if self.attn_pool is not None:
-            return self.attn_pool(x[:, self.num_prefix_tokens :])  # patch tokens only, as timm
+        if self.attn_pool is not None:  # patch tokens only, as timm's ViT; all of them as its Eva (PE)
+            return self.attn_pool(x if self.config.pool_include_prefix else x[:, self.num_prefix_tokens :])
         pool_type = self.config.global_pool if pool_type is None else pool_type
         if pool_type == "avg":
             return x[:, self.num_prefix_tokens :].mean(dim=1)

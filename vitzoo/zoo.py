@@ -8,7 +8,7 @@ job. This module imports only the model config and `PretrainedCfg`, so it sits b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .model import ViTConfig
 from .pretrained_cfg import (
@@ -116,6 +116,20 @@ def _released(
     default = next(iter(sources.values()))
     return ZooModel(name, config, _without_weights(default), sources, description, timm_name=timm_name)
 
+
+# EVA-02's MLPs: SwiGLU of hidden width int(dim * 8/3); T/S pack gate and input into one fc1
+# (twice as wide), B/L keep them apart with a LayerNorm of the hidden units and separate q/k/v.
+_EVA02_PACKED: dict[str, Any] = {"mlp_layer": "swiglu_packed", "mlp_ratio": 16 / 3}
+_EVA02_SUBLN: dict[str, Any] = {"mlp_layer": "swiglu", "mlp_ratio": 8 / 3, "mlp_norm": True, "qkv_fused": False}
+_EVA02_IN22K = (("mim_in22k", "ImageNet-22k"),)
+_ROPE_VIT: tuple[tuple[str, str, Literal["cat", "mixed"], float, str], ...] = (
+    ("vit_b16_rope", "vit_base_patch16_rope_224", "cat", 100.0, "axial RoPE"),
+    ("vit_b16_rope_mixed", "vit_base_patch16_rope_mixed_224", "mixed", 10.0, "RoPE-Mixed"),
+)
+_PE_CORE_POOL: dict[str, Any] = {"global_pool": "map", "attn_pool_num_heads": 8, "pool_include_prefix": True}
+_PE_SPATIAL_POOL: dict[str, Any] = {"global_pool": "avg", "final_norm": False}
+_PE_CORE = "attention pooling over every token, a projection into the image-text space"
+_PE_SPATIAL = "dense patch features (no final norm), averaged as the pooled feature"
 
 # Every built-in model, one entry per name. DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and
 # SigLIP are the ViTs people use today as classifiers and as backbones: self-supervised and
@@ -457,5 +471,154 @@ MODELS: tuple[ZooModel, ...] = (
             )
         },
         "SigLIP ViT-B/16 image tower: no class token, attention pooling (768-d embedding)",
+    ),
+    # ------------------------------------------------------------------------- RoPE: EVA-02, RoPE-ViT, PE
+    # 2D rotary position embeddings (layers/rope.py). EVA-02: timm's "cat" RoPE rescaled to its
+    # 16x16 pretraining grid beside the learned table, SwiGLU (packed for T/S, with EVA's
+    # sub-LayerNorm and separate q/k/v projections for B/L), q and v biased but not k, average pooling.
+    *(
+        _released(
+            f"eva02_{size}14",
+            ViTConfig(
+                patch_size=14,
+                embed_dim=dim,
+                depth=depth,
+                num_heads=heads,
+                num_classes=0,
+                global_pool="avg",
+                fc_norm=True,
+                k_bias=False,
+                act_layer="silu",
+                rope="cat",
+                rope_ref_feat_shape=(16, 16),
+                **mlp,
+            ),
+            f"eva02_{timm_size}_patch14_224",
+            {
+                tag: _timm_release(
+                    f"eva02_{timm_size}_patch14_224.{tag}",
+                    f"EVA-02 (Fang et al. 2023) masked image modelling, {data}",
+                    mean=CLIP_MEAN,
+                    std=CLIP_STD,
+                    license="mit",
+                )
+                for tag, data in tags
+            },
+            f"EVA-02-{size.upper()}/14 feature extractor: RoPE beside the learned positions, SwiGLU, average pooling",
+        )
+        for size, timm_size, dim, depth, heads, mlp, tags in (
+            ("t", "tiny", 192, 12, 3, _EVA02_PACKED, _EVA02_IN22K),
+            ("s", "small", 384, 12, 6, _EVA02_PACKED, _EVA02_IN22K),
+            ("b", "base", 768, 12, 12, _EVA02_SUBLN, _EVA02_IN22K),
+            ("l", "large", 1024, 24, 16, _EVA02_SUBLN, (*_EVA02_IN22K, ("mim_m38m", "Merged-38M"))),
+        )
+    ),
+    # RoPE-ViT (Heo et al. 2024): a DeiT III-style ViT-B/16 whose only positions are rotary, axial
+    # ("cat") or with learned frequencies per block and head ("mixed", rope.freqs).
+    *(
+        _released(
+            name,
+            ViTConfig(
+                init_values=1e-5,
+                pos_embed="none",
+                rope=kind,
+                rope_grid_indexing="xy",
+                rope_temperature=temperature,
+            ),
+            timm_name,
+            {
+                "naver_in1k": _timm_release(
+                    f"{timm_name}.naver_in1k",
+                    f"RoPE-ViT (Heo et al. 2024), {what}, ImageNet-1k (NAVER AI)",
+                    num_classes=1000,
+                    label_set="imagenet-1k",
+                )
+            },
+            f"RoPE-ViT-B/16, {what}: no absolute positions, class token, ImageNet-1k classifier",
+        )
+        for name, timm_name, kind, temperature, what in _ROPE_VIT
+    ),
+    # Perception Encoder (Bolya et al. 2025): CLIP-style pre-norm ViT with "cat" RoPE (offset 1,
+    # (col, row) coordinates, rescaled to the pretraining grid) beside the learned table. Core: an
+    # 8-head attention pool over every token and a projection into the image-text space; Spatial:
+    # the patch tokens without a final norm, averaged.
+    *(
+        _released(
+            name,
+            ViTConfig(
+                img_size=img,
+                patch_size=patch,
+                embed_dim=dim,
+                depth=depth,
+                num_heads=heads,
+                num_classes=classes,
+                pre_norm=True,
+                patch_bias=False,
+                norm_eps=1e-5,
+                rope="cat",
+                rope_grid_offset=1.0,
+                rope_grid_indexing="xy",
+                rope_ref_feat_shape=(img // patch, img // patch),
+                **pool,
+            ),
+            timm_name,
+            {
+                "fb": _timm_release(
+                    f"{timm_name}.fb",
+                    f"Perception Encoder {kind} (Bolya et al. 2025), Meta",
+                    mean=INCEPTION_MEAN,
+                    std=INCEPTION_STD,
+                    crop_pct=1.0,
+                    img_size=img,
+                    num_classes=classes,
+                )
+            },
+            f"PE {kind} {size.upper()}/{patch} at {img} px: {what}",
+        )
+        for name, timm_name, kind, size, img, patch, dim, depth, heads, classes, pool, what in (
+            *(
+                (
+                    f"pe_core_{s}",
+                    f"vit_pe_core_{ts}_patch{p}_{img}",
+                    "Core",
+                    s,
+                    img,
+                    p,
+                    d,
+                    dp,
+                    h,
+                    c,
+                    _PE_CORE_POOL,
+                    _PE_CORE,
+                )
+                for s, ts, img, p, d, dp, h, c in (
+                    ("t", "tiny", 384, 16, 192, 12, 3, 512),
+                    ("s", "small", 384, 16, 384, 12, 6, 512),
+                    ("b", "base", 224, 16, 768, 12, 12, 1024),
+                    ("l", "large", 336, 14, 1024, 24, 16, 1024),
+                )
+            ),
+            *(
+                (
+                    f"pe_spatial_{s}",
+                    f"vit_pe_spatial_{ts}_patch{p}_{img}",
+                    "Spatial",
+                    s,
+                    img,
+                    p,
+                    d,
+                    dp,
+                    h,
+                    0,
+                    _PE_SPATIAL_POOL,
+                    _PE_SPATIAL,
+                )
+                for s, ts, img, p, d, dp, h in (
+                    ("s", "small", 512, 16, 384, 12, 6),
+                    ("b", "base", 512, 16, 768, 12, 12),
+                    ("l", "large", 448, 14, 1024, 24, 16),
+                )
+            ),
+        )
     ),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from typing import Any
 
 from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, size
 
@@ -29,6 +30,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset version (default: the exporter's)")
     parser.add_argument("--img-size", type=int, metavar="N", help="input height and width (default: the model's)")
+    parser.add_argument(
+        "--dynamic-size",
+        action="store_true",
+        help="any input height and width (multiples of the patch size), not only the example's: the model "
+        "is built with dynamic_img_size and its positions computed in the graph (torch >= 2.9 for ONNX)",
+    )
 
 
 def _check(args: argparse.Namespace) -> str:
@@ -57,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
     fmt = _check(args)
     deploy.check_available(fmt)  # a missing package or an old torch, before the weights load
-    overrides = {} if args.img_size is None else {"img_size": args.img_size}
+    overrides: dict[str, Any] = {} if args.img_size is None else {"img_size": args.img_size}
+    if args.dynamic_size:
+        overrides["dynamic_img_size"] = True
     model = builder.create(
         args.name, pretrained=args.pretrained, weights=args.weights, dtype=DTYPES[args.dtype], **overrides
     )
@@ -68,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
             "for trained ones",
             stacklevel=1,
         )
-    path = deploy.export(model, args.out, fmt, opset=args.opset)
+    path = deploy.export(model, args.out, fmt, opset=args.opset, dynamic_size=args.dynamic_size)
     cfg = pretrained_cfg_of(model)
-    input_shape = ["batch", *(cfg.input_size if cfg else ())]
+    input_shape: list[Any] = ["batch", *(cfg.input_size if cfg else ())]
+    if args.dynamic_size and len(input_shape) == 4:
+        input_shape[2:] = ["height", "width"]
     data = {"output": str(path), "format": fmt, "dtype": args.dtype, "input": input_shape, "opset": args.opset}
     text = f"wrote {path} ({fmt}, {args.dtype} weights, input {deploy.INPUT_NAME!r} float32 {size(input_shape)})"
     emit(args, data, text)

@@ -32,6 +32,8 @@ from .rope import apply_rope
 
 
 class Attention(nn.Module):
+    k_bias: torch.Tensor  # a non-persistent zero buffer, only with EVA's q and v biases (k_bias=False)
+
     def __init__(
         self,
         *,
@@ -73,6 +75,12 @@ class Attention(nn.Module):
         # Set only by `capture_attention`: a list that receives this layer's attention weights.
         # None (the normal case) keeps the fused kernel, so ordinary forwards pay one `is None` test.
         self.attn_sink: list[torch.Tensor] | None = None
+
+    def init_non_persistent_buffers(self) -> None:
+        """EVA's zero key bias again (timm's name; see vitzoo/weights/load.py)."""
+        if self.q_bias is not None:
+            device = "cpu" if self.k_bias.is_meta else self.k_bias.device
+            self.k_bias = torch.zeros(self.q_bias.shape, device=device, dtype=self.k_bias.dtype)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
         B, N, D = x.shape

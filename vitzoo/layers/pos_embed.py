@@ -48,8 +48,10 @@ def resample_abs_pos_embed(
     grid and are kept as they are; the rest is reshaped to a (D, gh, gw) image and resized
     bicubically, with antialiasing when it shrinks, in float32 (timm's `resample_abs_pos_embed`,
     the same numbers; `antialias=False` as transformers' DINOv2 resamples). The same grid returns
-    the table itself."""
-    if tuple(new_grid) == tuple(old_grid):
+    the table itself, except for a symbolic grid (torch.export with a dynamic size), which a
+    comparison would pin to the example's size."""
+    symbolic = any(isinstance(side, torch.SymInt) for side in new_grid)
+    if not symbolic and tuple(new_grid) == tuple(old_grid):
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     dim = grid.shape[-1]

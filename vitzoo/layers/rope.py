@@ -281,6 +281,14 @@ class RotaryEmbedding2d(nn.Module):
         finally:
             self.training = training
 
+    def init_non_persistent_buffers(self) -> None:
+        """Recompute the cached embedding (timm's name; vitzoo/weights/load.py calls it for buffers
+        left on the meta device, and after `to_empty()` it makes the cache real again)."""
+        if self.embed is not None:
+            with torch.no_grad():
+                device = None if self.embed.is_meta else self.embed.device
+                self.embed = self._cached_embed().to(device=device or "cpu", dtype=self.embed.dtype)
+
     def no_weight_decay(self) -> set[str]:
         return {"freqs"} if self.kind == "mixed" else set()
 

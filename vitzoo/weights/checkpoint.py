@@ -26,9 +26,27 @@ class Architecture:
 
 
 # What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
-# pooling, sinusoidal positions, LayerScale's init value. (Not the activation: a timm config names
-# the architecture its weights were run with, and the registry may know another tag's.)
-ARCHITECTURE_FIELDS = ("num_heads", "norm_eps", "global_pool", "pos_embed", "init_values")
+# pooling, sinusoidal positions (or none), LayerScale's init value, the rotary embedding and how
+# the attention pool attends. (Not the activation: a timm config names the architecture its
+# weights were run with, and the registry may know another tag's; except a gated MLP's, see below.)
+ARCHITECTURE_FIELDS = (
+    "num_heads",
+    "norm_eps",
+    "global_pool",
+    "pos_embed",
+    "init_values",
+    "rope",
+    "rope_temperature",
+    "rope_grid_indexing",
+    "rope_grid_offset",
+    "rope_ref_feat_shape",
+    "rope_rotate_half",
+    "rope_min_period",
+    "rope_max_period",
+    "rope_normalize_coords",
+    "attn_pool_num_heads",
+    "pool_include_prefix",
+)
 
 
 @dataclass
@@ -76,3 +94,9 @@ class Checkpoint:
                 continue  # no LayerScale in the tensors: the architecture's value would add one
             self.config[name] = arch.config[name]
             self.declared.add(name)
+        # A gated MLP (SwiGLU) shows itself in the tensors, and timm names no variant of these
+        # architectures by activation: the registry's gate activation is the weights' one.
+        gated = self.config.get("mlp_layer", "mlp") != "mlp" and arch.config.get("mlp_layer", "mlp") != "mlp"
+        if gated and "act_layer" not in self.declared and "act_layer" in arch.config:
+            self.config["act_layer"] = arch.config["act_layer"]
+            self.declared.add("act_layer")

@@ -134,16 +134,64 @@ def read_timm(name: str) -> Checkpoint:
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     img = tuple(model.patch_embed.img_size)
     fields["img_size"] = img
+    unshown = timm_position_and_pool_fields(model, label)
+    fields.update(unshown)
     pretrained = timm_pretrained(dict(model.pretrained_cfg), label)
     pretrained["source"] = label
     declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer") if k in fields}
-    declared |= {"global_pool", "no_embed_class", "img_size"}
+    declared |= {"global_pool", "no_embed_class", "img_size", *unshown}
     data = Checkpoint(converted.state, label, "timm", fields, declared, checked_pretrained(pretrained, label))
     label_set = imagenet_label_set(fields.get("num_classes", 0))
     if label_set is not None and "label_names" not in pretrained:
         data.implied["label_set"] = label_set
     data.src_grid = tuple(model.patch_embed.grid_size)
     return data
+
+
+# timm's rotary embedding classes -> ViTConfig.rope, and the attributes that hold each setting.
+_TIMM_ROPES = {"RotaryEmbeddingCat": "cat", "RotaryEmbeddingMixed": "mixed", "RotaryEmbeddingDinoV3": "dinov3"}
+_TIMM_ROPE_ATTRS = {
+    "rope_grid_indexing": "grid_indexing",
+    "rope_grid_offset": "grid_offset",
+    "rope_ref_feat_shape": "ref_feat_shape",
+    "rope_rotate_half": "rotate_half",
+    "rope_min_period": "min_period",
+    "rope_max_period": "max_period",
+    "rope_normalize_coords": "normalize_coords",
+    "rope_shift_coords": "shift_coords",
+    "rope_jitter_coords": "jitter_coords",
+    "rope_rescale_coords": "rescale_coords",
+}
+
+
+def timm_position_and_pool_fields(model: nn.Module, label: str) -> dict[str, Any]:
+    """What no tensor of a timm model shows about its positions and pooling: its rotary embedding
+    (timm's Eva: EVA-02, PE, RoPE-ViT, DINOv3), a missing position table, and how its attention
+    pool attends (Eva's attends over every token)."""
+    fields: dict[str, Any] = {}
+    if hasattr(model, "pos_embed") and model.pos_embed is None:  # no learned table (RoPE-ViT, DINOv3)
+        fields["pos_embed"] = "none"
+    pool = getattr(model, "attn_pool", None)
+    if pool is not None:
+        fields["attn_pool_num_heads"] = int(pool.num_heads)
+        fields["pool_include_prefix"] = bool(getattr(model, "pool_include_prefix", type(model).__name__ == "Eva"))
+    rope = getattr(model, "rope", None)
+    if rope is None:
+        return fields
+    kind = _TIMM_ROPES.get(type(rope).__name__)
+    if kind is None or getattr(rope, "in_pixels", False):
+        raise WeightsMismatchError(
+            f"{label}: the rotary embedding {type(rope).__name__} is not one vitzoo computes; expected one of "
+            f"{', '.join(_TIMM_ROPES)} (RotaryEmbeddingCat with in_pixels=False)"
+        )
+    fields["rope"] = kind
+    if getattr(rope, "temperature", None) is not None:
+        fields["rope_temperature"] = float(rope.temperature)
+    for name, attr in _TIMM_ROPE_ATTRS.items():
+        value = getattr(rope, attr, None)
+        if value is not None:
+            fields[name] = tuple(int(v) for v in value) if name == "rope_ref_feat_shape" else value
+    return fields
 
 
 def _timm_activation(act: nn.Module, label: str) -> str:

@@ -58,8 +58,9 @@ _BLOCK_FIELDS = (
     "k_bias",
 )  # shown by block 0's tensors only
 # What no tensor shows and the model must agree with (check_fits), like the head count: the
-# rotary embedding's settings (RoPE-Mixed's frequencies are a tensor, the other kinds are not).
-_UNSHOWN_ROPE = (
+# rotary embedding's settings (RoPE-Mixed's frequencies are a tensor, the other kinds are not)
+# and how the attention pool attends.
+_UNSHOWN = (
     "rope",
     "rope_temperature",
     "rope_grid_indexing",
@@ -69,6 +70,8 @@ _UNSHOWN_ROPE = (
     "rope_min_period",
     "rope_max_period",
     "rope_normalize_coords",
+    "attn_pool_num_heads",
+    "pool_include_prefix",
 )
 
 
@@ -171,11 +174,13 @@ def check_fits(model: nn.Module, ckpt: Checkpoint) -> None:
                 f"{ckpt.file}: the checkpoint was trained with num_heads={ckpt.config['num_heads']}, the model "
                 f"has num_heads={config.num_heads}; expected equal head counts"
             )
-    for name in _UNSHOWN_ROPE:
-        if config is not None and name in ckpt.declared and ckpt.config[name] != getattr(config, name, None):
+    for name in _UNSHOWN:
+        stated = ckpt.config.get(name)
+        stated = tuple(stated) if isinstance(stated, list) else stated  # JSON has no tuples
+        if config is not None and name in ckpt.declared and stated != getattr(config, name, None):
             raise WeightsMismatchError(
                 f"{ckpt.file}: the checkpoint was trained with {name}={ckpt.config[name]!r}, the model has "
-                f"{name}={getattr(config, name, None)!r}; expected the same rotary position embedding"
+                f"{name}={getattr(config, name, None)!r}; expected the same {name} (no tensor shows it)"
             )
     act = ckpt.config.get("act_layer")
     if config is not None and hasattr(config, "act_layer") and "act_layer" in ckpt.declared and act != config.act_layer:
