@@ -122,11 +122,13 @@ def model_gemms(model: vitzoo.VisionTransformer, batch: int, dtype: torch.dtype)
     rows = batch * tokens
     gemms = [linear("patch_embed", batch * model.patch_embed.num_patches, model.patch_embed.proj.weight)]
     for i, block in enumerate(model.blocks):
-        gemms.append(linear(f"blocks.{i}.qkv", rows, block.attn.qkv.weight))
+        # every projection of the block: qkv (or EVA's q/k/v) and proj, fc1 (or SwiGLU's fc1_g and
+        # fc1_x) and fc2, whatever the layout
+        for part in ("attn", "mlp"):
+            for child, module in getattr(block, part).named_children():
+                if isinstance(module, nn.Linear):
+                    gemms.append(linear(f"blocks.{i}.{part}.{child}", rows, module.weight))
         gemms += attention(f"blocks.{i}.attn")
-        gemms.append(linear(f"blocks.{i}.proj", rows, block.attn.proj.weight))
-        gemms.append(linear(f"blocks.{i}.fc1", rows, block.mlp.fc1.weight))
-        gemms.append(linear(f"blocks.{i}.fc2", rows, block.mlp.fc2.weight))
     heads = {"pre_logits.fc": getattr(model.pre_logits, "fc", None), "head": model.head, "head_dist": model.head_dist}
     for head_name, module in heads.items():
         if isinstance(module, nn.Linear):  # Identity / None when the model has no such layer

@@ -62,8 +62,7 @@ class Attention(nn.Module):
             self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias and k_bias)
             if qkv_bias and not k_bias:  # EVA: q and v biases; k's is zero (a buffer, not saved)
                 self.q_bias = nn.Parameter(torch.zeros(dim))
-                # never trained; real data on the meta device too (a checkpoint has no value for it)
-                self.register_buffer("k_bias", torch.zeros(dim, device="cpu"), persistent=False)
+                self.register_buffer("k_bias", torch.zeros(dim), persistent=False)  # never trained
                 self.v_bias = nn.Parameter(torch.zeros(dim))
         else:
             self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)

@@ -217,14 +217,12 @@ class RotaryEmbedding2d(nn.Module):
             "normalize": self.normalize_coords,
         }
 
-    def _device(self) -> torch.device:
-        """Where positions are computed: with the frequencies or the cached embedding, on the CPU
-        while there is none (built on the meta device, the cache is real data, as sincos_1d's)."""
+    def _device(self) -> torch.device | None:
+        """Where positions are computed: with the frequencies or the cached embedding (None while
+        building: torch's default device, the meta device for a model built to be loaded)."""
         if self.kind == "mixed":
             return self.freqs.device
-        if self.embed is None or self.embed.is_meta:
-            return torch.device("cpu")
-        return self.embed.device
+        return None if self.embed is None else self.embed.device
 
     def from_coords(self, coords: torch.Tensor) -> torch.Tensor:
         """The [sin | cos] embedding of (N, 2) positions, augmented while training with coordinate
@@ -282,12 +280,13 @@ class RotaryEmbedding2d(nn.Module):
             self.training = training
 
     def init_non_persistent_buffers(self) -> None:
-        """Recompute the cached embedding (timm's name; vitzoo/weights/load.py calls it for buffers
-        left on the meta device, and after `to_empty()` it makes the cache real again)."""
+        """Recompute the cached embedding, on the CPU if it is on the meta device (timm's name;
+        vitzoo/weights/load.py calls it once a model built on the meta device has its weights)."""
         if self.embed is not None:
             with torch.no_grad():
-                device = None if self.embed.is_meta else self.embed.device
-                self.embed = self._cached_embed().to(device=device or "cpu", dtype=self.embed.dtype)
+                if self.embed.is_meta:
+                    self.embed = torch.empty(self.embed.shape, dtype=self.embed.dtype, device="cpu")
+                self.embed = self._cached_embed().to(self.embed.dtype)
 
     def no_weight_decay(self) -> set[str]:
         return {"freqs"} if self.kind == "mixed" else set()
