@@ -5,19 +5,20 @@
    --backbone DIR to reuse one (a `vitzoo finetune` best/ or any saved vit_mnist).
 2. The task it never saw: the MNIST sample embedded in vitzoo (4,000 training and 1,000 test
    digits). Each row is one fresh `vitzoo` process; its wall time is the whole command, start-up
-   included, and its peak memory the process's maximum resident set (ru_maxrss):
+   included, and its peak memory the process's maximum resident set (Linux's VmHWM):
 
    features        `vitzoo features --dtype fp32`: the pooled embeddings of both splits, computed once
    kNN             `vitzoo probe --method knn` on them (weighted, cosine, T = 0.07, k = 10 and 20)
    linear          `vitzoo probe --method linear` (logistic regression fitted by L-BFGS)
    few-shot        `vitzoo probe --method fewshot` (prototypes from 1 / 5 / 10 images per class)
-   --linear-probe  `vitzoo finetune --linear-probe`: the head trained by SGD, the frozen backbone
-                   run over every image in every epoch (no augmentation, no label smoothing,
-                   lr --probe-lr: the same problem as the cached linear probe)
+   --linear-probe  `vitzoo finetune --linear-probe`: the head trained by AdamW, the frozen
+                   backbone run over every image in every epoch (no augmentation, no label
+                   smoothing, --probe-epochs at lr --probe-lr: the same problem as the cached
+                   linear probe, run to convergence)
    LoRA            `vitzoo finetune --lora RANK --lora-targets qkv,proj,mlp` (the recipe's lr 1e-3)
    full            `vitzoo finetune` (the pretrained recipe: lr 5e-4, layer decay 0.75)
 
-The three fine-tunings run --epochs epochs; their accuracy is the last epoch's (not the best
+LoRA and full fine-tuning run --epochs epochs; the fine-tunings' accuracy is the last epoch's (not the best
 epoch's, which would be chosen on the test set). Prints a Markdown table (docs/recipes.md keeps one);
 --json writes every number. On a machine shared with other work the wall times are noisy.
 
@@ -39,12 +40,15 @@ from typing import Any
 FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")  # Debian's dataset-fashion-mnist
 MODEL = "vit_mnist"
 # One `vitzoo` command in a process of its own; it writes its exit code and peak RSS to argv[1].
+# Its peak is VmHWM, which starts afresh at exec (ru_maxrss would keep this parent's peak).
 CHILD = r"""
-import json, resource, sys
+import json, sys
 from vitzoo import cli
 code = cli.main(sys.argv[2:])
+with open("/proc/self/status") as status:
+    peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 1024
 with open(sys.argv[1], "w") as f:
-    json.dump({"code": code, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
+    json.dump({"code": code, "peak_mb": peak}, f)
 sys.exit(code)
 """
 
@@ -120,13 +124,16 @@ def run_methods(args: argparse.Namespace, out: Path, backbone: Path) -> dict[str
     )
     for method in ("knn", "linear", "fewshot"):
         runs[method] = run_vitzoo(out, method, "probe", str(features), "--method", method, "--json")
-    common = (MODEL, *weights, "--epochs", str(args.epochs), "--no-progress", "--json")
+    common = (MODEL, *weights, "--no-progress", "--json")
+    epochs = ("--epochs", str(args.epochs))
     runs["linear_probe"] = run_vitzoo(
         out,
         "linear_probe",
         "finetune",
         *common,
         "--linear-probe",
+        "--epochs",
+        str(args.probe_epochs),
         "--augment",
         "0",
         "--label-smoothing",
@@ -137,8 +144,8 @@ def run_methods(args: argparse.Namespace, out: Path, backbone: Path) -> dict[str
         str(out / "linear-probe"),
     )
     lora = ("--lora", str(args.lora), "--lora-targets", "qkv,proj,mlp")
-    runs["lora"] = run_vitzoo(out, "lora", "finetune", *common, *lora, "--out", str(out / "lora"))
-    runs["full"] = run_vitzoo(out, "full", "finetune", *common, "--out", str(out / "full"))
+    runs["lora"] = run_vitzoo(out, "lora", "finetune", *common, *epochs, *lora, "--out", str(out / "lora"))
+    runs["full"] = run_vitzoo(out, "full", "finetune", *common, *epochs, "--out", str(out / "full"))
     return runs
 
 
@@ -168,7 +175,7 @@ def rows(runs: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[tupl
     few = " / ".join(f"{100 * shots[k]['mean']:.1f} ± {100 * shots[k]['std']:.1f}" for k in sorted(shots, key=int))
     table.append((f"few-shot {' / '.join(sorted(shots, key=int))}", few, *_usage(runs["fewshot"]), "none"))
     for name, label in (
-        ("linear_probe", f"--linear-probe ({args.epochs} epochs)"),
+        ("linear_probe", f"--linear-probe ({args.probe_epochs} epochs, lr {args.probe_lr:g})"),
         ("lora", f"LoRA rank {args.lora}, qkv,proj,mlp ({args.epochs} epochs)"),
         ("full", f"full fine-tuning ({args.epochs} epochs)"),
     ):
@@ -195,12 +202,13 @@ def main(argv: list[str] | None = None) -> None:
         "--epochs", type=int, default=5, help="epochs of each fine-tuning on the MNIST sample (default 5)"
     )
     parser.add_argument("--lora", type=int, default=8, help="LoRA rank (default 8)")
-    parser.add_argument("--probe-lr", type=float, default=5e-3, help="--linear-probe's lr (default 5e-3)")
+    parser.add_argument("--probe-lr", type=float, default=2e-2, help="--linear-probe's lr (default 2e-2)")
+    parser.add_argument("--probe-epochs", type=int, default=20, help="--linear-probe's epochs (default 20)")
     parser.add_argument("--json", type=Path, default=None, help="also write every number here")
     parser.add_argument("--report-only", action="store_true", help="print the table of the runs already in --out")
     args = parser.parse_args(argv)
-    if min(args.backbone_images, args.backbone_epochs, args.epochs, args.lora) < 1:
-        parser.error("--backbone-images, --backbone-epochs, --epochs and --lora must be at least 1")
+    if min(args.backbone_images, args.backbone_epochs, args.epochs, args.probe_epochs, args.lora) < 1:
+        parser.error("--backbone-images, --backbone-epochs, --epochs, --probe-epochs and --lora must be at least 1")
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 17))  # RSS follows the memory in use
     print(f"backbone workflow in {args.out}", flush=True)

@@ -24,15 +24,21 @@ def resolve_device(name: str, info: distributed.DistInfo | None = None) -> torch
 
 def peak_memory_mb(device: torch.device) -> float:
     """The peak memory of this process so far, in MiB: on CUDA the allocator's maximum on the
-    device (`max_memory_allocated`), on the CPU the process's maximum resident set size (weights,
-    gradients, optimizer state, activations, data and the torch runtime together)."""
+    device (`max_memory_allocated`), on the CPU the process's maximum resident set (weights,
+    gradients, optimizer state, activations, data and the torch runtime together): Linux's VmHWM,
+    which starts afresh with the program (`ru_maxrss` keeps the peak of the process that forked
+    it), else ru_maxrss."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    import resource  # POSIX: Linux reports ru_maxrss in KiB (macOS in bytes)
-    import sys
+    try:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmHWM")) / 2**10
+    except (OSError, StopIteration, ValueError):
+        import resource  # POSIX: ru_maxrss in KiB on Linux, in bytes on macOS
+        import sys
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def use_bf16(amp: str, device: torch.device) -> bool:
