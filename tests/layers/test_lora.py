@@ -27,15 +27,20 @@ def _randomise_adapters(model: nn.Module) -> None:
 
 
 @pytest.mark.parametrize(
-    "mlp_layer, fc1",
-    [("mlp", ("fc1",)), ("swiglu", ("fc1_g", "fc1_x")), ("swiglu_packed", ("fc1",))],
+    "fields, qkv, fc1",
+    [
+        ({}, ("qkv",), ("fc1",)),
+        ({"mlp_layer": "swiglu"}, ("qkv",), ("fc1_g", "fc1_x")),
+        ({"mlp_layer": "swiglu_packed", "k_bias": False}, ("qkv",), ("fc1",)),  # EVA's q / v biases
+        ({"qkv_fused": False}, ("q_proj", "k_proj", "v_proj"), ("fc1",)),  # EVA-02's separate projections
+    ],
 )
-def test_fresh_adapters_change_nothing_and_merged_model_equals_adapted(mlp_layer, fc1) -> None:
-    model = _tiny(mlp_layer=mlp_layer)
+def test_fresh_adapters_change_nothing_and_merged_model_equals_adapted(fields, qkv, fc1) -> None:
+    model = _tiny(**fields)
     x = torch.randn(3, 3, 16, 16)
     before = model(x)
     adapted = add_lora(model, rank=4, alpha=8, targets="qkv,proj,mlp")
-    layers = ("attn.qkv", "attn.proj", *(f"mlp.{f}" for f in fc1), "mlp.fc2")
+    layers = (*(f"attn.{q}" for q in qkv), "attn.proj", *(f"mlp.{f}" for f in fc1), "mlp.fc2")
     assert adapted == [f"blocks.{i}.{layer}" for i in (0, 1) for layer in layers]
     assert torch.equal(model(x), before)  # B = 0: exactly the model it was
     _randomise_adapters(model)
@@ -46,7 +51,7 @@ def test_fresh_adapters_change_nothing_and_merged_model_equals_adapted(mlp_layer
         assert (out - before).abs().max() > 1e-2  # the adapters do change the output
         assert (plain(x) - out).abs().max() < 1e-5
         # the merged state dict is a plain vitzoo model's, key for key
-        fresh = vitzoo.create("vit_ti16", num_classes=5, **TINY, mlp_layer=mlp_layer).eval()
+        fresh = vitzoo.create("vit_ti16", num_classes=5, **TINY, **fields).eval()
         fresh.load_state_dict(merged_state_dict(model), strict=True)
         assert (fresh(x) - out).abs().max() < 1e-5
     assert any(isinstance(m, LoRALinear) for m in model.modules())  # merge_lora copies

@@ -12,7 +12,8 @@ Targets, by the names of the encoder blocks' layers:
     q, k, v   slices of the fused attention input projection `attn.qkv` (its output rows are
               [q | k | v]): each chosen slice gets its OWN rank-r pair, as peft's separate
               `query` / `value` targets on transformers' ViT; a slice not chosen stays exactly
-              as it was. "qkv" = q, k and v.
+              as it was. "qkv" = q, k and v. Unfused attention (EVA-02: `q_proj`, `k_proj`,
+              `v_proj`) gets one adapter per chosen projection.
     proj      the attention output projection `attn.proj`
     fc1, fc2  the MLP's input and output layers; "mlp" = fc1 and fc2. In a gated MLP (SwiGLU,
               swiglu.py) fc1 is both input layers `fc1_g` and `fc1_x`, or the packed `fc1`
@@ -160,8 +161,12 @@ def add_lora(
     for name, module in list(model.named_modules()):
         if not name.startswith("blocks."):
             continue
+        if isinstance(module, Attention) and module.qkv is None:  # unfused: q_proj, k_proj, v_proj
+            for part in (p for p in _QKV if p in chosen):
+                setattr(module, f"{part}_proj", LoRALinear(getattr(module, f"{part}_proj"), **settings))  # type: ignore[arg-type]
+                adapted.append(f"{name}.{part}_proj")
         if isinstance(module, Attention):
-            slices = tuple(i for i, part in enumerate(_QKV) if part in chosen)
+            slices = tuple(i for i, part in enumerate(_QKV) if part in chosen) if module.qkv is not None else ()
             if slices:
                 module.qkv = LoRALinear(module.qkv, parts=3, adapted=slices, **settings)  # type: ignore[arg-type]
                 adapted.append(f"{name}.qkv")
