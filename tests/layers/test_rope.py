@@ -13,11 +13,17 @@ from vitzoo.layers.rope import RotaryEmbedding2d, apply_rope, init_mixed_freqs, 
 timm_rope = pytest.importorskip("timm.layers.pos_embed_sincos")
 
 
-def _timm_has(name: str) -> None:
-    if not hasattr(timm_rope, name):
-        import timm
+def _timm_has(name: str, *arguments: str) -> None:
+    """Skip, naming timm's version, where the installed timm lacks `name` or its `arguments`
+    (timm 1.0.3, the oldest pin, predates DINOv3's and RoPE-ViT's embeddings and PE's options)."""
+    import inspect
 
-        pytest.skip(f"timm {timm.__version__} has no {name} to compare with")
+    import timm
+
+    target = getattr(timm_rope, name, None)
+    missing = [a for a in arguments if target is not None and a not in inspect.signature(target).parameters]
+    if target is None or missing:
+        pytest.skip(f"timm {timm.__version__} has no {name}({', '.join(missing)}) to compare with")
 
 
 def _rope(kind: str, grid: tuple[int, int], prefix: int = 0, **kw) -> RotaryEmbedding2d:
@@ -34,6 +40,7 @@ CAT_CASES = [
 
 @pytest.mark.parametrize("kw", CAT_CASES)
 def test_cat_equals_timm(kw):
+    _timm_has("RotaryEmbeddingCat", *kw)
     timm_kw = {"temperature": 10000.0, **kw}
     ours = _rope("cat", (7, 9), prefix=2, **kw)
     cached = timm_rope.RotaryEmbeddingCat(dim=32, in_pixels=False, feat_shape=[7, 9], **timm_kw)
@@ -107,6 +114,7 @@ def test_mixed_init_is_timms_formula():
 
 @pytest.mark.parametrize("rotate_half", [False, True])
 def test_apply_leaves_prefix_tokens_and_equals_timm_on_patches(rotate_half):
+    _timm_has("apply_rot_embed_cat", "half")
     rope = _rope("cat", (7, 9), prefix=3, rotate_half=rotate_half)
     q = torch.randn(2, 2, 3 + 63, 32)
     out = apply_rope(q, rope.get_embed(), rotate_half)
