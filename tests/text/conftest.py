@@ -37,3 +37,33 @@ def t5_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
         minloglevel=2,
     )
     return directory / "spiece.model"
+
+
+@pytest.fixture(scope="session")
+def gemma_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small SentencePiece model built as Gemma's (SigLIP 2's) is: <pad> 0, <eos> 1, <bos> 2, <unk> 3,
+    BPE with byte fallback, no dummy prefix, no whitespace normalisation, digits split."""
+    spm = pytest.importorskip("sentencepiece")
+    directory = tmp_path_factory.mktemp("gemma_spm")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SPM_LINES * 5),
+        model_prefix=str(directory / "tokenizer"),
+        vocab_size=300,
+        pad_id=0,
+        eos_id=1,
+        bos_id=2,
+        unk_id=3,
+        pad_piece="<pad>",
+        eos_piece="<eos>",
+        bos_piece="<bos>",
+        unk_piece="<unk>",
+        model_type="bpe",
+        byte_fallback=True,
+        add_dummy_prefix=False,
+        remove_extra_whitespaces=False,
+        normalization_rule_name="identity",
+        split_digits=True,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return directory / "tokenizer.model"

@@ -3,7 +3,7 @@
 
     text -> ftfy + HTML entities (as open_clip) -> canonicalised (big_vision's: "_" to a space,
     punctuation removed, lower case, whitespace collapsed) -> SentencePiece ids
-    -> [<bos>] ids [<eos>] (as the tokenizer_config.json says) -> cut to the context, keeping <eos>
+    -> [<bos>] ids [<eos>] (as the tokenizer_config.json says; without it <eos> only, as trained) -> cut to the context, keeping <eos>
     -> padded with the pad id to the context the tower was trained with (SigLIP pools at the last slot),
        on the right unless tokenizer_config.json says padding_side "left"
 
@@ -32,9 +32,11 @@ from .transformer import TextConfig
 SPM_FILES = ("spiece.model", "tokenizer.model")  # T5 / SigLIP, Gemma / SigLIP 2
 TOKENIZER_CONFIG = "tokenizer_config.json"
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-# Whether a tokenizer adds (<bos>, <eos>) when its tokenizer_config.json does not say (transformers' defaults).
-GEMMA_SPECIALS = (True, False)  # GemmaTokenizer (SigLIP 2)
-T5_SPECIALS = (False, True)  # T5Tokenizer, SiglipTokenizer: <eos> only
+# Whether a tokenizer adds (<bos>, <eos>) when its tokenizer_config.json does not say: what SigLIP and
+# SigLIP 2 were trained with, <eos> only (T5's SiglipTokenizer; for Gemma's vocabulary open_clip's
+# SigLipTokenizer, which made timm's SigLIP 2 tokenizer files, not transformers' GemmaTokenizer default
+# of <bos> only; transformers 5 keeps these flags out of tokenizer_config.json).
+DEFAULT_SPECIALS = (False, True)
 
 
 def canonicalize(text: str) -> str:
@@ -111,7 +113,7 @@ def from_files(model_file: Path, config_file: Path | None, context_length: int) 
     cfg = read_json(config_file) if config_file is not None else {}
     kind = str(cfg.get("tokenizer_class", "")).lower()
     gemma = "gemma" in kind or (model_file.name == "tokenizer.model" and not kind)
-    bos, eos = GEMMA_SPECIALS if gemma else T5_SPECIALS
+    bos, eos = DEFAULT_SPECIALS
     add_bos, add_eos = cfg.get("add_bos_token", bos), cfg.get("add_eos_token", eos)
     tokenizer = SentencePieceTokenizer(
         model_file,
