@@ -60,12 +60,24 @@ TEXT_CONFIGS: dict[str, TextConfig] = {
         pool="last",
         proj_bias=True,
     ),
+    # PE-Core (open_clip's PE-Core-* configs): CLIP's tower with GELU at a context of 32.
+    **{
+        f"pe_core_{size}": TextConfig(context_length=32, width=w, depth=d, num_heads=h, embed_dim=w)
+        for size, w, d, h in (("t", 512, 12, 8), ("s", 512, 12, 8), ("b", 1024, 24, 16), ("l", 1024, 24, 16))
+    },
 }
 
 
 # Image-text sources of registered weights whose registered source is their image tower alone:
 # timm keeps SigLIP's open_clip files in a repo of open_clip's name.
-TEXT_SOURCES: dict[str, str] = {"siglip_b16.webli": "hf-hub:timm/ViT-B-16-SigLIP"}
+# The same for PE-Core, whose whole models are open_clip's hub repos (timm's hold the image tower).
+TEXT_SOURCES: dict[str, str] = {
+    "siglip_b16.webli": "hf-hub:timm/ViT-B-16-SigLIP",
+    "pe_core_t.fb": "hf-hub:timm/PE-Core-T-16-384",
+    "pe_core_s.fb": "hf-hub:timm/PE-Core-S-16-384",
+    "pe_core_b.fb": "hf-hub:timm/PE-Core-B-16",
+    "pe_core_l.fb": "hf-hub:timm/PE-Core-L-14-336",
+}
 
 
 def _text_source(name: str) -> str:
