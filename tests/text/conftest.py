@@ -19,51 +19,41 @@ def open_clip_clip(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.M
     return model, save_open_clip(model, CLIP_CFG, tmp_path_factory.mktemp("open_clip_clip"))
 
 
+def _train_spm(directory: Path, prefix: str, **options: object) -> Path:
+    """A SentencePiece model trained on SPM_LINES, at `directory / (prefix + ".model")`."""
+    spm = pytest.importorskip("sentencepiece")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SPM_LINES * 5),
+        model_prefix=str(directory / prefix),
+        hard_vocab_limit=False,
+        minloglevel=2,
+        **options,
+    )
+    return directory / f"{prefix}.model"
+
+
 @pytest.fixture(scope="session")
 def t5_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small SentencePiece model with T5's special ids (pad 0, </s> 1, <unk> 2), as SigLIP's."""
-    spm = pytest.importorskip("sentencepiece")
     directory = tmp_path_factory.mktemp("spm")
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(SPM_LINES * 5),
-        model_prefix=str(directory / "spiece"),
-        vocab_size=60,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    return directory / "spiece.model"
+    return _train_spm(directory, "spiece", vocab_size=60, pad_id=0, eos_id=1, unk_id=2, bos_id=-1, model_type="unigram")
 
 
 @pytest.fixture(scope="session")
 def gemma_spm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small SentencePiece model built as Gemma's (SigLIP 2's) is: <pad> 0, <eos> 1, <bos> 2, <unk> 3,
     BPE with byte fallback, no dummy prefix, no whitespace normalisation, digits split."""
-    spm = pytest.importorskip("sentencepiece")
-    directory = tmp_path_factory.mktemp("gemma_spm")
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(SPM_LINES * 5),
-        model_prefix=str(directory / "tokenizer"),
+    specials = {"pad": 0, "eos": 1, "bos": 2, "unk": 3}
+    return _train_spm(
+        tmp_path_factory.mktemp("gemma_spm"),
+        "tokenizer",
         vocab_size=300,
-        pad_id=0,
-        eos_id=1,
-        bos_id=2,
-        unk_id=3,
-        pad_piece="<pad>",
-        eos_piece="<eos>",
-        bos_piece="<bos>",
-        unk_piece="<unk>",
+        **{f"{name}_id": i for name, i in specials.items()},
+        **{f"{name}_piece": f"<{name}>" for name in specials},
         model_type="bpe",
         byte_fallback=True,
         add_dummy_prefix=False,
         remove_extra_whitespaces=False,
         normalization_rule_name="identity",
         split_digits=True,
-        hard_vocab_limit=False,
-        minloglevel=2,
     )
-    return directory / "tokenizer.model"
