@@ -102,7 +102,11 @@ def test_onnx_of_a_rope_model_follows_batch_height_and_width(tmp_path, ort):
     computed in the graph from the input's size; two sizes other than the traced one, and batches."""
     torch.manual_seed(0)
     model = VisionTransformer(
-        **{**TINY, "num_heads": 2}, rope="cat", rope_ref_feat_shape=(3, 3), reg_tokens=1, dynamic_img_size=True
+        **{**TINY, "num_heads": 2, "depth": 1},
+        rope="cat",
+        rope_ref_feat_shape=(3, 3),
+        reg_tokens=1,
+        dynamic_img_size=True,
     )
     with torch.no_grad():
         model.pos_embed.normal_(std=0.5)
