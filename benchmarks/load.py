@@ -15,6 +15,18 @@ affects both alike. Reported per side (median over --repeats):
     peak RSS  the child's maximum resident set size (after that forward pass), total and above its
               RSS after the imports (torch alone is ~0.7 GiB here)
 Usage: python benchmarks/load.py [--repeats 5]
+
+--dinov3-7b: DINOv3-7B in bf16 on a machine with less memory than the fp32 model (27 GB). A random
+7B checkpoint in timm's layout is written once (bf16 safetensors, each tensor generated and written
+on its own: the model never exists in memory), then, each in a fresh process:
+    vitzoo   vitzoo.create("dinov3_7b16", dtype=torch.bfloat16, weights=FILE) and one 224 image;
+             reported: load time, one-image time, peak RSS against the bf16 weights (goal <= 1.15x)
+    timm     timm.create_model(..., pretrained=True, pretrained_cfg_overlay=dict(file=FILE)) then
+             .to(bfloat16), the usual way, with its address space capped at the same budget
+             (RLIMIT_AS above its size after the imports) so that it fails instead of swapping or
+             taking the machine: timm builds and fills the model in fp32 first.
+Usage: python benchmarks/load.py --dinov3-7b [--checkpoint PATH] [--depth N --embed-dim D --num-heads H]
+(the size overrides run the same path on a small model, to check the script)
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -118,7 +131,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="fresh processes per side (default 5)")
     parser.add_argument("--png", type=Path, default=None, help="also draw the medians as a bar chart here")
+    parser.add_argument("--dinov3-7b", action="store_true", help="DINOv3-7B in bf16 instead (see above)")
+    parser.add_argument("--checkpoint", type=Path, default=Path(tempfile.gettempdir()) / "vitzoo-dinov3-7b16-bf16")
+    parser.add_argument("--depth", type=int, default=None)
+    parser.add_argument("--embed-dim", type=int, default=None)
+    parser.add_argument("--num-heads", type=int, default=None)
     args = parser.parse_args()
+    if args.dinov3_7b:
+        sizes = {
+            k: v for k, v in (("depth", args.depth), ("embed_dim", args.embed_dim), ("num_heads", args.num_heads)) if v
+        }
+        run_7b(args.checkpoint, sizes)
+        return
 
     work = Path(tempfile.mkdtemp(prefix="vitzoo-load-bench-"))
     try:
@@ -235,6 +259,138 @@ def run(work: Path, repeats: int) -> tuple[dict[str, dict[str, float]], float]:
         f"timm {t['peak_rss_mb'] / size_mb:.2f}x total, {grow_t / size_mb:.2f}x above imports"
     )
     return med, size_mb
+
+
+# ----------------------------------------------------------------------------- DINOv3-7B in bf16
+SEVEN_B = ("dinov3_7b16", "vit_7b_patch16_dinov3")  # vitzoo's name, timm's
+
+CHILD_7B = r"""
+import json, resource, sys, time
+which, file, sizes, budget, name = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+def status(field):  # bytes, from /proc
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith(field + ":")) * 1024
+import torch
+torch.manual_seed(0)
+x = torch.randn(1, 3, 224, 224)
+if which == "vitzoo":
+    import vitzoo
+    base = status("VmRSS"); t0 = time.perf_counter()
+    model = vitzoo.create(name, dtype=torch.bfloat16, weights=file, **sizes).eval()
+else:
+    import timm
+    base = status("VmRSS")
+    # Capped address space: the fp32 model fails at once instead of exhausting the machine.
+    resource.setrlimit(resource.RLIMIT_AS, (status("VmSize") + budget, resource.RLIM_INFINITY))
+    t0 = time.perf_counter()
+    try:
+        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=dict(file=file, custom_load=False), **sizes)
+        model = model.to(torch.bfloat16).eval()
+    except (RuntimeError, MemoryError) as e:
+        print(json.dumps({"fits": False, "error": " ".join(str(e).split())[:160], "base_rss": base,
+                          "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+        sys.exit(0)
+t1 = time.perf_counter()
+with torch.inference_mode():
+    out = model(x)
+t2 = time.perf_counter()
+print(json.dumps({"fits": True, "load_s": t1 - t0, "image_s": t2 - t1, "finite": bool(torch.isfinite(out).all()),
+                  "params": sum(p.numel() for p in model.parameters()), "base_rss": base,
+                  "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+"""
+
+
+def write_7b_checkpoint(path: Path, sizes: dict[str, int]) -> int:
+    """A random DINOv3-7B checkpoint in timm's layout (EVA: LayerScale as gamma_1 / gamma_2), bf16
+    safetensors, written tensor by tensor: shapes come from the model built on the meta device,
+    and each tensor is generated, written and dropped before the next. Returns the data bytes."""
+    import torch
+
+    import vitzoo
+
+    with torch.device("meta"):
+        meta = vitzoo.create(SEVEN_B[0], **sizes)
+    shapes = {k: tuple(t.shape) for k, t in meta.state_dict().items()}
+    timm_key = {k: k.replace(".ls1.gamma", ".gamma_1").replace(".ls2.gamma", ".gamma_2") for k in shapes}
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for key in sorted(shapes, key=timm_key.__getitem__):
+        nbytes = 2 * math.prod(shapes[key])
+        header[timm_key[key]] = {"dtype": "BF16", "shape": list(shapes[key]), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    g = torch.Generator().manual_seed(0)
+    tmp = path.with_suffix(".partial")
+    with open(tmp, "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little") + encoded)
+        for key in sorted(shapes, key=timm_key.__getitem__):
+            f.write(_random_tensor(key, shapes[key], g).view(-1).view(torch.uint8).numpy())
+    tmp.replace(path)
+    return offset
+
+
+def _random_tensor(key: str, shape: tuple[int, ...], g: object) -> object:
+    """Values that keep 40 blocks finite: small weights, unit norms, LayerScale at 1e-5."""
+    import torch
+
+    if key.endswith(".gamma"):
+        return torch.full(shape, 1e-5, dtype=torch.bfloat16)
+    if "norm" in key and key.endswith(".weight"):
+        return torch.ones(shape, dtype=torch.bfloat16)
+    return (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)  # type: ignore[arg-type]
+
+
+def run_7b(checkpoint: Path, sizes: dict[str, int]) -> None:
+    file = (
+        checkpoint.with_suffix(".safetensors")
+        if not sizes
+        else checkpoint.with_name(checkpoint.name + "-small.safetensors")
+    )
+    if not file.exists():
+        print(f"writing a random {SEVEN_B[0]} checkpoint (bf16, timm layout) to {file} ...", flush=True)
+        start = time.perf_counter()
+        write_7b_checkpoint(file, sizes)
+        print(f"  written in {time.perf_counter() - start:.0f} s", flush=True)
+    weights = file.stat().st_size
+    budget = int(1.15 * weights)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+    gb = 1e9
+    print(f"weights {weights / gb:.2f} GB (bf16); peak RSS budget 1.15x = {budget / gb:.2f} GB")
+    for which in ("vitzoo", "timm"):
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                CHILD_7B,
+                which,
+                str(file),
+                json.dumps(sizes),
+                str(budget),
+                SEVEN_B[which == "timm"],
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode != 0:
+            print(f"{which}: the child failed (exit {out.returncode}): {out.stderr.strip().splitlines()[-1:]}")
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        peak = (
+            f"peak RSS {r['peak_rss'] / gb:.2f} GB = {r['peak_rss'] / weights:.2f}x the weights "
+            f"({(r['peak_rss'] - r['base_rss']) / weights:.2f}x above the {r['base_rss'] / gb:.2f} GB after the imports)"
+        )
+        if r["fits"]:
+            print(
+                f"{which}: loaded in {r['load_s']:.1f} s, one 224 image in {r['image_s']:.2f} s, "
+                f"{r['params']:,} parameters, finite output {r['finite']}; {peak}"
+            )
+        else:
+            fp32 = weights * 2
+            print(
+                f"{which}: does not fit the budget ({r['error']}); it builds the fp32 model first ({fp32 / gb:.1f} GB)"
+            )
 
 
 if __name__ == "__main__":

@@ -48,6 +48,11 @@ FAMILIES = [
     "dinov2_b14_reg",
     "clip_b16",
     "siglip_b16",
+    "dinov3_s16",
+    "dinov3_s_plus16",
+    "dinov3_b16",
+    "dinov3_b16_qkvb",
+    "dinov3_l16",
 ]
 # Every registered source that is a timm hub release ("vit_b16.augreg2_in21k_ft_in1k", ...).
 TIMM_RELEASES = sorted(

@@ -131,6 +131,73 @@ _PE_SPATIAL_POOL: dict[str, Any] = {"global_pool": "avg", "final_norm": False}
 _PE_CORE = "attention pooling over every token, a projection into the image-text space"
 _PE_SPATIAL = "dense patch features (no final norm), averaged as the pooled feature"
 
+# DINOv3's sizes: vitzoo's name -> timm's; DINOv3's satellite-imagery weights are normalised by their own statistics.
+_DINOV3_TIMM = {"s": "small", "s_plus": "small_plus", "b": "base", "l": "large", "h_plus": "huge_plus", "7b": "7b"}
+_SAT_MEAN, _SAT_STD = (0.430, 0.411, 0.296), (0.213, 0.156, 0.143)
+
+
+def _dinov3_family(
+    size: str, dim: int, depth: int, heads: int, *, sat: bool = False, qkvb: bool = True, **fields: Any
+) -> list[ZooModel]:
+    """DINOv3 at one size: `dinov3_{size}16` and, where timm has it, `dinov3_{size}16_qkvb`, each
+    with its timm hub releases (LVD-1689M, and SAT-493M where released)."""
+    models = []
+    for bias in (False, True) if qkvb else (False,):
+        timm_name = f"vit_{_DINOV3_TIMM[size]}_patch16_dinov3" + ("_qkvb" if bias else "")
+        sources = {"lvd1689m": _dinov3_release(f"{timm_name}.lvd1689m", "LVD-1689M (web images)")}
+        if sat:
+            sources["sat493m"] = _dinov3_release(
+                f"{timm_name}.sat493m", "SAT-493M (satellite images)", _SAT_MEAN, _SAT_STD
+            )
+        config = ViTConfig(
+            img_size=256,
+            patch_size=16,
+            embed_dim=dim,
+            depth=depth,
+            num_heads=heads,
+            num_classes=0,
+            qkv_bias=bias,
+            k_bias=not bias,
+            init_values=1e-5,
+            reg_tokens=4,
+            pos_embed="none",
+            rope="dinov3",
+            rope_temperature=100.0,
+            rope_rotate_half=True,
+            dynamic_img_size=True,
+            norm_eps=1e-5,
+            global_pool="avg",
+            **({"act_layer": "silu"} if fields.get("mlp_layer") else {}),
+            **fields,
+        )
+        what = f"DINOv3 ViT-{size.replace('_plus', '+').upper()}/16" + (" (q, v biases)" if bias else "")
+        models.append(
+            _released(
+                f"dinov3_{size}16" + ("_qkvb" if bias else ""),
+                config,
+                timm_name,
+                sources,
+                f"{what} backbone: rotary positions, 4 registers; mean of the patch tokens (global_pool='token': the class token)",
+            )
+        )
+    return models
+
+
+def _dinov3_release(
+    timm_name: str, data: str, mean: tuple[float, ...] = IMAGENET_MEAN, std: tuple[float, ...] = IMAGENET_STD
+) -> PretrainedCfg:
+    """A DINOv3 release on timm's hub: gated, under Meta's DINOv3 License (accept it on the Hub first)."""
+    return _timm_release(
+        timm_name,
+        f"DINOv3 (Simeoni et al. 2025), {data}; DINOv3 License, gated on the Hub",
+        mean=mean,
+        std=std,
+        crop_pct=1.0,
+        img_size=256,
+        license="dinov3-license",
+    )
+
+
 # Every built-in model, one entry per name. DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and
 # SigLIP are the ViTs people use today as classifiers and as backbones: self-supervised and
 # image-text weights have no classifier, num_classes=0 gives the pooled feature (CLIP: its
@@ -621,4 +688,16 @@ MODELS: tuple[ZooModel, ...] = (
             ),
         )
     ),
+    # ------------------------------------------------------------------------- DINOv3
+    # Simeoni et al. 2025: rotary positions (patch centres in [-1, 1], periods base 100) instead of
+    # a position table, 4 registers, LayerScale, LayerNorm eps 1e-5; S+, H+ and 7B with a SwiGLU MLP.
+    # timm pools the patch tokens (avg), which its pretrained cfg keeps; DINOv3's own embedding is the
+    # class token: create(name, global_pool="token"). "_qkvb": the q and v biases of the original
+    # checkpoints (zero in the released weights), the key's fixed at zero.
+    *_dinov3_family("s", 384, 12, 6),
+    *_dinov3_family("s_plus", 384, 12, 6, mlp_layer="swiglu", mlp_align=8),
+    *_dinov3_family("b", 768, 12, 12),
+    *_dinov3_family("l", 1024, 24, 16, sat=True),
+    *_dinov3_family("h_plus", 1280, 32, 20, mlp_layer="swiglu", mlp_align=8),
+    *_dinov3_family("7b", 4096, 40, 32, mlp_ratio=2.0, mlp_layer="swiglu", mlp_align=64, sat=True, qkvb=False),
 )

@@ -25,17 +25,9 @@ class Architecture:
     default_cfg: PretrainedCfg | None  # its preprocessing without weights
 
 
-# What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
-# pooling, sinusoidal positions (or none), LayerScale's init value, the rotary embedding and how
-# the attention pool attends. (Not the activation: a timm config names the architecture its
-# weights were run with, and the registry may know another tag's; except a gated MLP's, see below.)
-ARCHITECTURE_FIELDS = (
-    "num_heads",
-    "norm_eps",
-    "global_pool",
-    "pos_embed",
-    "init_values",
-    "rope",
+# The rotary embedding's settings beyond its kind (a checkpoint's config may state them:
+# transformers' DINOv3 rope_theta).
+ROPE_SETTINGS = (
     "rope_temperature",
     "rope_grid_indexing",
     "rope_grid_offset",
@@ -44,6 +36,21 @@ ARCHITECTURE_FIELDS = (
     "rope_min_period",
     "rope_max_period",
     "rope_normalize_coords",
+)
+# What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
+# pooling, sinusoidal positions (or none), LayerScale's init value, whether any input size is
+# taken (timm builds DINOv3 so), the rotary embedding and how the attention pool attends. (Not
+# the activation: a timm config names the architecture its weights were run with, and the
+# registry may know another tag's; except a gated MLP's, see below.)
+ARCHITECTURE_FIELDS = (
+    "num_heads",
+    "norm_eps",
+    "global_pool",
+    "pos_embed",
+    "init_values",
+    "dynamic_img_size",
+    "rope",
+    *ROPE_SETTINGS,
     "attn_pool_num_heads",
     "pool_include_prefix",
 )

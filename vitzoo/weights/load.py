@@ -29,7 +29,7 @@ from ..model import VisionTransformer, ViTConfig
 from ..precision import describe_nonfinite, nonfinite_tensors
 from ..pretrained_cfg import PretrainedCfg, check_pretrained_fields, resolve_label_names
 from .adapt import FitReport, fit_state_dict
-from .checkpoint import Checkpoint
+from .checkpoint import ROPE_SETTINGS, Checkpoint
 from .errors import WeightsFileError, WeightsMismatchError
 from .verify import check_fits
 
@@ -104,14 +104,15 @@ def _rebuild_non_persistent_buffers(model: nn.Module) -> None:
 
 def build_args(ckpt: Checkpoint, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The builder arguments the checkpoint decides where `overrides` leave them open: its class
-    count and whether its head has a bias, the image size, the LayerNorm eps and the activation its
-    config states, so a model saved at 384 is rebuilt at 384 rather than resampled."""
+    count and whether its head has a bias, the image size, the LayerNorm eps, the activation and the
+    rotary embedding's settings (transformers' DINOv3 rope_theta) its config states, so a model
+    saved at 384 is rebuilt at 384 rather than resampled."""
     carried: dict[str, Any] = {}
     if "num_classes" not in overrides:
         carried["num_classes"] = ckpt.config.get("num_classes", 0)
         if "head_bias" not in overrides and ckpt.config.get("head_bias") is False:
             carried["head_bias"] = False  # CLIP's projection, as transformers stores it
-    for name in ("norm_eps", "img_size", "act_layer"):
+    for name in ("norm_eps", "img_size", "act_layer", *ROPE_SETTINGS):
         if name not in overrides and name in ckpt.declared:
             carried[name] = ckpt.config[name]
     return carried
