@@ -167,9 +167,7 @@ def _dinov3_family(
             dynamic_img_size=True,
             norm_eps=1e-5,
             global_pool="avg",
-            **({"act_layer": "silu"} if fields.get("mlp_layer") else {}),
-            **fields,
-        )
+        ).replace(**({"act_layer": "silu"} if fields.get("mlp_layer") else {}), **fields)
         what = f"DINOv3 ViT-{size.replace('_plus', '+').upper()}/16" + (" (q, v biases)" if bias else "")
         models.append(
             _released(
