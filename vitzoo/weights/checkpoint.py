@@ -37,11 +37,15 @@ ROPE_SETTINGS = (
     "rope_max_period",
     "rope_normalize_coords",
 )
+# The rotary embedding and how the attention pool attends: no tensor shows them (bar RoPE-Mixed's
+# frequencies), so a source states them or its named architecture does, and a checkpoint that
+# states them must agree with the model it loads into (verify.check_fits).
+UNSHOWN_FIELDS = ("rope", *ROPE_SETTINGS, "attn_pool_num_heads", "pool_include_prefix")
 # What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
 # pooling, sinusoidal positions (or none), LayerScale's init value, whether any input size is
-# taken (timm builds DINOv3 so), the rotary embedding and how the attention pool attends. (Not
-# the activation: a timm config names the architecture its weights were run with, and the
-# registry may know another tag's; except a gated MLP's, see below.)
+# taken (timm builds DINOv3 so), and the UNSHOWN_FIELDS. (Not the activation: a timm config names
+# the architecture its weights were run with, and the registry may know another tag's; except a
+# gated MLP's, see below.)
 ARCHITECTURE_FIELDS = (
     "num_heads",
     "norm_eps",
@@ -49,10 +53,7 @@ ARCHITECTURE_FIELDS = (
     "pos_embed",
     "init_values",
     "dynamic_img_size",
-    "rope",
-    *ROPE_SETTINGS,
-    "attn_pool_num_heads",
-    "pool_include_prefix",
+    *UNSHOWN_FIELDS,
 )
 
 

@@ -18,7 +18,7 @@ from ..checks import check_image_bounds, check_types
 from ..layers import to_2tuple
 from ..layers.swiglu import mlp_hidden_dim
 from ..model import ViTConfig
-from .checkpoint import Checkpoint
+from .checkpoint import UNSHOWN_FIELDS, Checkpoint
 from .errors import WeightsFileError, WeightsMismatchError
 from .files import StateDict
 from .shapes import CLASSIC_FIELDS, position_prefix
@@ -57,22 +57,6 @@ _BLOCK_FIELDS = (
     "qkv_fused",
     "k_bias",
 )  # shown by block 0's tensors only
-# What no tensor shows and the model must agree with (check_fits), like the head count: the
-# rotary embedding's settings (RoPE-Mixed's frequencies are a tensor, the other kinds are not)
-# and how the attention pool attends.
-_UNSHOWN = (
-    "rope",
-    "rope_temperature",
-    "rope_grid_indexing",
-    "rope_grid_offset",
-    "rope_ref_feat_shape",
-    "rope_rotate_half",
-    "rope_min_period",
-    "rope_max_period",
-    "rope_normalize_coords",
-    "attn_pool_num_heads",
-    "pool_include_prefix",
-)
 
 
 def check_stated(
@@ -174,7 +158,7 @@ def check_fits(model: nn.Module, ckpt: Checkpoint) -> None:
                 f"{ckpt.file}: the checkpoint was trained with num_heads={ckpt.config['num_heads']}, the model "
                 f"has num_heads={config.num_heads}; expected equal head counts"
             )
-    for name in _UNSHOWN:
+    for name in UNSHOWN_FIELDS:
         stated = ckpt.config.get(name)
         stated = tuple(stated) if isinstance(stated, list) else stated  # JSON has no tuples
         if config is not None and name in ckpt.declared and stated != getattr(config, name, None):
