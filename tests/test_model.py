@@ -736,6 +736,32 @@ def test_disabled_options_add_no_parameters():
     assert not any(".mlp.norm" in name or "fc1_" in name for name in plain)
 
 
+def test_drop_remainder_ignores_the_pixels_past_the_last_whole_patch():
+    """SigLIP So400m/14 at 384 px (no multiple of 14): the model sees the whole patches only, so it
+    computes on an image what it computes on that image cut to whole patches; dynamic sizes too.
+    (timm's fixed-size model does the same: tests/test_zoo.py compares siglip_so400m14 with it.)"""
+    fields = dict(patch_size=14, drop_remainder=True, class_token=False, global_pool="map", num_classes=0)
+    torch.manual_seed(0)
+    model = _tiny(img_size=62, **fields).eval()
+    assert model.patch_embed.grid_size == model.config.grid_size == (4, 4)
+    cut = _tiny(img_size=56, **fields).eval()
+    cut.load_state_dict(model.state_dict())
+    dynamic = _tiny(img_size=62, dynamic_img_size=True, **fields).eval()
+    dynamic.load_state_dict(model.state_dict())
+    x = torch.randn(2, 3, 75, 90)
+    with torch.no_grad():
+        assert torch.equal(model(x[..., :62, :62]), cut(x[..., :56, :56]))
+        assert torch.equal(dynamic(x), dynamic(x[..., :70, :84]))  # 5 x 6 whole patches
+        maps = dynamic.forward_intermediates(x, indices=1, intermediates_only=True)
+        assert maps[0].shape[-2:] == (5, 6)
+    with pytest.raises(ValueError, match="height at least 14 and width at least 14"):
+        dynamic(torch.randn(1, 3, 10, 28))
+    with pytest.raises(ValueError, match=r"img_size 62 is not divisible by patch_size 14.*or drop_remainder=True"):
+        _tiny(img_size=62, patch_size=14)
+    with pytest.raises(ValueError, match=r"img_size 10 is smaller than patch_size 14"):
+        _tiny(img_size=10, **fields)
+
+
 def test_mlp_options_reach_every_block():
     """The gated MLP, its sub-norm and RMSNorm in every block and every norm of the model."""
     from vitzoo.layers import RMSNorm, SwiGLU
@@ -796,6 +822,7 @@ def test_bad_option_combinations_are_value_errors(fields, message):
         ("mlp_layer", 2, "mlp_layer=2 is invalid; expected one of 'mlp', 'swiglu', 'swiglu_packed'"),
         ("mlp_norm", "no", "mlp_norm='no' is invalid; expected true or false"),
         ("mlp_align", 8.0, "mlp_align=8.0 is invalid; expected an int"),
+        ("drop_remainder", 1, "drop_remainder=1 is invalid; expected true or false"),
         ("norm_layer", None, "norm_layer=None is invalid; expected one of 'layernorm', 'rmsnorm'"),
         ("dynamic_img_size", "yes", "dynamic_img_size='yes' is invalid; expected true or false"),
     ],

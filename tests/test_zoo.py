@@ -54,6 +54,26 @@ FAMILIES = [
     "dinov3_b16_qkvb",
     "dinov3_l16",
 ]
+# The large sizes of the families above and the families new in 2025-2026, by the issue's names.
+NEW_FAMILIES = [
+    "deit3_l16",
+    "dinov2_l14",
+    "dinov2_l14_reg",
+    "dinov2_g14",
+    "dinov2_g14_reg",
+    "clip_l14",
+    "clip_l14_336",
+    "siglip_so400m14",
+    "siglip2_b16",
+    "siglip2_l16",
+    "siglip2_so400m14",
+    "siglip2_so400m16",
+    "radio_b16",
+    "radio_l16",
+    "radio_h16",
+    "radio_so400m16",
+]
+FAMILIES += NEW_FAMILIES
 # Every registered source that is a timm hub release ("vit_b16.augreg2_in21k_ft_in1k", ...).
 TIMM_RELEASES = sorted(
     name
@@ -199,3 +219,77 @@ def test_every_pretrained_tag_states_its_licence():
         name for name in vitzoo.list_models(pretrained=True) if registry.get_entry(name).origin == "built-in"
     }
     assert license_flags(registry.get_pretrained_cfg("mae_b16.mae")[1].license) == ("non-commercial",)  # type: ignore[union-attr]
+
+
+# ----------------------------------------------------------------------------- issue 23's families
+# Reduced width and depth through the same code path (96 wide: DINOv2-g's packed SwiGLU needs an
+# even fc1, int(96 * 2.66667 * 2) = 512).
+REDUCED = dict(depth=2, embed_dim=96, num_heads=2)
+INTERMEDIATES = [dict(indices=2, norm=True), dict(indices=[0], output_fmt="NLC", return_prefix_tokens=True)]
+
+
+def _reference_name(name: str) -> str:
+    """timm's architecture computing what `name` computes: OpenAI's CLIP in its QuickGELU form."""
+    entry = registry.get_entry(name)
+    assert entry.timm_name is not None and entry.config is not None
+    if entry.config.act_layer == "quick_gelu":
+        return entry.timm_name.replace("_clip_", "_clip_quickgelu_")
+    return entry.timm_name
+
+
+def _reduced_size(name: str) -> int:
+    """A 4x4 grid of the name's patch, plus part of a patch where the input is no multiple of it."""
+    config = registry.get_entry(name).resolve_config()
+    patch = int(config.patch_size)  # type: ignore[call-overload]
+    return 4 * patch + (patch // 2 if config.drop_remainder else 0)
+
+
+def _all(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for item in out for t in _all(item)]
+
+
+@pytest.mark.parametrize("name", NEW_FAMILIES)
+def test_new_family_equals_timm_at_reduced_size(name):
+    """timm.create_model(<counterpart>, depth=2, embed_dim=96, num_heads=2, img_size=...) and
+    vitzoo.create(name) with the same overrides: timm's random weights load key by key, and
+    forward, forward_features, pre-logits and forward_intermediates agree within 1e-5 (fp32)."""
+    reference = _reference_name(name)
+    if not timm.is_model(reference):
+        pytest.skip(f"timm {timm.__version__} has no {reference} (newer versions have)")
+    size = _reduced_size(name)
+    torch.manual_seed(0)
+    theirs = timm.create_model(reference, pretrained=False, img_size=size, **REDUCED).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_(0, 0.1)
+    ours = vitzoo.create(name, img_size=size, **REDUCED).eval()
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        pairs = [
+            (ours(x), theirs(x)),
+            (ours.forward_features(x), theirs.forward_features(x)),
+            (
+                ours.forward_head(ours.forward_features(x), pre_logits=True),
+                theirs.forward_head(theirs.forward_features(x), pre_logits=True),
+            ),
+        ]
+        pairs += [(ours.forward_intermediates(x, **c), theirs.forward_intermediates(x, **c)) for c in INTERMEDIATES]
+    for a, b in pairs:
+        for got, expected in zip(_all(a), _all(b), strict=True):
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_resolution_tags_build_their_own_grid():
+    """A SigLIP 2 size is a tag: it names timm's release at that size and builds that position
+    grid; SigLIP So400m/14 at 384 px drops the pixels past its 27th patch, as timm does."""
+    for name, size in (("siglip2_b16", 224), ("siglip2_b16.v2_webli_512", 512), ("siglip2_so400m14.v2_webli_378", 378)):
+        info = vitzoo.model_info(name)
+        assert info["config"]["img_size"] == size and info["preprocessing"]["input_size"] == (3, size, size), name
+    with torch.device("meta"):
+        model = vitzoo.create("siglip_so400m14")
+    assert model.patch_embed.grid_size == (27, 27) and model.pos_embed.shape == (1, 729, 1152)
+    assert vitzoo.model_info("radio_h16")["pretrained"]["c_radio"]["license"] == "nvidia-open-model-license"

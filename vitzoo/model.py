@@ -78,6 +78,9 @@ class ViTConfig:
 
     img_size: int | tuple[int, int] = 224
     patch_size: int | tuple[int, int] = 16
+    # Pixels past the last whole patch are ignored, as timm's and big_vision's strided conv does
+    # (SigLIP So400m/14's input is no multiple of its patch); False: img_size must be a multiple.
+    drop_remainder: bool = False
     in_chans: int = 3
     # Hybrid ViT: channels of 3x3 stride-2 conv + BatchNorm + ReLU stages that replace the cut into
     # patches (layers/patch_embed.py); () is the plain ViT. Needs patch_size = 2 ** (stages + 1).
@@ -148,10 +151,16 @@ class ViTConfig:
         img, patch = to_2tuple(self.img_size, "img_size"), to_2tuple(self.patch_size, "patch_size")
         if self.conv_stem:  # the stem pads, so any image size works; the patch size is its stride
             check_conv_stem(self.conv_stem, patch, img)
-        elif any(p <= 0 or s <= 0 or s % p for s, p in zip(img, patch)):
+        elif self.drop_remainder and any(p <= 0 or s < p for s, p in zip(img, patch)):
+            raise ValueError(
+                f"img_size {self.img_size} is smaller than patch_size {self.patch_size}; "
+                "expected at least one whole patch on both axes"
+            )
+        elif not self.drop_remainder and any(p <= 0 or s <= 0 or s % p for s, p in zip(img, patch)):
             raise ValueError(
                 f"img_size {self.img_size} is not divisible by patch_size {self.patch_size}; "
-                "expected img_size to be a positive multiple of patch_size on both axes"
+                "expected img_size to be a positive multiple of patch_size on both axes "
+                "(or drop_remainder=True to ignore the pixels past the last whole patch)"
             )
         check_heads(self.embed_dim, self.num_heads)
         check_fields(
@@ -308,7 +317,9 @@ class ViTConfig:
     @property
     def grid_size(self) -> tuple[int, int]:
         (h, w), (ph, pw) = to_2tuple(self.img_size), to_2tuple(self.patch_size)
-        return (-(-h // ph), -(-w // pw))  # exact without a stem; a stem's padding rounds up
+        if self.conv_stem:
+            return (-(-h // ph), -(-w // pw))  # a stem's padding rounds up
+        return (h // ph, w // pw)  # whole patches (exact unless drop_remainder)
 
     @property
     def num_prefix_tokens(self) -> int:
@@ -339,12 +350,17 @@ def pos_embed_for_image(
     old_grid: tuple[int, int],
     prefix: int,
     learned: bool,
+    round_up: bool = True,
 ) -> torch.Tensor:
     """`dynamic_img_size`: the table for an image of `image_size` (the table itself for the model's
-    own grid). A leaf of torch.fx graphs (`torch.fx.wrap` below), so a traced dynamic model adapts
-    its positions to each input as the eager one does. Under torch.export with symbolic sizes the
+    own grid): `round_up` counts a partial cell (a conv stem pads), otherwise whole patches only.
+    A leaf of torch.fx graphs (`torch.fx.wrap` below), so a traced dynamic model adapts its
+    positions to each input as the eager one does. Under torch.export with symbolic sizes the
     table is always resampled: a test of the grid would pin the graph to the example's size."""
-    grid = (-(-image_size[0] // patch_size[0]), -(-image_size[1] // patch_size[1]))
+    if round_up:
+        grid = (-(-image_size[0] // patch_size[0]), -(-image_size[1] // patch_size[1]))
+    else:
+        grid = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
     symbolic = any(isinstance(side, torch.SymInt) for side in grid)
     if not symbolic and grid == tuple(old_grid):
         return pos_embed
@@ -409,6 +425,7 @@ class VisionTransformer(nn.Module):
             conv_stem=config.conv_stem,
             bias=config.patch_bias,
             strict_img_size=not config.dynamic_img_size,
+            drop_remainder=config.drop_remainder,
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, config.reg_tokens, D)) if config.reg_tokens else None
@@ -728,6 +745,7 @@ class VisionTransformer(nn.Module):
                 self.patch_embed.grid_size,
                 self._embedded_prefix_tokens(),
                 self.config.pos_embed == "learned",  # static: under torch.fx the table is a Proxy
+                bool(self.config.conv_stem),
             )
         prefix = [
             t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None

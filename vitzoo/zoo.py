@@ -196,6 +196,81 @@ def _dinov3_release(
     )
 
 
+def _siglip(timm_name: str, description: str, img_size: int, *, own_size: bool = False) -> PretrainedCfg:
+    """A SigLIP / SigLIP 2 image tower release (WebLI, inputs normalised to [-1, 1]) at `img_size`;
+    `own_size`: a tag whose size differs from its name's, so it builds its own position grid."""
+    return _timm_release(
+        timm_name,
+        f"{description}, {img_size} px",
+        mean=INCEPTION_MEAN,
+        std=INCEPTION_STD,
+        img_size=img_size,
+        model_args={"img_size": img_size} if own_size else {},
+    )
+
+
+def _siglip2_tags(arch: str, sizes: tuple[int, ...]) -> dict[str, PretrainedCfg]:
+    """SigLIP 2's releases of one architecture at each input size: the first size is tag
+    `v2_webli`, the others `v2_webli_<size>` (a position table of that grid)."""
+    description = "SigLIP 2 (Tschannen et al. 2025) image tower, WebLI"
+    return {
+        "v2_webli" if i == 0 else f"v2_webli_{size}": _siglip(
+            f"{arch}_{size}.v2_webli", description, size, own_size=i > 0
+        )
+        for i, size in enumerate(sizes)
+    }
+
+
+def _dinov2(timm_name: str, registers: bool) -> dict[str, PretrainedCfg]:
+    description = (
+        "DINOv2 (Darcet et al. 2024, 4 registers), LVD-142M" if registers else "DINOv2 (Oquab et al. 2023), LVD-142M"
+    )
+    return {"lvd142m": _timm_release(f"{timm_name}.lvd142m", description, img_size=518, crop_pct=1.0)}
+
+
+def _radio(timm_name: str, version: str) -> dict[str, PretrainedCfg]:
+    return {
+        "c_radio": _timm_release(
+            f"{timm_name}.c_radio",
+            f"C-RADIO{version} (NVIDIA, Heinrich et al.), agglomerated from several teachers; NVIDIA Open Model License",
+            mean=CLIP_MEAN,
+            std=CLIP_STD,
+            crop_pct=1.0,
+            img_size=512,
+            license="nvidia-open-model-license",
+        )
+    }
+
+
+_SIGLIP = ViTConfig(class_token=False, global_pool="map", num_classes=0)  # SigLIP B/16
+_SO400M = _SIGLIP.replace(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362)  # SigLIP's shape-optimised width
+_DINOV2_G = ViTConfig(
+    img_size=518,
+    patch_size=14,
+    embed_dim=1536,
+    depth=40,
+    num_heads=24,
+    init_values=1e-5,
+    num_classes=0,
+    mlp_layer="swiglu_packed",
+    act_layer="silu",
+    mlp_ratio=2.66667 * 2,  # timm's ratio: fc1 holds gate and input, each DINOv2's SwiGLU width
+)
+_CLIP_L14 = ViTConfig(
+    patch_size=14,
+    embed_dim=1024,
+    depth=24,
+    num_heads=16,
+    pre_norm=True,
+    patch_bias=False,
+    norm_eps=1e-5,
+    act_layer="quick_gelu",
+    num_classes=768,
+)
+# RADIO: the first of its summary tokens is the class token, the others are registers; no final norm.
+_RADIO = ViTConfig(img_size=512, num_classes=0, reg_tokens=7, no_embed_class=True, final_norm=False)
+
+
 # Every built-in model, one entry per name. DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and
 # SigLIP are the ViTs people use today as classifiers and as backbones: self-supervised and
 # image-text weights have no classifier, num_classes=0 gives the pooled feature (CLIP: its
@@ -441,6 +516,29 @@ MODELS: tuple[ZooModel, ...] = (
         "DeiT III-B/16: LayerScale, positions on the patches only; same shapes as timm's deit3_base_patch16_224",
     ),
     _released(
+        "deit3_l16",
+        ViTConfig(
+            img_size=224, patch_size=16, embed_dim=1024, depth=24, num_heads=16, init_values=1e-6, no_embed_class=True
+        ),
+        "deit3_large_patch16_224",
+        {
+            "fb_in1k": _timm_release(
+                "deit3_large_patch16_224.fb_in1k",
+                "DeiT III (Touvron et al. 2022), ImageNet-1k, Facebook release",
+                num_classes=1000,
+                label_set="imagenet-1k",
+            ),
+            "fb_in22k_ft_in1k": _timm_release(
+                "deit3_large_patch16_224.fb_in22k_ft_in1k",
+                "DeiT III (Touvron et al. 2022), ImageNet-21k pretrain, ImageNet-1k fine-tune, Facebook release",
+                num_classes=1000,
+                label_set="imagenet-1k",
+                crop_pct=1.0,
+            ),
+        },
+        "DeiT III-L/16: LayerScale, positions on the patches only; same shapes as timm's deit3_large_patch16_224",
+    ),
+    _released(
         "dino_b16",
         ViTConfig(img_size=224, patch_size=16, embed_dim=768, depth=12, num_heads=12, num_classes=0),
         "vit_base_patch16_224",
@@ -482,6 +580,45 @@ MODELS: tuple[ZooModel, ...] = (
         },
         "DINOv2 ViT-B/14 with 4 register tokens feature extractor at 518 px",
     ),
+    # DINOv2 L/14 and g/14 (g: a SwiGLU MLP, gate and input packed in fc1 as timm's SwiGLUPacked)
+    _released(
+        "dinov2_l14",
+        ViTConfig(img_size=518, patch_size=14, embed_dim=1024, depth=24, num_heads=16, init_values=1e-5, num_classes=0),
+        "vit_large_patch14_dinov2",
+        _dinov2("vit_large_patch14_dinov2", registers=False),
+        "DINOv2 ViT-L/14 feature extractor at 518 px",
+    ),
+    _released(
+        "dinov2_l14_reg",
+        ViTConfig(
+            img_size=518,
+            patch_size=14,
+            embed_dim=1024,
+            depth=24,
+            num_heads=16,
+            init_values=1e-5,
+            num_classes=0,
+            reg_tokens=4,
+            no_embed_class=True,
+        ),
+        "vit_large_patch14_reg4_dinov2",
+        _dinov2("vit_large_patch14_reg4_dinov2", registers=True),
+        "DINOv2 ViT-L/14 with 4 register tokens feature extractor at 518 px",
+    ),
+    _released(
+        "dinov2_g14",
+        _DINOV2_G,
+        "vit_giant_patch14_dinov2",
+        _dinov2("vit_giant_patch14_dinov2", registers=False),
+        "DINOv2 ViT-g/14 feature extractor at 518 px (SwiGLU MLP)",
+    ),
+    _released(
+        "dinov2_g14_reg",
+        _DINOV2_G.replace(reg_tokens=4, no_embed_class=True),
+        "vit_giant_patch14_reg4_dinov2",
+        _dinov2("vit_giant_patch14_reg4_dinov2", registers=True),
+        "DINOv2 ViT-g/14 with 4 register tokens feature extractor at 518 px (SwiGLU MLP)",
+    ),
     # ------------------------------------------------------------------------- MAE
     _released(
         "mae_b16",
@@ -521,6 +658,48 @@ MODELS: tuple[ZooModel, ...] = (
             ),
         },
         "CLIP ViT-B/16 image tower: LayerNorm before the blocks, a projection to the 512-d image-text space",
+    ),
+    _released(
+        "clip_l14",
+        _CLIP_L14,
+        "vit_large_patch14_clip_224",
+        {
+            "openai": _timm_release(
+                "vit_large_patch14_clip_224.openai",
+                "OpenAI CLIP (Radford et al. 2021) image tower",
+                mean=CLIP_MEAN,
+                std=CLIP_STD,
+                num_classes=768,
+                crop_pct=1.0,
+            ),
+            "laion2b": _timm_release(
+                "vit_large_patch14_clip_224.laion2b",
+                "OpenCLIP (Cherti et al. 2023) image tower, LAION-2B",
+                mean=INCEPTION_MEAN,
+                std=INCEPTION_STD,
+                num_classes=768,
+                crop_pct=1.0,
+                model_args={"act_layer": "gelu"},
+            ),
+        },
+        "CLIP ViT-L/14 image tower: LayerNorm before the blocks, a projection to the 768-d image-text space",
+    ),
+    _released(
+        "clip_l14_336",
+        _CLIP_L14.replace(img_size=336),
+        "vit_large_patch14_clip_336",
+        {
+            "openai": _timm_release(
+                "vit_large_patch14_clip_336.openai",
+                "OpenAI CLIP (Radford et al. 2021) image tower, 336 px",
+                mean=CLIP_MEAN,
+                std=CLIP_STD,
+                num_classes=768,
+                crop_pct=1.0,
+                img_size=336,
+            )
+        },
+        "CLIP ViT-L/14 image tower at 336 px, a projection to the 768-d image-text space",
     ),
     # ------------------------------------------------------------------------- SigLIP
     _released(
@@ -698,4 +877,84 @@ MODELS: tuple[ZooModel, ...] = (
     *_dinov3_family("l", 1024, 24, 16, sat=True),
     *_dinov3_family("h_plus", 1280, 32, 20, mlp_layer="swiglu", mlp_align=8),
     *_dinov3_family("7b", 4096, 40, 32, mlp_ratio=2.0, mlp_layer="swiglu", mlp_align=64, sat=True, qkvb=False),
+    # ------------------------------------------------------------------------- SigLIP So400m, SigLIP 2
+    _released(
+        "siglip_so400m14",
+        # the size is no multiple of the patch: big_vision's (and timm's) conv ignores the last pixels
+        _SO400M.replace(img_size=384, patch_size=14, drop_remainder=True),
+        "vit_so400m_patch14_siglip_384",
+        {
+            "webli": _siglip(
+                "vit_so400m_patch14_siglip_384.webli", "SigLIP (Zhai et al. 2023) image tower, WebLI", 384
+            ),
+            "webli_224": _siglip(
+                "vit_so400m_patch14_siglip_224.webli",
+                "SigLIP (Zhai et al. 2023) image tower, WebLI",
+                224,
+                own_size=True,
+            ),
+        },
+        "SigLIP So400m/14 image tower at 384 px: no class token, attention pooling (1152-d embedding)",
+    ),
+    # ------------------------------------------------------------------------- SigLIP 2
+    # The SigLIP architecture with SigLIP 2's weights; each input size a tag (its own position grid).
+    _released(
+        "siglip2_b16",
+        _SIGLIP,
+        "vit_base_patch16_siglip_224",
+        _siglip2_tags("vit_base_patch16_siglip", (224, 256, 384, 512)),
+        "SigLIP 2 ViT-B/16 image tower: no class token, attention pooling (768-d embedding); 224-512 px tags",
+    ),
+    _released(
+        "siglip2_l16",
+        _SIGLIP.replace(img_size=256, embed_dim=1024, depth=24, num_heads=16),
+        "vit_large_patch16_siglip_256",
+        _siglip2_tags("vit_large_patch16_siglip", (256, 384, 512)),
+        "SigLIP 2 ViT-L/16 image tower: attention pooling (1024-d embedding); 256-512 px tags",
+    ),
+    _released(
+        "siglip2_so400m14",
+        _SO400M.replace(patch_size=14),
+        "vit_so400m_patch14_siglip_224",
+        _siglip2_tags("vit_so400m_patch14_siglip", (224, 378)),
+        "SigLIP 2 So400m/14 image tower: attention pooling (1152-d embedding); 224 and 378 px tags",
+    ),
+    _released(
+        "siglip2_so400m16",
+        _SO400M.replace(img_size=256, act_layer="gelu_tanh"),
+        "vit_so400m_patch16_siglip_256",
+        _siglip2_tags("vit_so400m_patch16_siglip", (256, 384, 512)),
+        "SigLIP 2 So400m/16 image tower (tanh GELU): attention pooling (1152-d embedding); 256-512 px tags",
+    ),
+    # ------------------------------------------------------------------------- RADIO
+    # NVIDIA's C-RADIO as timm releases it: a ViT whose summary tokens are the class token and
+    # registers, LayerScale (B, L), no final norm; the class token is the summary feature.
+    _released(
+        "radio_b16",
+        _RADIO.replace(init_values=1e-5),
+        "vit_base_patch16_radio_v3",
+        _radio("vit_base_patch16_radio_v3", "v3"),
+        "C-RADIOv3 ViT-B/16 backbone at 512 px (7 summary tokens, no final norm)",
+    ),
+    _released(
+        "radio_l16",
+        _RADIO.replace(embed_dim=1024, depth=24, num_heads=16, init_values=1e-5),
+        "vit_large_patch16_radio_v3",
+        _radio("vit_large_patch16_radio_v3", "v3"),
+        "C-RADIOv3 ViT-L/16 backbone at 512 px (7 summary tokens, no final norm)",
+    ),
+    _released(
+        "radio_h16",
+        _RADIO.replace(embed_dim=1280, depth=32, num_heads=16),
+        "vit_huge_patch16_radio_v3",
+        _radio("vit_huge_patch16_radio_v3", "v3"),
+        "C-RADIOv3 ViT-H/16 backbone at 512 px (7 summary tokens, no final norm)",
+    ),
+    _released(
+        "radio_so400m16",
+        _RADIO.replace(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=4304 / 1152, reg_tokens=9),
+        "vit_so400m_patch16_radio_v4",
+        _radio("vit_so400m_patch16_radio_v4", "v4"),
+        "C-RADIOv4 So400m/16 backbone at 512 px (9 summary tokens, no final norm)",
+    ),
 )

@@ -54,6 +54,14 @@ FAMILY_SOURCES = [
     "clip_b16.openai",
     "clip_b16.laion2b",
     "siglip_b16.webli",
+    # issue 23's sizes and families (their other tags: tests/test_zoo.py)
+    "deit3_l16.fb_in1k",
+    "dinov2_l14_reg.lvd142m",
+    "dinov2_g14.lvd142m",
+    "clip_l14.laion2b",
+    "siglip_so400m14.webli",
+    "siglip2_so400m16.v2_webli",
+    "radio_b16.c_radio",
 ]
 
 
@@ -86,6 +94,11 @@ def timm_reference(name: str) -> str:
     return entry.timm_name.replace("_clip_", "_clip_quickgelu_") if act == "quick_gelu" else entry.timm_name
 
 
+def tiny_args(name: str) -> dict[str, int]:
+    """TINY, 96 wide for DINOv2-g (its packed SwiGLU needs an even fc1: int(96 * 2.66667 * 2))."""
+    return dict(TINY, embed_dim=96) if name.startswith("dinov2_g") else TINY
+
+
 def tiny_img(name: str) -> int:
     """A small input size for `name`'s patch size (a 4x4 grid)."""
     entry = registry.get_entry(name)
@@ -101,7 +114,7 @@ def tiny_timm(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple
 
     def make(name: str) -> tuple[torch.nn.Module, Path]:
         if name not in made:
-            args = dict(TINY, img_size=tiny_img(name))
+            args = dict(tiny_args(name), img_size=tiny_img(name))
             tag = name.split(".")[1]  # the tag's cfg gives timm's class count (0 for feature extractors)
             model = randomise(timm.create_model(f"{timm_reference(name)}.{tag}", **args), len(made))
             out = tmp_path_factory.mktemp(name.replace(".", "-"))
@@ -122,11 +135,11 @@ def test_timm_hub_repo_and_file_give_timms_output(name, tiny_timm, fake_hub, hf_
     x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected = reference(x)
-        from_hub = vitzoo.create(name, **TINY, img_size=size).eval()  # the tag alone asks for its weights
+        from_hub = vitzoo.create(name, **tiny_args(name), img_size=size).eval()  # the tag alone asks for its weights
         assert max_diff(from_hub(x), expected) <= ATOL
         # A bare weights file: the layout and the registered name say everything else.
         from_file = vitzoo.create(
-            entry.name, weights=ckpt / "model.safetensors", **TINY, img_size=size, **pcfg.model_args
+            entry.name, weights=ckpt / "model.safetensors", **tiny_args(name), img_size=size, **pcfg.model_args
         ).eval()
         assert max_diff(from_file(x), expected) <= ATOL
     assert entry.config is not None
@@ -253,6 +266,47 @@ def test_dinov2_with_registers_model(tmp_path, fake_hub, hf_cache):
         assert max_diff(named(x), expected) <= ATOL
 
 
+def test_dinov2_giant_swiglu_model(tmp_path, fake_hub, hf_cache):
+    """DINOv2-g's SwiGLU (use_swiglu_ffn): transformers' width rule, gate and input packed into
+    fc1 (as timm's SwiGLUPacked) whether the file stores weights_in or 5.x's gate_proj / up_proj."""
+    hf_tiny = dict(HF_TINY, hidden_size=96)  # 96 wide, as dinov2_g14's reduced size (tiny_args)
+    config = _hf("Dinov2Config")(**hf_tiny, image_size=56, patch_size=14, use_swiglu_ffn=True)
+    hf = randomise(_hf("Dinov2Model")(config), 7)
+    directory = _save(hf, tmp_path / "dinov2-giant")
+    x = torch.randn(2, 3, 56, 56)
+    with torch.no_grad():
+        expected = hf(pixel_values=x).pooler_output
+        model = vitzoo.from_pretrained(directory).eval()
+        assert max_diff(model(x), expected) <= ATOL
+        assert (model.config.mlp_layer, model.config.act_layer) == ("swiglu_packed", "silu")
+        assert model.blocks[0].mlp.fc2.in_features == 256  # 2/3 of 4 * 96, rounded up to a multiple of 8
+        fake_hub.publish_dir("facebook/dinov2-giant", directory)
+        named = vitzoo.create("dinov2_g14", weights="hf-hub:facebook/dinov2-giant", **tiny_args("dinov2_g14")).eval()
+        assert max_diff(named(x), expected) <= ATOL
+    state = {k.replace("weights_in", "gate_proj"): v for k, v in hf.state_dict().items()}
+    assert "layers.0.mlp.gate_proj.weight" in state or "encoder.layer.0.mlp.gate_proj.weight" in state
+    with pytest.raises(
+        WeightsMismatchError, match=r"mlp\.fc1\.weight cannot be assembled, the up projection is missing"
+    ):
+        to_vitzoo({k: v for k, v in state.items() if "up_proj" not in k})
+
+
+def test_siglip_so400m_input_is_no_multiple_of_its_patch(tmp_path):
+    """So400m/14 at 384 px: transformers' patch conv, like timm's, drops the pixels past the last
+    whole patch; the config's image_size says so (drop_remainder)."""
+    so400m = dict(HF_TINY, intermediate_size=int(64 * 3.7362))  # So400m's MLP ratio at the tiny width
+    config = _hf("SiglipVisionConfig")(**so400m, image_size=62, patch_size=14)
+    hf = randomise(_hf("SiglipVisionModel")(config), 8)
+    directory = _save(hf, tmp_path / "siglip-so400m")
+    x = torch.randn(2, 3, 62, 62)
+    with torch.no_grad():
+        model = vitzoo.from_pretrained(directory).eval()
+        assert model.config.drop_remainder and model.patch_embed.grid_size == (4, 4)
+        assert max_diff(model(x), hf(pixel_values=x).pooler_output) <= ATOL
+        named = vitzoo.create("siglip_so400m14", weights=directory, **TINY, img_size=62).eval()
+        assert max_diff(named(x), hf(pixel_values=x).pooler_output) <= ATOL
+
+
 def _clip_vision(projection_dim: int = 32, **kw: Any) -> dict[str, Any]:
     return dict(HF_TINY, image_size=64, patch_size=16, projection_dim=projection_dim, **kw)
 
@@ -368,7 +422,7 @@ def test_transformers_config_defaults_are_transformers_own():
     ("family", "change", "error", "match"),
     [
         ("Dinov2", {"hidden_act": "relu"}, WeightsFileError, r"hidden_act='relu' is not supported; expected one of"),
-        ("Dinov2", {"use_swiglu_ffn": True}, WeightsFileError, r"use_swiglu_ffn=True is not supported"),
+        ("Dinov2", {"mlp_ratio": "wide"}, WeightsFileError, r"mlp_ratio='wide' is invalid"),
         ("Dinov2", {"layerscale_value": "big"}, WeightsFileError, r"layerscale_value='big' is invalid"),
         (
             "Dinov2WithRegisters",

@@ -47,6 +47,7 @@ class PatchEmbed(nn.Module):
         conv_stem: tuple[int, ...] = (),
         bias: bool = True,
         strict_img_size: bool = True,
+        drop_remainder: bool = False,
     ) -> None:
         super().__init__()
         self.patch_size = to_2tuple(patch_size, "patch_size")
@@ -54,6 +55,8 @@ class PatchEmbed(nn.Module):
         self.conv_stem = tuple(conv_stem)
         # False: any height and width that are multiples of the patch size (any size with a stem)
         self.strict_img_size = strict_img_size
+        # True: pixels past the last whole patch are ignored (the strided conv never reaches them)
+        self.drop_remainder = drop_remainder and not conv_stem
         self.set_input_size(img_size)
         if self.conv_stem:
             self.stem: nn.Sequential | None = conv_stem_layers(in_chans, self.conv_stem)
@@ -69,7 +72,7 @@ class PatchEmbed(nn.Module):
             check_conv_stem(self.conv_stem, self.patch_size, img_size)
         else:
             for axis, size, patch in zip(("height", "width"), img_size, self.patch_size):
-                if size <= 0 or patch <= 0 or size % patch:
+                if size <= 0 or patch <= 0 or size < patch or (size % patch and not self.drop_remainder):
                     raise ValueError(
                         f"img_size {img_size} is not divisible by patch_size {self.patch_size} "
                         f"({axis}: {size} % {patch} = {size % patch if patch > 0 else 'n/a'}); "
@@ -80,18 +83,24 @@ class PatchEmbed(nn.Module):
         self.num_patches = self.grid_size[0] * self.grid_size[1]
 
     def dynamic_feat_size(self, img_size: tuple[int, int] | torch.Size) -> tuple[int, int]:
-        """The (rows, columns) grid of tokens for an image of `img_size` = (height, width): exact
-        division without a stem; rounded up with one (a 3x3 stride-2 conv with padding 1 maps n
-        pixels to ceil(n / 2))."""
+        """The (rows, columns) grid of tokens for an image of `img_size` = (height, width): whole
+        patches without a stem (exact division unless `drop_remainder`); rounded up with one (a
+        3x3 stride-2 conv with padding 1 maps n pixels to ceil(n / 2))."""
         (h, w), (ph, pw) = img_size, self.patch_size
+        if not self.conv_stem:
+            return (h // ph, w // pw)
         return (math.ceil(h / ph), math.ceil(w / pw))
 
     def check_input(self, x: torch.Tensor) -> None:
         """Raise a ValueError naming expected and given shape when `x` does not fit this model."""
-        check_image(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, self.stem is not None)
+        self._check(x)
+
+    def _check(self, x: torch.Tensor) -> None:
+        stem = self.stem is not None
+        check_image(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, stem, self.drop_remainder)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_image(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, self.stem is not None)
+        self._check(x)
         # Convolve in channels-last (NHWC) memory: oneDNN and cuDNN keep that layout through the
         # stem, and the projection's NHWC output, (B, gh, gw, D) in memory, *is* the (B, N, D)
         # token matrix, so the flatten + transpose below is a free view of contiguous tokens.
@@ -168,10 +177,11 @@ def check_image(
     patch_size: tuple[int, int],
     strict: bool,
     stem: bool,
+    remainder: bool = False,
 ) -> None:
     """Raise a ValueError naming expected and given shape when image batch `x` does not fit: exactly
     (B, in_chans, *img_size) when `strict`, else any height and width that are multiples of the
-    patch (any positive size with a stem). A leaf of torch.fx graphs (see `torch.fx.wrap` below):
+    patch (any positive size with a stem, at least one patch with `remainder`). A leaf of torch.fx graphs (see `torch.fx.wrap` below):
     tracing records the call instead of branching on a symbolic shape, and the traced model checks
     its real input as the eager one does."""
     if strict:
@@ -188,9 +198,12 @@ def check_image(
         x.ndim != 4
         or x.shape[1] != in_chans
         or min(x.shape[2:]) <= 0
-        or (not stem and (x.shape[2] % ph or x.shape[3] % pw))
+        or (remainder and (x.shape[2] < ph or x.shape[3] < pw))
+        or (not stem and not remainder and (x.shape[2] % ph or x.shape[3] % pw))
     ):
         sides = "positive height and width" if stem else f"height a multiple of {ph} and width a multiple of {pw}"
+        if remainder:
+            sides = f"height at least {ph} and width at least {pw}"
         raise ValueError(
             f"input image has shape {tuple(x.shape)}, expected (batch, {in_chans}, height, width) with "
             f"{sides} for this model (dynamic_img_size=True); pad or resize the image"

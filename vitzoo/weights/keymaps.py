@@ -111,25 +111,38 @@ def _apply_rules(state: StateDict, rules: list[Rule], ignore: list[str], *, file
 def _merge_qkv(state: StateDict, *, file: str) -> StateDict:
     """Concatenate separate q/k/v projections (blocks.i.attn.{q,k,v}.*) into blocks.i.attn.qkv.*,
     in the q, k, v order that our fused Linear splits them back into."""
+    return _merge_parts(state, r"(blocks\.\d+\.attn)\.(q|k|v)\.(weight|bias)", ("q", "k", "v"), "qkv", file=file)
+
+
+def _merge_gate(state: StateDict, *, file: str) -> StateDict:
+    """Pack a SwiGLU's separate gate and input projections (blocks.i.mlp.{gate,up}.*) into
+    blocks.i.mlp.fc1.*, gate first: timm's SwiGLUPacked, and the layout DINOv2 saves."""
+    return _merge_parts(state, r"(blocks\.\d+\.mlp)\.(gate|up)\.(weight|bias)", ("gate", "up"), "fc1", file=file)
+
+
+def _merge_parts(state: StateDict, pattern: str, names: tuple[str, ...], target: str, *, file: str) -> StateDict:
+    """Concatenate the projections `names` that `pattern` matches (groups: module, part, weight or
+    bias) into one `<module>.<target>.<weight|bias>`, in the order of `names`."""
     out: StateDict = {}
     parts: dict[str, dict[str, torch.Tensor]] = {}
     for key, value in state.items():
-        m = re.fullmatch(r"(blocks\.\d+\.attn)\.([qkv])\.(weight|bias)", key)
+        m = re.fullmatch(pattern, key)
         if m:
-            parts.setdefault(f"{m.group(1)}.qkv.{m.group(3)}", {})[m.group(2)] = value
+            parts.setdefault(f"{m.group(1)}.{target}.{m.group(3)}", {})[m.group(2)] = value
         else:
             out[key] = value
-    for key, qkv in parts.items():
-        missing = [n for n in "qkv" if n not in qkv]
+    for key, found in parts.items():
+        missing = [n for n in names if n not in found]
         if missing:
             raise WeightsMismatchError(
                 f"{file}: {key} cannot be assembled, the {'/'.join(missing)} projection is missing"
             )
-        dtypes = {t.dtype for t in qkv.values()}
+        dtypes = {t.dtype for t in found.values()}
         if len(dtypes) > 1:  # torch.cat would promote silently (int8 parts would become floats)
-            found = ", ".join(f"{n}: {str(qkv[n].dtype).removeprefix('torch.')}" for n in "qkv")
-            raise WeightsMismatchError(f"{file}: {key} cannot be assembled, its q/k/v parts differ in dtype ({found})")
-        out[key] = torch.cat([qkv["q"], qkv["k"], qkv["v"]], dim=0)
+            listed = ", ".join(f"{n}: {str(found[n].dtype).removeprefix('torch.')}" for n in names)
+            sep = "/".join(names)
+            raise WeightsMismatchError(f"{file}: {key} cannot be assembled, its {sep} parts differ in dtype ({listed})")
+        out[key] = torch.cat([found[n] for n in names], dim=0)
     return out
 
 
@@ -172,6 +185,11 @@ TRANSFORMERS_RULES: list[Rule] = [
     (rf"{_HF}{_HF_LAYER}intermediate\.dense\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
     (rf"{_HF}{_HF_LAYER}output\.dense\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
     (rf"{_HF}{_HF_LAYER}mlp\.fc([12])\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
+    # DINOv2-g's SwiGLU: saved packed (weights_in: gate, then input), or as 5.x's modules apart
+    (rf"{_HF}{_HF_LAYER}mlp\.weights_in\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
+    (rf"{_HF}{_HF_LAYER}mlp\.weights_out\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
+    (rf"{_HF}{_HF_LAYER}mlp\.(gate|up)_proj\.(weight|bias)", r"blocks.\1.mlp.\2.\3"),
+    (rf"{_HF}{_HF_LAYER}mlp\.down_proj\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
     (rf"{_HF}{_HF_LAYER}layernorm_before\.(weight|bias)", r"blocks.\1.norm1.\2"),
     (rf"{_HF}{_HF_LAYER}layernorm_after\.(weight|bias)", r"blocks.\1.norm2.\2"),
     (rf"{_HF}{_HF_LAYER}norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),  # DINOv2
@@ -259,6 +277,7 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
     out = _merge_qkv(
         _apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers"), file=file
     )
+    out = _merge_gate(out, file=file)
     hints: dict[str, Any] = {"norm_eps": TRANSFORMERS_EPS}
     if "reg_token" in out or "blocks.0.ls1.gamma" in out:  # DINOv2
         hints["norm_eps"] = DINOV2_EPS

@@ -7,12 +7,15 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
 
     model_type                          what vitzoo builds
     vit, deit, vit_mae                  the plain ViT (transformers' LayerNorm eps: 1e-12)
-    dinov2                              LayerScale (init layerscale_value), MLP width hidden * mlp_ratio
+    dinov2                              LayerScale (init layerscale_value), MLP width hidden * mlp_ratio;
+                                        use_swiglu_ffn (giant): SwiGLU, gate and input packed (swiglu.py)
     dinov2_with_registers               + register tokens; the position embedding covers only the
                                         patches (the class token's position is folded into it, keymaps.py)
     clip_vision_model, clip             CLIP's vision tower: LayerNorm before the blocks, no patch bias,
                                         the projection (visual_projection, no bias) as the head
-    siglip_vision_model, siglip         SigLIP's vision tower: no class token, attention pooling ("map")
+    siglip_vision_model, siglip         SigLIP's vision tower: no class token, attention pooling ("map");
+                                        an image_size no multiple of the patch (So400m/14 at 384) drops
+                                        the pixels past the last whole patch, as its conv does
     siglip2_vision_model, siglip2       SigLIP 2 NaFlex's: the same, with a Linear patch embedding over
                                         (row, column, channel)-ordered patches (a convolution, keymaps.py)
                                         and a square position table of num_patches, built for the
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 from ..checks import check_types
+from ..layers.swiglu import dinov2_swiglu_hidden_dim, packed_mlp_ratio
 from ..pretrained_cfg import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD
 from .errors import WeightsFileError
 from .files import checked_pretrained
@@ -176,16 +180,11 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         raise WeightsFileError(
             f"{where}: hidden_act={act!r} is not supported; expected one of {', '.join(map(repr, ACTIVATIONS))}"
         )
-    for key, supported in (("use_swiglu_ffn", False), ("vision_use_head", True)):
-        if key in values and values[key] is not supported:
-            raise WeightsFileError(
-                f"{where}: {key}={values[key]!r} is not supported; expected {str(supported).lower()} "
-                + (
-                    "(vitzoo's MLP is fc1, activation, fc2)"
-                    if key == "use_swiglu_ffn"
-                    else "(vitzoo pools SigLIP with its attention-pooling head)"
-                )
-            )
+    if values.get("vision_use_head", True) is not True:
+        raise WeightsFileError(
+            f"{where}: vision_use_head={values['vision_use_head']!r} is not supported; expected true "
+            "(vitzoo pools SigLIP with its attention-pooling head)"
+        )
     mlp_ratio = values["mlp_ratio"] if family.mlp_from_ratio else values["intermediate_size"] / hidden
     fields: dict[str, Any] = dict(
         embed_dim=hidden,
@@ -200,6 +199,11 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         **family.fixed,
     )
     fields.update(_dinov3_fields(values, where) if name == "dinov3_vit" else {"qkv_bias": values["qkv_bias"]})
+    if values.get("use_swiglu_ffn"):  # DINOv2-g: SiLU-gated, its own width rule (swiglu.py)
+        hidden_units = dinov2_swiglu_hidden_dim(hidden, mlp_ratio)
+        fields.update(mlp_layer="swiglu_packed", act_layer="silu", mlp_ratio=packed_mlp_ratio(hidden, hidden_units))
+    if any(s % p for s, p in zip(_pair(fields["img_size"]), _pair(fields["patch_size"]))):
+        fields["drop_remainder"] = True  # the patch conv ignores the pixels past the last whole patch
     if "layerscale_value" in values:
         fields["init_values"] = float(values["layerscale_value"])
     if "num_register_tokens" in values:
@@ -240,6 +244,10 @@ def _naflex_size(values: dict[str, Any], where: str) -> int:
             "expected a square number of patches and an int patch size"
         )
     return side * patch
+
+
+def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else value
 
 
 def _size(value: int | list[int] | tuple[int, int]) -> int | tuple[int, int]:

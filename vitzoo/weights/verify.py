@@ -111,7 +111,8 @@ def check_stated(
     if "img_size" not in stated:
         return
     img, patch = to_2tuple(stated["img_size"], "img_size"), to_2tuple(inferred["patch_size"], "patch_size")
-    grid = (-(-img[0] // patch[0]), -(-img[1] // patch[1]))
+    # whole patches (a size past the last one is dropped, drop_remainder); a conv stem pads
+    grid = (-(-img[0] // patch[0]), -(-img[1] // patch[1])) if stem else (img[0] // patch[0], img[1] // patch[1])
     if pos is not None:
         prefix = int(inferred["class_token"]) + int(inferred["distilled"]) + inferred.get("reg_tokens", 0)
         if stated.get("no_embed_class") is not None:  # the config says which: only that layout fits
