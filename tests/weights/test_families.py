@@ -165,6 +165,23 @@ def test_timm_loader_source_says_the_activation_and_position_layout(name, tiny_t
         assert max_diff(model(x), reference(x)) <= ATOL
 
 
+def test_timm_loader_source_reads_swiglu_and_a_remainder_size(monkeypatch):
+    """timm:NAME for DINOv2-g (the packed SwiGLU, SiLU) and SigLIP So400m/14 at a size that is no
+    multiple of its patch (timm's conv drops the rest): the model read off timm's computes timm's."""
+    cases = [
+        ("vit_giant_patch14_dinov2", dict(tiny_args("dinov2_g14"), img_size=56), ("swiglu_packed", "silu", False)),
+        ("vit_so400m_patch14_siglip_384", dict(TINY, img_size=62), ("mlp", "gelu", True)),
+    ]
+    references = [randomise(timm.create_model(name, **args), seed) for seed, (name, args, _) in enumerate(cases)]
+    for reference, (timm_name, args, expected) in zip(references, cases):
+        monkeypatch.setattr(timm, "create_model", lambda *a, reference=reference, **k: reference)
+        model = vitzoo.from_pretrained(f"timm:{timm_name}").eval()
+        assert (model.config.mlp_layer, model.config.act_layer, model.config.drop_remainder) == expected
+        x = torch.randn(1, 3, args["img_size"], args["img_size"])
+        with torch.no_grad():
+            assert max_diff(model(x), reference(x)) <= ATOL, timm_name
+
+
 def test_clip_tags_carry_their_activation(tiny_timm, fake_hub, hf_cache):
     """OpenAI's CLIP weights were trained with QuickGELU, LAION's with exact GELU: each tag builds
     its own (the tag's model_args), and the name alone builds the default tag's."""
@@ -305,6 +322,33 @@ def test_siglip_so400m_input_is_no_multiple_of_its_patch(tmp_path):
         assert max_diff(model(x), hf(pixel_values=x).pooler_output) <= ATOL
         named = vitzoo.create("siglip_so400m14", weights=directory, **TINY, img_size=62).eval()
         assert max_diff(named(x), hf(pixel_values=x).pooler_output) <= ATOL
+
+
+def test_radio_model_and_nvidia_layout(tmp_path):
+    """transformers' RadioModel saves NVIDIA's C-RADIO layout: the summary tokens (class token,
+    then registers), a Linear patch projection, and a position table for the largest input that is
+    cropped to the grid (CPE: bilinear to a square of the longer side, top-left), here 4 x 6 from
+    16 x 16. RadioModel normalises its input itself; vitzoo's preprocessing does (norm_mean/std)."""
+    Model, Config = _hf("RadioModel"), _hf("RadioConfig")
+    config = Config(**HF_TINY, image_size=64, max_img_size=256, layerscale_value=0.5, num_cls_tokens=4, num_registers=4)
+    hf = randomise(Model(config), 9)
+    with torch.no_grad():  # the patch projection at a realistic scale (tokens of order 1, not 10)
+        hf.embeddings.patch_projection.weight.mul_(0.2)
+    directory = _save(hf, tmp_path / "radio")
+    x = torch.rand(2, 3, 64, 96)
+    mean, std = torch.tensor(config.norm_mean).view(1, 3, 1, 1), torch.tensor(config.norm_std).view(1, 3, 1, 1)
+    normalised = (x - mean) / std
+    with torch.no_grad():
+        out = hf(pixel_values=x)
+        model = vitzoo.from_pretrained(directory).eval()
+        assert (model.config.reg_tokens, model.config.final_norm, model.config.no_embed_class) == (7, False, True)
+        assert model.pretrained_cfg.mean == tuple(config.norm_mean) and model.pretrained_cfg.input_size == (3, 64, 64)
+        for source in (directory, directory / "model.safetensors"):  # with its config, and NVIDIA's bare file
+            named = vitzoo.create("radio_b16", weights=source, **TINY, img_size=(64, 96)).eval()
+            tokens = named.forward_features(normalised)
+            assert max_diff(tokens, out.last_hidden_state) <= ATOL
+            assert max_diff(tokens[:, config.summary_idxs].flatten(1), out.summary) <= ATOL
+            assert max_diff(named(normalised), out.last_hidden_state[:, 0]) <= ATOL
 
 
 def _clip_vision(projection_dim: int = 32, **kw: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from .mlp import Mlp
 from .norm import RMSNorm, make_norm
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
 from .pool import AttentionPool
-from .pos_embed import resample_abs_pos_embed, sincos_1d
+from .pos_embed import crop_resample_pos_embed, resample_abs_pos_embed, sincos_1d
 from .rope import RotaryEmbedding2d, apply_rope
 from .swiglu import SwiGLU, SwiGLUPacked, make_mlp
 
@@ -43,6 +43,7 @@ __all__ = [
     "SwiGLUPacked",
     "apply_rope",
     "capture_attention",
+    "crop_resample_pos_embed",
     "make_activation",
     "make_mlp",
     "make_norm",

@@ -6,6 +6,7 @@ MNIST tutorial uses the fixed sinusoids of "Attention Is All You Need", computed
 
 A learned table belongs to one grid of patches. For another input size, `resample_abs_pos_embed`
 treats the patch part as a D-channel image and resizes it (what timm does, so the two agree).
+RADIO stores one table for its largest input and crops it (`crop_resample_pos_embed`, its CPE).
 """
 
 from __future__ import annotations
@@ -59,3 +60,18 @@ def resample_abs_pos_embed(
     image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", align_corners=False, antialias=antialias)
     grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim).to(pos_embed.dtype)
     return torch.cat([prefix, grid], dim=1)
+
+
+def crop_resample_pos_embed(
+    pos_embed: torch.Tensor, *, new_grid: tuple[int, int], old_grid: tuple[int, int]
+) -> torch.Tensor:
+    """RADIO's cropped position embedding (CPE), as NVIDIA's code, timm's converter and
+    transformers' RadioModel compute it: the (1, gh * gw, D) table of the largest input is resized
+    bilinearly (no antialiasing) to a square of the longer side of `new_grid`, and its top-left
+    `new_grid` is kept. No prefix rows: RADIO's table covers the patches only."""
+    rows, cols = new_grid
+    side = max(rows, cols)
+    dim = pos_embed.shape[-1]
+    image = pos_embed.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
+    image = F.interpolate(image, size=(side, side), mode="bilinear", align_corners=False)[..., :rows, :cols]
+    return image.permute(0, 2, 3, 1).reshape(1, rows * cols, dim).to(pos_embed.dtype)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..layers import resample_abs_pos_embed
+from ..layers import crop_resample_pos_embed, resample_abs_pos_embed
 from .errors import WeightsMismatchError
 from .files import StateDict
 
@@ -60,12 +60,14 @@ def fit_state_dict(
     src_grid: tuple[int, int] | None = None,
     antialias: bool = True,
     dtype: torch.dtype | None = None,
+    cpe: bool = False,
 ) -> tuple[StateDict, FitReport]:
     """Return a state dict with exactly the model's keys and shapes (strict) built from `state`.
 
     `model` may live on the meta device: only its parameter names, shapes and dtypes are used.
     `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids);
-    `antialias` is how its position embedding is resampled (see vitzoo.layers.resample_abs_pos_embed);
+    `antialias` is how its position embedding is resampled (see vitzoo.layers.resample_abs_pos_embed),
+    `cpe` whether it is RADIO's table of the largest input, cropped (crop_resample_pos_embed);
     `dtype`, when given, is the one floating tensors are returned in instead of the model's."""
     target = model.state_dict()
     _check_dtypes(state, target, file)
@@ -73,7 +75,7 @@ def fit_state_dict(
     report = FitReport()
     for note, level in [
         *_fit_head(state, target, file),
-        *_fit_pos_embed(state, target, model, file, src_grid, antialias),
+        *_fit_pos_embed(state, target, model, file, src_grid, antialias, cpe),
         *_fit_in_chans(state, target),
         *_drop_zero_qv_biases(state, target),
     ]:
@@ -139,6 +141,7 @@ def _fit_pos_embed(
     file: str,
     src_grid: tuple[int, int] | None,
     antialias: bool,
+    cpe: bool = False,
 ) -> Notes:
     """A position embedding on another patch grid is resampled; its prefix tokens must agree."""
     if "pos_embed" not in state or "pos_embed" not in target or state["pos_embed"].shape == target["pos_embed"].shape:
@@ -162,10 +165,14 @@ def _fit_pos_embed(
         raise WeightsMismatchError(
             f"{file}: 'pos_embed' has {old.shape[1] - covered} grid positions, not the {old_grid} grid its config names"
         )
-    state["pos_embed"] = resample_abs_pos_embed(
-        old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=covered, antialias=antialias
-    )
-    how = "bicubic" if antialias else "bicubic, not antialiased, as the source's library does"
+    if cpe and not covered:
+        state["pos_embed"] = crop_resample_pos_embed(old, old_grid=old_grid, new_grid=new_grid)
+        how = "RADIO's crop of its largest grid"
+    else:
+        state["pos_embed"] = resample_abs_pos_embed(
+            old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=covered, antialias=antialias
+        )
+        how = "bicubic" if antialias else "bicubic, not antialiased, as the source's library does"
     note = (
         f"position embedding resampled ({how}) from a {old_grid[0]}x{old_grid[1]} to a {new_grid[0]}x{new_grid[1]} grid"
     )

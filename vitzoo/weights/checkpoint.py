@@ -80,6 +80,8 @@ class Checkpoint:
     # How a position embedding is resampled to another grid: antialiased bicubic (timm), or plain
     # bicubic where the source's own library resamples so (transformers' Dinov2Model).
     pos_antialias: bool = True
+    # RADIO's layout: its table is for the largest input and is cropped (layers.crop_resample_pos_embed)
+    pos_cpe: bool = False
 
     @property
     def names(self) -> str | None:

@@ -17,6 +17,8 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                                                                         tower; SigLIP 2's patch Linear becomes
                                                                         a convolution)
                   embeddings.patch_embeddings.weight                    DINOv3ViTModel
+    radio         radio_model.model.patch_generator.embedder.weight     NVIDIA's C-RADIO releases, transformers'
+                                                                        RadioModel (which saves NVIDIA's names)
     torchvision   conv_proj.weight                                      torchvision vit_b_16 & co.
     npz           [opt/target/|params/]embedding/kernel                 Google's original JAX/Flax ViT
 
@@ -37,7 +39,7 @@ import torch
 from .errors import UnknownFormatError, WeightsMismatchError
 from .files import StateDict
 
-FORMATS = ("vitzoo", "transformers", "torchvision", "npz")
+FORMATS = ("vitzoo", "transformers", "radio", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
 # The LayerNorm eps of transformers' other families, for weights files without their config.json.
 DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS = 1e-6, 1e-5, 1e-6, 1e-5
@@ -62,6 +64,8 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
         return "transformers"
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset) or _DINOV3_PATCH_KEY in keyset:
         return "transformers"
+    if f"{_RADIO}patch_generator.embedder.weight" in keyset:
+        return "radio"
     if "conv_proj.weight" in keyset or "encoder.pos_embedding" in keyset:
         return "torchvision"
     if any(k.endswith("embedding/kernel") or k.startswith("Transformer/") for k in keyset):
@@ -70,7 +74,7 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
     raise UnknownFormatError(
         f"{file}: unknown checkpoint layout (first keys: {sample}); vitzoo reads timm/vitzoo "
         "(patch_embed.proj.weight), transformers (embeddings.patch_embeddings.projection.weight; CLIP and "
-        "SigLIP: [vision_model.]embeddings.patch_embedding.weight), "
+        "SigLIP: [vision_model.]embeddings.patch_embedding.weight), RADIO (radio_model.model.patch_generator.*), "
         "torchvision (conv_proj.weight) and Google .npz (embedding/kernel) checkpoints"
     )
 
@@ -321,6 +325,44 @@ def _naflex_patch_kernel(w: torch.Tensor, *, file: str) -> torch.Tensor:
     return w.reshape(w.shape[0], side, side, 3).permute(0, 3, 1, 2).contiguous()
 
 
+# ----------------------------------------------------------------------------- RADIO
+# NVIDIA's C-RADIO checkpoints (and transformers' RadioModel, which saves them so): timm's block
+# names under a prefix; a Linear patch projection without bias over channel-major patches; the
+# position table of the largest input (cropped at load, CPE); the summary tokens in one tensor.
+_RADIO = "radio_model.model."
+RADIO_RULES: list[Rule] = [
+    (rf"{_RADIO}blocks\.(\d+)\.((?:norm[12]|attn\.qkv|attn\.proj|mlp\.fc[12])\.(?:weight|bias))", r"blocks.\1.\2"),
+    (rf"{_RADIO}blocks\.(\d+)\.ls([12])\.(?:gamma|grandma)", r"blocks.\1.ls\2.gamma"),
+    (rf"{_RADIO}blocks\.(\d+)\.layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),  # transformers' save
+    (rf"{_RADIO}patch_generator\.embedder\.weight", "patch_embed.proj.weight"),
+    (rf"{_RADIO}patch_generator\.pos_embed", "pos_embed"),
+    (rf"{_RADIO}patch_generator\.cls_token\.token", "summary_tokens"),
+]
+# The input normalisation (vitzoo's preprocessing does it), the summary indices (which tokens
+# RADIO's summary concatenates: forward_features gives them all) and the teachers' adaptor heads.
+RADIO_IGNORE = [r"radio_model\.input_conditioner\..*", r"radio_model\.summary_idxs", r"radio_model\.adaptors\..*"]
+
+
+def _from_radio(state: StateDict, file: str) -> Converted:
+    out = _apply_rules(state, RADIO_RULES, RADIO_IGNORE, file=file, fmt="radio")
+    weight = out.get("patch_embed.proj.weight")
+    if weight is not None and weight.ndim == 2:
+        channels = 3 if weight.shape[1] % 3 == 0 else 1
+        patch = math.isqrt(weight.shape[1] // channels)
+        if channels * patch * patch != weight.shape[1]:
+            raise WeightsMismatchError(
+                f"{file}: patch_generator.embedder.weight has {weight.shape[1]} inputs; expected channels x patch x patch"
+            )
+        out["patch_embed.proj.weight"] = weight.reshape(weight.shape[0], channels, patch, patch)
+        out["patch_embed.proj.bias"] = weight.new_zeros(weight.shape[0])  # timm's layout has one
+    tokens = out.pop("summary_tokens", None)
+    if tokens is not None:  # the first is the class token, the others registers (timm's reading)
+        out["cls_token"] = tokens[None, :1]
+        if tokens.shape[0] > 1:
+            out["reg_token"] = tokens[None, 1:]
+    return Converted(out, "radio", {"no_embed_class": True})
+
+
 # ----------------------------------------------------------------------------- torchvision
 _TV_LAYER = r"encoder\.layers\.encoder_layer_(\d+)\."
 TORCHVISION_RULES: list[Rule] = [
@@ -436,6 +478,7 @@ _CONVERTERS: dict[str, Callable[[StateDict, str], Converted]] = {
     "vitzoo": _from_vitzoo,
     "timm": _from_vitzoo,
     "transformers": _from_transformers,
+    "radio": _from_radio,
     "torchvision": _from_torchvision,
     "npz": _from_npz,
 }

@@ -44,6 +44,7 @@ from .transformers_files import (
     FAMILIES,
     MODEL_TYPES,
     family_of,
+    radio_input,
     transformers_config,
     transformers_labels,
     transformers_preprocessing,
@@ -105,6 +106,7 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, preproce
     converted = to_vitzoo(raw, file=label)
     del raw
     ckpt = Checkpoint(converted.state, label, converted.format)
+    ckpt.pos_cpe = converted.format == "radio"
     inferred = infer_config_fields(converted.state, file=label)
     declared: dict[str, Any] = dict(converted.hints)
     stated = _Stated()
@@ -158,6 +160,9 @@ def _read_config(config_path: Path, preprocessor: Path | None, num_classes: int)
         stated = _Stated(transformers_config(cfg, config_path), transformers_labels(cfg, num_classes, where), True)
         if preprocessor is not None:
             stated.pretrained.update(transformers_preprocessing(read_json(preprocessor), str(preprocessor)))
+        if family == "radio":  # built for image_size; its table (max_img_size) is cropped at load
+            stated.pretrained.update(radio_input(cfg, where))
+            stated.model_img = tuple(stated.pretrained["input_size"][1:])
         antialias = FAMILIES[family].position_antialias
         if antialias is not None:
             # transformers' DINOv2 resamples its position grid (trained at 518) to whatever its

@@ -136,10 +136,12 @@ def read_timm(name: str) -> Checkpoint:
     fields["img_size"] = img
     unshown = timm_position_and_pool_fields(model, label)
     fields.update(unshown)
+    if any(size % patch for size, patch in zip(img, model.patch_embed.patch_size)):
+        fields["drop_remainder"] = True  # timm's conv ignores the pixels past the last whole patch
     pretrained = timm_pretrained(dict(model.pretrained_cfg), label)
     pretrained["source"] = label
     declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer") if k in fields}
-    declared |= {"global_pool", "no_embed_class", "img_size", *unshown}
+    declared |= {"global_pool", "no_embed_class", "img_size", *unshown} | ({"drop_remainder"} & set(fields))
     data = Checkpoint(converted.state, label, "timm", fields, declared, checked_pretrained(pretrained, label))
     label_set = imagenet_label_set(fields.get("num_classes", 0))
     if label_set is not None and "label_names" not in pretrained:

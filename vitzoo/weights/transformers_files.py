@@ -25,6 +25,12 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         value_bias say (the key's: zero), SwiGLU with use_gated_mlp;
                                         pooled by the class token (its pooler_output)
 
+    radio                               C-RADIO: the summary tokens are the class token and registers,
+                                        positions on the patches only, LayerScale, no final norm; its
+                                        position table is for max_img_size (cropped at load, CPE) and
+                                        the model is built for image_size; norm_mean / norm_std are
+                                        the preprocessing (RadioModel normalises inside)
+
 A whole CLIP or SigLIP model (text and vision, "clip" / "siglip" / "siglip2") is read for its vision_config.
 """
 
@@ -75,6 +81,21 @@ _DINOV2_DEFAULTS = dict(
     _VIT_DEFAULTS, patch_size=14, layer_norm_eps=1e-6, mlp_ratio=4, layerscale_value=1.0, use_swiglu_ffn=False
 )
 _CLIP_DEFAULTS = dict(_VIT_DEFAULTS, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=512)
+_RADIO_DEFAULTS = dict(
+    _VIT_DEFAULTS,
+    hidden_size=1280,
+    num_hidden_layers=32,
+    num_attention_heads=16,
+    layer_norm_eps=1e-6,
+    mlp_ratio=4.0,
+    use_swiglu_ffn=False,
+    layerscale_value=1.0,
+    max_img_size=2048,
+    num_cls_tokens=3,
+    num_registers=7,
+    norm_mean=list(CLIP_MEAN),
+    norm_std=list(CLIP_STD),
+)
 _SIGLIP_DEFAULTS = dict(_VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=True)
 _SIGLIP2_DEFAULTS = dict({k: v for k, v in _SIGLIP_DEFAULTS.items() if k != "image_size"}, num_patches=256)
 _DINOV3_DEFAULTS = dict(
@@ -113,6 +134,7 @@ FAMILIES: dict[str, Family] = {
         _DINOV3_DEFAULTS,
         fixed=dict(pos_embed="none", rope="dinov3", rope_rotate_half=True, dynamic_img_size=True, global_pool="token"),
     ),
+    "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
 }
 # Whole text + image models: their vision tower is the vision_config of the family named here.
 VISION_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model"}
@@ -144,6 +166,11 @@ _KEY_TYPES: dict[str, Any] = {
     "mlp_bias": bool,
     "use_gated_mlp": bool,
     "num_patches": int,
+    "max_img_size": int,
+    "num_cls_tokens": int,
+    "num_registers": int,
+    "norm_mean": list[float],
+    "norm_std": list[float],
 }
 
 
@@ -199,6 +226,8 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         **family.fixed,
     )
     fields.update(_dinov3_fields(values, where) if name == "dinov3_vit" else {"qkv_bias": values["qkv_bias"]})
+    if name == "radio":
+        _radio_fields(values, fields, where)
     if values.get("use_swiglu_ffn"):  # DINOv2-g: SiLU-gated, its own width rule (swiglu.py)
         hidden_units = dinov2_swiglu_hidden_dim(hidden, mlp_ratio)
         fields.update(mlp_layer="swiglu_packed", act_layer="silu", mlp_ratio=packed_mlp_ratio(hidden, hidden_units))
@@ -244,6 +273,29 @@ def _naflex_size(values: dict[str, Any], where: str) -> int:
             "expected a square number of patches and an int patch size"
         )
     return side * patch
+
+
+def _radio_fields(values: dict[str, Any], fields: dict[str, Any], where: str) -> None:
+    """RADIO's summary tokens and its position table's grid: the table is for max_img_size."""
+    if values["use_swiglu_ffn"]:
+        raise WeightsFileError(f"{where}: use_swiglu_ffn=True is not supported for RADIO; expected false")
+    tokens = values["num_cls_tokens"] + values["num_registers"]
+    if values["num_cls_tokens"] < 1 or values["num_registers"] < 0:
+        raise WeightsFileError(f"{where}: num_cls_tokens={values['num_cls_tokens']!r} is invalid; expected >= 1")
+    fields.update(reg_tokens=tokens - 1, img_size=values["max_img_size"])
+
+
+def radio_input(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """The PretrainedCfg fields a RADIO config states: RadioModel normalises its input itself by
+    norm_mean / norm_std, which vitzoo's preprocessing does instead, at image_size."""
+    values = {**FAMILIES["radio"].defaults, **{k: v for k, v in cfg.items() if v is not None}}
+    size = values["image_size"]
+    check_types({"image_size": size, "norm_mean": values["norm_mean"], "norm_std": values["norm_std"]}, _KEY_TYPES)
+    side = size if isinstance(size, int) else size[0]
+    return checked_pretrained(
+        {"input_size": [3, side, side], "mean": values["norm_mean"], "std": values["norm_std"], "crop_pct": 1.0},
+        where,
+    )
 
 
 def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
