@@ -413,6 +413,42 @@ def test_siglip_vision_model(tmp_path, fake_hub, hf_cache):
         assert named.config.act_layer == "gelu_tanh" and max_diff(named(x), expected) <= ATOL
 
 
+def _siglip2_inputs(x: torch.Tensor, patch: int = 16) -> dict[str, torch.Tensor]:
+    """What Siglip2ImageProcessor feeds SigLIP 2 (NaFlex): patches flattened (p, p, C), a mask
+    (no padding here) and each image's grid."""
+    b, c, h, w = x.shape
+    rows, cols = h // patch, w // patch
+    patches = x.reshape(b, c, rows, patch, cols, patch).permute(0, 2, 4, 3, 5, 1).reshape(b, rows * cols, -1)
+    mask = torch.ones(b, rows * cols, dtype=torch.int32)
+    return dict(pixel_values=patches, pixel_attention_mask=mask, spatial_shapes=torch.tensor([[rows, cols]] * b))
+
+
+def test_siglip2_vision_model_and_siglip2_model(tmp_path, fake_hub, hf_cache):
+    """SigLIP 2's NaFlex tower: a Linear patch projection over (p, p, C) patches and a table of
+    num_patches positions that transformers resizes to each image's grid (bilinear, antialiased);
+    vitzoo builds the model for that grid and resizes the same way once, at load."""
+    vision = dict(HF_TINY, num_patches=16, patch_size=16)
+    hf = randomise(_hf("Siglip2VisionModel")(_hf("Siglip2VisionConfig")(**vision)), 10)
+    directory = _save(hf, tmp_path / "siglip2")
+    with torch.no_grad():
+        x = torch.randn(2, 3, 64, 64)
+        model = vitzoo.from_pretrained(directory).eval()  # the table's own 4 x 4 grid
+        assert (model.config.img_size, model.config.act_layer, model.config.global_pool) == (64, "gelu_tanh", "map")
+        assert max_diff(model(x), hf(**_siglip2_inputs(x)).pooler_output) <= ATOL
+        x = torch.randn(2, 3, 48, 80)  # another grid: 3 x 5
+        named = vitzoo.create("siglip2_b16", weights=directory, **TINY, img_size=(48, 80)).eval()
+        assert max_diff(named(x), hf(**_siglip2_inputs(x)).pooler_output) <= ATOL
+        text = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+        whole = randomise(_hf("Siglip2Model")(_hf("Siglip2Config")(vision_config=vision, text_config=text)), 11)
+        fake_hub.publish_dir("google/siglip2-base-patch16-naflex", _save(whole, tmp_path / "siglip2-whole"))
+        repo = "hf-hub:google/siglip2-base-patch16-naflex"
+        named = vitzoo.create("siglip2_b16", weights=repo, **TINY, img_size=112).eval()
+        x = torch.randn(2, 3, 112, 112)  # a 7 x 7 grid from the table's 4 x 4
+        expected = whole.get_image_features(**_siglip2_inputs(x))
+        expected = getattr(expected, "pooler_output", expected)
+        assert max_diff(named(x), expected) <= ATOL
+
+
 def test_vit_mae_encoder(tmp_path):
     """ViTMAEModel's forward masks a random 75% of the patches and shuffles the rest; with
     mask_ratio 0 and ascending noise it keeps every patch in order, and is the plain ViT encoder

@@ -42,22 +42,24 @@ def resample_abs_pos_embed(
     old_grid: tuple[int, int],
     num_prefix_tokens: int,
     antialias: bool = True,
+    mode: str = "bicubic",
 ) -> torch.Tensor:
     """(1, prefix + gh * gw, D) -> (1, prefix + GH * GW, D).
 
     The first `num_prefix_tokens` rows (class, distillation, register tokens) have no place on the
     grid and are kept as they are; the rest is reshaped to a (D, gh, gw) image and resized
     bicubically, with antialiasing when it shrinks, in float32 (timm's `resample_abs_pos_embed`,
-    the same numbers; `antialias=False` as transformers' DINOv2 resamples). The same grid returns
-    the table itself, except for a symbolic grid (torch.export with a dynamic size), which a
-    comparison would pin to the example's size."""
+    the same numbers; `antialias=False` as transformers' DINOv2 resamples; `mode="bilinear"` as
+    transformers' SigLIP 2 resamples). The same grid returns the table itself, except for a
+    symbolic grid (torch.export with a dynamic size), which a comparison would pin to the
+    example's size."""
     symbolic = any(isinstance(side, torch.SymInt) for side in new_grid)
     if not symbolic and tuple(new_grid) == tuple(old_grid):
         return pos_embed
     prefix, grid = pos_embed[:, :num_prefix_tokens], pos_embed[:, num_prefix_tokens:]
     dim = grid.shape[-1]
     image = grid.float().reshape(1, old_grid[0], old_grid[1], dim).permute(0, 3, 1, 2)
-    image = F.interpolate(image, size=tuple(new_grid), mode="bicubic", align_corners=False, antialias=antialias)
+    image = F.interpolate(image, size=tuple(new_grid), mode=mode, align_corners=False, antialias=antialias)
     grid = image.permute(0, 2, 3, 1).reshape(1, new_grid[0] * new_grid[1], dim).to(pos_embed.dtype)
     return torch.cat([prefix, grid], dim=1)
 

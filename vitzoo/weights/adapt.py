@@ -60,14 +60,15 @@ def fit_state_dict(
     src_grid: tuple[int, int] | None = None,
     antialias: bool = True,
     dtype: torch.dtype | None = None,
-    cpe: bool = False,
+    pos_mode: str = "bicubic",
 ) -> tuple[StateDict, FitReport]:
     """Return a state dict with exactly the model's keys and shapes (strict) built from `state`.
 
     `model` may live on the meta device: only its parameter names, shapes and dtypes are used.
     `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids);
     `antialias` is how its position embedding is resampled (see vitzoo.layers.resample_abs_pos_embed),
-    `cpe` whether it is RADIO's table of the largest input, cropped (crop_resample_pos_embed);
+    `pos_mode` "bilinear" (antialiased) or "cpe" (RADIO's table of its largest input, cropped:
+    crop_resample_pos_embed) where the source's library resamples so;
     `dtype`, when given, is the one floating tensors are returned in instead of the model's."""
     target = model.state_dict()
     _check_dtypes(state, target, file)
@@ -75,7 +76,7 @@ def fit_state_dict(
     report = FitReport()
     for note, level in [
         *_fit_head(state, target, file),
-        *_fit_pos_embed(state, target, model, file, src_grid, antialias, cpe),
+        *_fit_pos_embed(state, target, model, file, src_grid, antialias, pos_mode),
         *_fit_in_chans(state, target),
         *_drop_zero_qv_biases(state, target),
     ]:
@@ -141,7 +142,7 @@ def _fit_pos_embed(
     file: str,
     src_grid: tuple[int, int] | None,
     antialias: bool,
-    cpe: bool = False,
+    pos_mode: str = "bicubic",
 ) -> Notes:
     """A position embedding on another patch grid is resampled; its prefix tokens must agree."""
     if "pos_embed" not in state or "pos_embed" not in target or state["pos_embed"].shape == target["pos_embed"].shape:
@@ -165,14 +166,21 @@ def _fit_pos_embed(
         raise WeightsMismatchError(
             f"{file}: 'pos_embed' has {old.shape[1] - covered} grid positions, not the {old_grid} grid its config names"
         )
-    if cpe and not covered:
+    if pos_mode == "cpe" and not covered:
         state["pos_embed"] = crop_resample_pos_embed(old, old_grid=old_grid, new_grid=new_grid)
         how = "RADIO's crop of its largest grid"
     else:
+        bilinear = pos_mode == "bilinear"
         state["pos_embed"] = resample_abs_pos_embed(
-            old, old_grid=old_grid, new_grid=new_grid, num_prefix_tokens=covered, antialias=antialias
+            old,
+            old_grid=old_grid,
+            new_grid=new_grid,
+            num_prefix_tokens=covered,
+            antialias=antialias or bilinear,
+            mode="bilinear" if bilinear else "bicubic",
         )
         how = "bicubic" if antialias else "bicubic, not antialiased, as the source's library does"
+        how = "bilinear, antialiased, as the source's library does" if bilinear else how
     note = (
         f"position embedding resampled ({how}) from a {old_grid[0]}x{old_grid[1]} to a {new_grid[0]}x{new_grid[1]} grid"
     )

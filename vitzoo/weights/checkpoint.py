@@ -80,8 +80,9 @@ class Checkpoint:
     # How a position embedding is resampled to another grid: antialiased bicubic (timm), or plain
     # bicubic where the source's own library resamples so (transformers' Dinov2Model).
     pos_antialias: bool = True
-    # RADIO's layout: its table is for the largest input and is cropped (layers.crop_resample_pos_embed)
-    pos_cpe: bool = False
+    # "bicubic" (with pos_antialias), "bilinear" (antialiased: transformers' SigLIP 2) or "cpe"
+    # (RADIO's table of the largest input, cropped: layers.crop_resample_pos_embed)
+    pos_mode: str = "bicubic"
 
     @property
     def names(self) -> str | None:

@@ -52,6 +52,8 @@ class Converted:
     state: StateDict
     format: str
     hints: dict[str, Any] = field(default_factory=dict)  # ViTConfig fields the layout implies
+    # How the layout's own library fits its position table to another grid (checkpoint.POS_MODES)
+    pos_mode: str = "bicubic"
 
 
 # ----------------------------------------------------------------------------- detection
@@ -311,7 +313,9 @@ def _from_transformers_clip(state: StateDict, file: str) -> Converted:
     if patch is not None and patch.dim() == 2:  # SigLIP 2 NaFlex: a Linear over flattened patches
         out["patch_embed.proj.weight"] = _naflex_patch_kernel(patch, file=file)
     eps = CLIP_EPS if "cls_token" in out else SIGLIP_EPS  # SigLIP has no class token
-    return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": eps})
+    # NaFlex resizes its table per image, bilinear and antialiased: at load, so does vitzoo
+    mode = "bilinear" if patch is not None and patch.dim() == 2 else "bicubic"
+    return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": eps}, pos_mode=mode)
 
 
 def _naflex_patch_kernel(w: torch.Tensor, *, file: str) -> torch.Tensor:
@@ -343,24 +347,31 @@ RADIO_RULES: list[Rule] = [
 RADIO_IGNORE = [r"radio_model\.input_conditioner\..*", r"radio_model\.summary_idxs", r"radio_model\.adaptors\..*"]
 
 
+def _linear_patch_to_conv(weight: torch.Tensor, *, file: str) -> torch.Tensor:
+    """RADIO's Linear patch projection (D, C * p * p), over channel-major patches, as the patch
+    conv's (D, C, p, p)."""
+    inputs = weight.shape[1]
+    channels = 3 if inputs % 3 == 0 else 1
+    patch = math.isqrt(inputs // channels)
+    if channels * patch * patch != inputs:
+        raise WeightsMismatchError(
+            f"{file}: the patch projection has {inputs} inputs; expected channels x patch x patch (a square patch)"
+        )
+    return weight.reshape(weight.shape[0], channels, patch, patch)
+
+
 def _from_radio(state: StateDict, file: str) -> Converted:
     out = _apply_rules(state, RADIO_RULES, RADIO_IGNORE, file=file, fmt="radio")
     weight = out.get("patch_embed.proj.weight")
     if weight is not None and weight.ndim == 2:
-        channels = 3 if weight.shape[1] % 3 == 0 else 1
-        patch = math.isqrt(weight.shape[1] // channels)
-        if channels * patch * patch != weight.shape[1]:
-            raise WeightsMismatchError(
-                f"{file}: patch_generator.embedder.weight has {weight.shape[1]} inputs; expected channels x patch x patch"
-            )
-        out["patch_embed.proj.weight"] = weight.reshape(weight.shape[0], channels, patch, patch)
+        out["patch_embed.proj.weight"] = _linear_patch_to_conv(weight, file=file)
         out["patch_embed.proj.bias"] = weight.new_zeros(weight.shape[0])  # timm's layout has one
     tokens = out.pop("summary_tokens", None)
     if tokens is not None:  # the first is the class token, the others registers (timm's reading)
         out["cls_token"] = tokens[None, :1]
         if tokens.shape[0] > 1:
             out["reg_token"] = tokens[None, 1:]
-    return Converted(out, "radio", {"no_embed_class": True})
+    return Converted(out, "radio", {"no_embed_class": True}, pos_mode="cpe")
 
 
 # ----------------------------------------------------------------------------- torchvision

@@ -66,7 +66,7 @@ def load_checkpoint(
         src_grid=ckpt.src_grid,
         antialias=ckpt.pos_antialias,
         dtype=dtype,
-        cpe=ckpt.pos_cpe,
+        pos_mode=ckpt.pos_mode,
     )
     ckpt.state = {}  # drop our reference: the model now owns the tensors
     if assign is None:

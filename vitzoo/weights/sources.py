@@ -106,7 +106,7 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, preproce
     converted = to_vitzoo(raw, file=label)
     del raw
     ckpt = Checkpoint(converted.state, label, converted.format)
-    ckpt.pos_cpe = converted.format == "radio"
+    ckpt.pos_mode = converted.pos_mode
     inferred = infer_config_fields(converted.state, file=label)
     declared: dict[str, Any] = dict(converted.hints)
     stated = _Stated()

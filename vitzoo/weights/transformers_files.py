@@ -25,6 +25,9 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         value_bias say (the key's: zero), SwiGLU with use_gated_mlp;
                                         pooled by the class token (its pooler_output)
 
+    siglip2_vision_model, siglip2       SigLIP 2 (NaFlex): SigLIP's tower, a Linear patch projection and
+                                        a position table of num_patches (a square grid) that transformers
+                                        resizes per image (bilinear, antialiased): built at that grid
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
                                         position table is for max_img_size (cropped at load, CPE) and
