@@ -36,11 +36,21 @@ def timm_from_file(timm_name: str, path, **kwargs) -> torch.nn.Module:
 def reduced(name: str) -> dict[str, int]:
     """depth=2; the rotary-embedding families also 48 wide at a 4x4 patch grid: what differs
     between their configs is the layout (kept), and their width and image size would make them
-    the slowest tests here (tests/weights/test_rope_families.py checks them further)."""
+    the slowest tests here (tests/weights/test_rope_families.py checks them further). The others:
+    an input above 224 px at most 224 and a width above ViT-B's at ViT-B's (768, 12 heads), as in
+    the timm contract: the same code path at a cost the suite can afford (every config's
+    full-size names and shapes: tests/test_zoo.py, on the meta device)."""
     config = vitzoo.model_info(name)["config"]
-    if not config.get("rope"):
-        return {"depth": 2}
-    return {"depth": 2, "embed_dim": 48, "num_heads": 2, "img_size": 4 * int(config["patch_size"])}
+    if config.get("rope"):
+        return {"depth": 2, "embed_dim": 48, "num_heads": 2, "img_size": 4 * int(config["patch_size"])}
+    args = {"depth": 2}
+    patch = config["patch_size"] if isinstance(config["patch_size"], int) else max(config["patch_size"])
+    img = config["img_size"] if isinstance(config["img_size"], int) else max(config["img_size"])
+    if img > 224:
+        args["img_size"] = 224 // patch * patch
+    if config["embed_dim"] > 768:
+        args.update(embed_dim=768, num_heads=12)
+    return args
 
 
 # ---------------------------------------------------------------------------- timm hub layout
