@@ -19,15 +19,13 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
     siglip2_vision_model, siglip2       SigLIP 2 NaFlex's: the same, with a Linear patch embedding over
                                         (row, column, channel)-ordered patches (a convolution, keymaps.py)
                                         and a square position table of num_patches, built for the
-                                        square image it covers (NaFlex resamples it per image)
+                                        square image it covers (NaFlex resamples it per image, bilinear
+                                        and antialiased; at another size vitzoo does so once, at load)
     dinov3_vit                          DINOv3: rotary positions (base rope_theta) and no position table,
                                         registers, LayerScale, q/k/v biases as query_bias / key_bias /
                                         value_bias say (the key's: zero), SwiGLU with use_gated_mlp;
                                         pooled by the class token (its pooler_output)
 
-    siglip2_vision_model, siglip2       SigLIP 2 (NaFlex): SigLIP's tower, a Linear patch projection and
-                                        a position table of num_patches (a square grid) that transformers
-                                        resizes per image (bilinear, antialiased): built at that grid
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
                                         position table is for max_img_size (cropped at load, CPE) and
