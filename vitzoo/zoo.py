@@ -244,14 +244,13 @@ def _radio(timm_name: str, version: str) -> dict[str, PretrainedCfg]:
 
 _SIGLIP = ViTConfig(class_token=False, global_pool="map", num_classes=0)  # SigLIP B/16
 _SO400M = _SIGLIP.replace(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362)  # SigLIP's shape-optimised width
-_DINOV2_G = ViTConfig(
-    img_size=518,
-    patch_size=14,
+_DINOV2_L = ViTConfig(
+    img_size=518, patch_size=14, embed_dim=1024, depth=24, num_heads=16, init_values=1e-5, num_classes=0
+)
+_DINOV2_G = _DINOV2_L.replace(
     embed_dim=1536,
     depth=40,
     num_heads=24,
-    init_values=1e-5,
-    num_classes=0,
     mlp_layer="swiglu_packed",
     act_layer="silu",
     mlp_ratio=2.66667 * 2,  # timm's ratio: fc1 holds gate and input, each DINOv2's SwiGLU width
@@ -583,24 +582,14 @@ MODELS: tuple[ZooModel, ...] = (
     # DINOv2 L/14 and g/14 (g: a SwiGLU MLP, gate and input packed in fc1 as timm's SwiGLUPacked)
     _released(
         "dinov2_l14",
-        ViTConfig(img_size=518, patch_size=14, embed_dim=1024, depth=24, num_heads=16, init_values=1e-5, num_classes=0),
+        _DINOV2_L,
         "vit_large_patch14_dinov2",
         _dinov2("vit_large_patch14_dinov2", registers=False),
         "DINOv2 ViT-L/14 feature extractor at 518 px",
     ),
     _released(
         "dinov2_l14_reg",
-        ViTConfig(
-            img_size=518,
-            patch_size=14,
-            embed_dim=1024,
-            depth=24,
-            num_heads=16,
-            init_values=1e-5,
-            num_classes=0,
-            reg_tokens=4,
-            no_embed_class=True,
-        ),
+        _DINOV2_L.replace(reg_tokens=4, no_embed_class=True),
         "vit_large_patch14_reg4_dinov2",
         _dinov2("vit_large_patch14_reg4_dinov2", registers=True),
         "DINOv2 ViT-L/14 with 4 register tokens feature extractor at 518 px",
