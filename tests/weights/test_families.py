@@ -182,6 +182,18 @@ def test_timm_loader_source_reads_swiglu_and_a_remainder_size(monkeypatch):
             assert max_diff(model(x), reference(x)) <= ATOL, timm_name
 
 
+def test_timm_directory_at_a_size_no_multiple_of_the_patch(tmp_path):
+    """timm's SigLIP So400m/14 saved at 62 px (4 whole patches of 14): the architecture it names
+    says drop_remainder, so the directory alone rebuilds what timm computes."""
+    args = dict(TINY, img_size=62)
+    reference = randomise(timm.create_model("vit_so400m_patch14_siglip_384", **args), 12)
+    save_for_hf(reference, tmp_path / "so400m", model_args=args, safe_serialization=True)
+    model = vitzoo.from_pretrained(tmp_path / "so400m").eval()
+    x = torch.randn(1, 3, 62, 62)
+    with torch.no_grad():
+        assert model.config.drop_remainder and max_diff(model(x), reference(x)) <= ATOL
+
+
 def test_clip_tags_carry_their_activation(tiny_timm, fake_hub, hf_cache):
     """OpenAI's CLIP weights were trained with QuickGELU, LAION's with exact GELU: each tag builds
     its own (the tag's model_args), and the name alone builds the default tag's."""

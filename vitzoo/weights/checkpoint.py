@@ -43,7 +43,7 @@ ROPE_SETTINGS = (
 UNSHOWN_FIELDS = ("rope", *ROPE_SETTINGS, "attn_pool_num_heads", "pool_include_prefix")
 # What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
 # pooling, sinusoidal positions (or none), LayerScale's init value, whether any input size is
-# taken (timm builds DINOv3 so), and the UNSHOWN_FIELDS. (Not the activation: a timm config names
+# taken (timm builds DINOv3 so), whether one past the last whole patch is, and the UNSHOWN_FIELDS. (Not the activation: a timm config names
 # the architecture its weights were run with, and the registry may know another tag's; except a
 # gated MLP's, see below.)
 ARCHITECTURE_FIELDS = (
@@ -53,6 +53,7 @@ ARCHITECTURE_FIELDS = (
     "pos_embed",
     "init_values",
     "dynamic_img_size",
+    "drop_remainder",  # an input no multiple of the patch (SigLIP So400m/14 at 384)
     *UNSHOWN_FIELDS,
 )
 
