@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from vitzoo.probe.linear import fit_linear, linear_accuracy
+from vitzoo.probe.linear import MAX_ITER, fit_linear, linear_accuracy
 
 from .conftest import clustered
 
@@ -37,3 +40,37 @@ def test_bad_arguments_are_named():
         fit_linear(x, y, c=0)
     with pytest.raises(ValueError, match="features: expected"):
         fit_linear(x, torch.zeros(3, dtype=torch.long))
+
+
+def badly_conditioned(seed: int = 0):
+    """Overlapping class clusters seen through a linear map whose singular values span four decades, off
+    centre: how a backbone's embeddings look to a linear model (most variance in a few directions)."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, 10, (1300,), generator=g)
+    points = 0.4 * torch.randn(10, 48, generator=g)[y] + torch.randn(1300, 48, generator=g)  # classes overlap
+    x, tx, y, ty = points[:1000], points[1000:], y[:1000], y[1000:]
+    basis, _ = torch.linalg.qr(torch.randn(48, 48, generator=g))
+    mix = basis * torch.logspace(-3, 1, 48)
+    shift = 3 * torch.randn(48, generator=g)
+    return x @ mix + shift, y, tx @ mix + shift, ty
+
+
+def test_converges_on_badly_conditioned_features_at_the_defaults():
+    x, y, _, _ = badly_conditioned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fit that stops at max_iter warns
+        probe = fit_linear(x, y)
+    assert probe.converged and probe.gradient < 1e-6
+    assert probe.iterations < MAX_ITER // 2
+    # the optimum of the objective itself (sklearn's, in the original variables): its gradient vanishes
+    weight, bias = probe.weight.clone().requires_grad_(), probe.bias.clone().requires_grad_()
+    loss = F.cross_entropy(x.double() @ weight.T + bias, y) + weight.pow(2).sum() / (2 * len(y))
+    loss.backward()
+    assert weight.grad.abs().max() < 1e-6 and bias.grad.abs().max() < 1e-6
+
+
+def test_a_fit_stopped_by_max_iter_says_so():
+    x, y, _, _ = badly_conditioned()
+    with pytest.warns(RuntimeWarning, match="linear probe: not converged after"):
+        probe = fit_linear(x, y, max_iter=2)
+    assert not probe.converged and probe.iterations <= 2
