@@ -33,6 +33,7 @@ def test_one_file_with_both_splits_fits_on_train_and_tests_on_val():
     assert (len(train), len(test)) == (100, 40) and torch.equal(test.features, tx)
     report = run_probes(train, test, knn_ks=(10,), shots=(1, 5), draws=2)
     assert set(report) >= {"knn", "linear", "fewshot", "retrieval"}
+    assert report["linear"]["converged"] is True and "not converged" not in report_rows(report)[1][1]
     assert [r[0] for r in report_rows(report)] == ["knn", "linear", "fewshot", "fewshot"] + ["retrieval"] * 3
     assert 0.4 < report["knn"]["accuracy"]["10"] <= 1 and report["fewshot"]["accuracy"]["5"]["std"] >= 0
     assert report["retrieval"]["recall"]["10"] >= report["retrieval"]["recall"]["1"]

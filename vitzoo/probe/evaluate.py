@@ -81,7 +81,13 @@ def run_probes(
         report["knn"] = {"temperature": temperature, "accuracy": {str(k): v for k, v in accuracy.items()}}
     if "linear" in methods:
         value, probe = linear_accuracy(*data, c=c, device=device)
-        report["linear"] = {"C": c, "accuracy": value, "iterations": probe.iterations, "seconds": probe.seconds}
+        report["linear"] = {
+            "C": c,
+            "accuracy": value,
+            "iterations": probe.iterations,
+            "converged": probe.converged,
+            "seconds": probe.seconds,
+        }
     if "fewshot" in methods:
         results = fewshot_accuracy(*data, shots=shots, draws=draws, seed=seed)
         report["fewshot"] = {
@@ -103,7 +109,12 @@ def report_rows(report: dict[str, Any]) -> list[tuple[str, str, str]]:
     if "linear" in report:
         linear = report["linear"]
         rows.append(
-            ("linear", f"C={linear['C']:g}, {linear['iterations']} L-BFGS steps", f"{100 * linear['accuracy']:.2f}")
+            (
+                "linear",
+                f"C={linear['C']:g}, {linear['iterations']} L-BFGS steps"
+                + ("" if linear.get("converged", True) else ", not converged"),
+                f"{100 * linear['accuracy']:.2f}",
+            )
         )
     for shots, r in report.get("fewshot", {}).get("accuracy", {}).items():
         rows.append(
