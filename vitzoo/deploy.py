@@ -140,7 +140,7 @@ def export_onnx(
     _check_onnx_size(model)
     check_available("onnx")
     use_dynamo = _torch_at_least(2, 9)
-    shapes = dynamic_shapes(model, dynamic_size)
+    check_dynamic_size(model, dynamic_size)
     if dynamic_size and not use_dynamo:
         raise RuntimeError(
             f"ONNX export with dynamic height and width needs torch >= 2.9 (its torch.export-based exporter); "
@@ -152,7 +152,7 @@ def export_onnx(
     with _eval_mode(model), atomic_path(path) as tmp:
         try:
             if use_dynamo:
-                written = _onnx_via_torch_export(model, example, tmp, opset, shapes)
+                written = _onnx_via_torch_export(model, example, tmp, opset, dynamic_shapes(model, dynamic_size))
             else:
                 written = _onnx_via_tracing(model, example, tmp, opset)
         except OSError as exc:
@@ -266,18 +266,23 @@ def load_program(path: str | os.PathLike[str]) -> nn.Module:
 
 
 # ------------------------------------------------------------------------------------ shared
-def dynamic_shapes(model: nn.Module, dynamic_size: bool) -> dict[int, Any]:
-    """torch.export's dynamic axes of the image input: the batch, and with `dynamic_size` the
-    height and width as multiples of the patch size (ValueError for a model that cannot follow them)."""
-    shapes: dict[int, Any] = {0: torch.export.Dim("batch")}
-    if not dynamic_size:
-        return shapes
-    config = getattr(model, "config", None)
-    if config is None or not getattr(config, "dynamic_img_size", False):
+def check_dynamic_size(model: nn.Module, dynamic_size: bool) -> None:
+    """ValueError where `dynamic_size` asks for a height and width the model cannot follow."""
+    if dynamic_size and not getattr(getattr(model, "config", None), "dynamic_img_size", False):
         raise ValueError(
             "dynamic_size=True needs a model built with dynamic_img_size=True (positions for any grid); expected "
             "vitzoo.create(name, dynamic_img_size=True)"
         )
+
+
+def dynamic_shapes(model: nn.Module, dynamic_size: bool) -> dict[int, Any]:
+    """torch.export's dynamic axes of the image input: the batch, and with `dynamic_size` the
+    height and width as multiples of the patch size (ValueError for a model that cannot follow them)."""
+    check_dynamic_size(model, dynamic_size)
+    shapes: dict[int, Any] = {0: torch.export.Dim("batch")}
+    if not dynamic_size:
+        return shapes
+    config: Any = getattr(model, "config", None)
     ph, pw = to_2tuple(config.patch_size)
     shapes[2] = ph * torch.export.Dim("rows", min=1, max=MAX_GRID)
     shapes[3] = pw * torch.export.Dim("cols", min=1, max=MAX_GRID)

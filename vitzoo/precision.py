@@ -9,6 +9,7 @@ slower than fp32, so "auto" keeps fp32 there. fp16 is offered for CUDA; on a CPU
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -80,8 +81,21 @@ def all_finite(t: torch.Tensor) -> bool:
     `isfinite(t).all()`, which is slow over bf16 weights (minutes for a 7B model)."""
     if not t.numel():
         return True
+    if not _has_aminmax(t.dtype, t.device.type):
+        return bool(torch.isfinite(t).all())
     low, high = torch.aminmax(t)
     return bool(torch.isfinite(low)) and bool(torch.isfinite(high))
+
+
+@functools.cache
+def _has_aminmax(dtype: torch.dtype, device: str) -> bool:
+    """Whether this torch has an aminmax kernel for `dtype` on `device` (older ones lack it for
+    float16 on the CPU)."""
+    try:
+        torch.aminmax(torch.zeros(1, dtype=dtype, device=device))
+    except RuntimeError:
+        return False
+    return True
 
 
 def describe_nonfinite(names: list[str], where: str) -> str:

@@ -206,7 +206,9 @@ class RotaryEmbedding2d(nn.Module):
 
     def coords(self, grid: tuple[int, int]) -> torch.Tensor:
         """(N, 2) float32 positions of `grid`'s patches, on the model's device."""
-        return rope_coords(grid, device=self._device(), **self._coord_settings()).flatten(0, 1)
+        coords = rope_coords(grid, **self._coord_settings()).flatten(0, 1)
+        device = self._device()  # a proxy while torch.fx traces: moved there, not made there
+        return coords if device is None else coords.to(device)
 
     def _coord_settings(self) -> dict[str, Any]:
         return {
@@ -233,7 +235,7 @@ class RotaryEmbedding2d(nn.Module):
             freqs = self.freqs.float()
             angles = coords[:, 0, None] * freqs[0].unsqueeze(-2) + coords[:, 1, None] * freqs[1].unsqueeze(-2)
             return _sin_cos(angles, self.rotate_half, self.num_prefix_tokens).to(self.freqs.dtype)
-        bands = self.bands(coords.device)
+        bands = self.bands().to(coords.device)  # made where the device is known, also while tracing
         if self.kind == "dinov3":
             angles = (2 * math.pi * coords[:, :, None] / bands[None, None, :]).flatten(1)
         else:
