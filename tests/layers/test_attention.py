@@ -67,6 +67,10 @@ def test_eva_layouts_with_rope_equal_timms_eva_attention(qkv_fused):
     """EVA's q/v-only biases (fused: q_bias, v_bias beside a bias-free qkv; unfused: a bias-free
     k_proj), with a rotary embedding and a class token, equal timm's EvaAttention."""
     eva = pytest.importorskip("timm.models.eva")
+    import timm
+
+    if tuple(int(p) for p in timm.__version__.split(".")[:3]) < (1, 0, 16):
+        pytest.skip(f"timm {timm.__version__}'s EvaAttention has no scale_norm (timm >= 1.0.16)")
     from vitzoo.layers.rope import RotaryEmbedding2d
 
     torch.manual_seed(0)
