@@ -4,6 +4,7 @@ at a reduced width and depth; `vitzoo zeroshot` ranks the labels as open_clip's 
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 
 import pytest
@@ -122,7 +123,7 @@ def test_pe_core_names_match_open_clips_configs(size, open_clip_name):
 
     raw = open_clip.get_model_config(open_clip_name)
     if raw is None:
-        pytest.skip(f"open_clip {open_clip.__version__} has no {open_clip_name} config")
+        pytest.skip(f"open_clip {importlib.metadata.version('open_clip_torch')} has no {open_clip_name} config")
     cfg = parse_open_clip_config(raw, open_clip_name)
     name = f"pe_core_{size}"
     assert TEXT_CONFIGS[name] == cfg.text

@@ -24,7 +24,8 @@ def timm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
             torch.manual_seed(len(made))
             model = timm.create_model(timm_name, **kwargs)
             out = tmp_path_factory.mktemp(timm_name)
-            save_for_hf(model, out, safe_serialization=True)
+            # model_args as timm's push_to_hf_hub writes them (timm 1.0.3 writes none by itself)
+            save_for_hf(model, out, model_args=dict(kwargs), safe_serialization=True)
             made[key] = out
         return made[key]
 
