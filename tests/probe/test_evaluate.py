@@ -54,3 +54,25 @@ def test_a_single_split_needs_a_test_file_of_the_same_model():
         train_test(train, features(tx[:, :8], ty, 1))
     with pytest.raises(ValueError, match=r"methods: \['svm'\] given"):
         run_probes(train, test, ["svm"])
+
+
+def test_the_documented_python_workflow_runs_from_the_package(tmp_path):
+    """docs/recipes.md's snippet, names imported from `vitzoo.probe` itself: extract to a file,
+    split it, run the probes."""
+    import vitzoo
+    from vitzoo.data import load_mnist_sample
+    from vitzoo.probe import extract_to_file, load_features
+    from vitzoo.probe import run_probes as run_probes_public
+    from vitzoo.probe import train_test as train_test_public
+
+    torch.manual_seed(0)
+    config = vitzoo.ViTConfig(img_size=28, patch_size=7, in_chans=1, embed_dim=16, depth=1, num_heads=2, num_classes=0)
+    model = vitzoo.VisionTransformer(config).eval()
+    sample = load_mnist_sample()
+    splits = replace(sample, train=sample.train.subset(torch.arange(60)), val=sample.val.subset(torch.arange(20)))
+    extract_to_file(model, splits, tmp_path / "f.safetensors", output="pooled", device="cpu", dtype="fp32")
+    train, test = train_test_public(load_features(tmp_path / "f.safetensors"))
+    assert (len(train), len(test)) == (60, 20)
+    report = run_probes_public(train, test, methods=("knn", "linear"), knn_ks=(10,))
+    assert {"knn", "linear"} <= set(report) and "fewshot" not in report
+    assert 0 <= report["linear"]["accuracy"] <= 1 and report["linear"]["converged"]
