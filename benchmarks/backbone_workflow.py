@@ -22,9 +22,9 @@ LoRA and full fine-tuning run --epochs epochs; the fine-tunings' accuracy is the
 epoch's, which would be chosen on the test set). Prints a Markdown table (docs/recipes.md keeps one);
 --json writes every number. On a machine shared with other work the wall times are noisy.
 
-Usage: python benchmarks/backbone_workflow.py [--out runs/workflow] [--backbone-images 20000]
-       [--backbone-epochs 3] [--epochs 5] [--lora 8] [--fashion-dir /usr/share/datasets/fashion-mnist]
-       [--linear-only] [--C 100] [--probe-epochs 50] [--probe-lr 1] [--probe-weight-decay 0]
+Usage: python benchmarks/backbone_workflow.py [--out runs/workflow] [--backbone-images 60000]
+       [--backbone-epochs 20] [--epochs 5] [--lora 8] [--fashion-dir /usr/share/datasets/fashion-mnist]
+       [--linear-only] [--C 100] [--probe-epochs 100] [--probe-lr 0.3] [--probe-weight-decay 0]
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ def run_vitzoo(out: Path, name: str, *argv: str) -> dict[str, Any]:
 
 def make_backbone(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, Any]]:
     """Train vit_mnist on a Fashion-MNIST subset; save it without its head (out/backbone)."""
-    import vitzoo
     from vitzoo.data import read_idx, write_idx
 
     subset = out / "fashion-subset"
@@ -100,10 +99,17 @@ def make_backbone(args: argparse.Namespace, out: Path) -> tuple[Path, dict[str, 
         "--no-progress",
         "--json",
     )
-    model = vitzoo.create(MODEL, weights=str(out / "backbone-run" / "best"))
-    model.reset_classifier(0)  # the new task gets a fresh head
+    return headless(out / "backbone-run" / "best", out), run
+
+
+def headless(weights: Path, out: Path) -> Path:
+    """The backbone in `weights` without its head (the new task gets a fresh one), as out/backbone."""
+    import vitzoo
+
+    model = vitzoo.create(MODEL, weights=str(weights))
+    model.reset_classifier(0)
     vitzoo.save_pretrained(model, out / "backbone")
-    return out / "backbone", run
+    return out / "backbone"
 
 
 def run_methods(args: argparse.Namespace, out: Path, backbone: Path) -> dict[str, dict[str, Any]]:
@@ -203,18 +209,25 @@ def _usage(run: dict[str, Any]) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/backbone-workflow"), help="working directory")
-    parser.add_argument("--backbone", type=Path, default=None, help="reuse this backbone (a saved vit_mnist)")
+    parser.add_argument(
+        "--backbone",
+        type=Path,
+        default=None,
+        help="reuse this backbone (a saved vit_mnist or a run's best/; its head is dropped)",
+    )
     parser.add_argument("--fashion-dir", type=Path, default=FASHION_DIR, help="Fashion-MNIST's IDX .gz files")
     parser.add_argument(
-        "--backbone-images", type=int, default=20000, help="Fashion-MNIST training images (default 20000)"
+        "--backbone-images", type=int, default=60000, help="Fashion-MNIST training images (default 60000: all)"
     )
-    parser.add_argument("--backbone-epochs", type=int, default=3, help="backbone epochs (default 3)")
+    parser.add_argument(
+        "--backbone-epochs", type=int, default=20, help="backbone epochs (default 20: the Fashion-MNIST recipe)"
+    )
     parser.add_argument(
         "--epochs", type=int, default=5, help="epochs of each fine-tuning on the MNIST sample (default 5)"
     )
     parser.add_argument("--lora", type=int, default=8, help="LoRA rank (default 8)")
-    parser.add_argument("--probe-lr", type=float, default=1.0, help="--linear-probe's lr (default 1)")
-    parser.add_argument("--probe-epochs", type=int, default=50, help="--linear-probe's epochs (default 50)")
+    parser.add_argument("--probe-lr", type=float, default=0.3, help="--linear-probe's lr (default 0.3)")
+    parser.add_argument("--probe-epochs", type=int, default=100, help="--linear-probe's epochs (default 100)")
     parser.add_argument(
         "--probe-weight-decay", type=float, default=0.0, help="--linear-probe's weight decay (default 0: no penalty)"
     )
@@ -241,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.backbone is None:
             backbone, backbone_run = make_backbone(args, args.out)
         else:
-            backbone = args.backbone
+            backbone = headless(args.backbone, args.out)
         runs = run_methods(args, args.out, backbone)
         record.write_text(json.dumps({"backbone": backbone_run, "runs": runs}, indent=1))
     table = rows(runs, args)
