@@ -3,10 +3,7 @@ its JSON atomically, and its matmul bound covers exactly the model's GEMMs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,17 +12,11 @@ import vitzoo
 from vitzoo.flops import vit_flops
 
 pytest.importorskip("timm")
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed.py"
 
 
 @pytest.fixture(scope="module")
-def speed():
-    spec = importlib.util.spec_from_file_location("vitzoo_benchmark_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    yield module
-    sys.modules.pop(spec.name, None)
+def speed(load_benchmark):
+    return load_benchmark("speed")
 
 
 @pytest.mark.parametrize("name", ["vit_ti16", "deit_ti16_distilled", "vit_b16_in21k", "dinov2_s14_reg", "clip_b16"])

@@ -99,3 +99,41 @@ def test_eva_layouts_with_rope_equal_timms_eva_attention(qkv_fused):
             "proj.bias",
         }
     )
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_bf16_training_on_a_cpu_writes_the_attention_out_with_the_fused_kernels_result(monkeypatch, is_causal):
+    """Under bf16 autocast with autograd on a CPU the layer skips the fused kernel (its backward is
+    the slow part there) and computes the same softmax(q k^T / sqrt(d)) v: output and gradients
+    agree with the fused kernel's within bf16 rounding. fp32 training and bf16 inference keep it."""
+    import torch.nn.functional as F
+
+    from vitzoo.layers import attention
+
+    torch.manual_seed(0)
+    attn = Attention(dim=64, num_heads=4, is_causal=is_causal)
+    x = torch.randn(2, 20, 64)
+    runs = {}
+    for name in ("fused", "explicit"):
+        if name == "fused":
+            monkeypatch.setattr(attention, "explicit_is_faster", lambda q: False)
+        else:
+            monkeypatch.undo()
+        attn.zero_grad()
+        xi = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = attn(xi)
+        out.float().square().mean().backward()
+        runs[name] = (out.detach().float(), xi.grad, attn.qkv.weight.grad.clone())
+    for fused, explicit in zip(runs["fused"], runs["explicit"], strict=True):
+        torch.testing.assert_close(explicit, fused, rtol=0.05, atol=0.02 * float(fused.abs().max()))
+
+    calls = []
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or a[0])
+    attn(x)  # fp32 training
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        attn(x)  # bf16 inference
+    assert len(calls) == 2
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        attn(x)  # bf16 training: written out
+    assert len(calls) == 2

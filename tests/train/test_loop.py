@@ -308,3 +308,37 @@ def test_lora_trains_adapters_and_head_resumes_exactly_and_exports_merged(
     with torch.no_grad():
         assert (best(x) - one.eval()(x)).abs().max() < 1e-5
         assert (best(x) - merge_lora(one).eval()(x)).abs().max() < 1e-5
+
+
+def test_auto_precision_is_decided_at_the_start_and_kept_by_a_resume_on_another_cpu(
+    small_splits: DataSplits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """amp="auto" on a CPU with native bf16 and a model at the crossover width trains under bf16
+    autocast and says why; a resume on a CPU without native bf16 keeps that decision, so an
+    interrupted run still reaches the weights of an uninterrupted one."""
+    from vitzoo.train import placement
+
+    monkeypatch.setattr(placement, "CPU_BF16_MIN_WIDTH", TINY["embed_dim"])
+    monkeypatch.setattr(placement, "cpu_bf16_flags", lambda: ("avx512_bf16",))
+    whole = tiny_model()
+    fit(whole, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "whole")
+    run = json.loads((tmp_path / "whole" / "run.json").read_text())
+    assert run["bf16"] is True and "natively (avx512_bf16) and width 16 is at least 16" in run["precision"]
+    assert "precision: bf16 autocast (auto: this CPU computes bf16 natively" in capsys.readouterr().out
+
+    def interrupt(epoch: int, step: int) -> None:
+        if (epoch, step) == (1, 3):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    assert fit(
+        tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "cut", on_step=interrupt
+    ).interrupted
+    monkeypatch.setattr(placement, "cpu_bf16_flags", lambda: ())  # resumed on a CPU without native bf16
+    resumed = tiny_model(seed=123)
+    fit(resumed, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "cut", resume=True)
+    assert "precision: bf16 autocast (auto, as the run started" in capsys.readouterr().out
+    assert _same_weights(whole, resumed)
+    # without native bf16 a fresh run stays fp32 and says why
+    fit(tiny_model(), small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1}), out_dir=tmp_path / "plain")
+    assert json.loads((tmp_path / "plain" / "run.json").read_text())["bf16"] is False
+    assert "precision: fp32 (auto: this CPU has no native bf16" in capsys.readouterr().out

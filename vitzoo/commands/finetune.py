@@ -134,7 +134,11 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     rec.add_argument("--no-randaugment", action="store_true", help="folder data: random crop and flip only")
     rec.add_argument(
-        "--amp", choices=("auto", "bf16", "off"), default="auto", help="bf16 autocast (auto: on CUDA only)"
+        "--amp",
+        choices=("auto", "bf16", "off"),
+        default="auto",
+        help="bf16 autocast (auto: on a GPU with bf16, and on a CPU with native bf16 for models wide "
+        "enough to train faster in it; the run says what it chose and why)",
     )
     rec.add_argument(
         "--seed", type=_setting("seed"), default=0, help="seed for initialisation, data order, augmentation and dropout"

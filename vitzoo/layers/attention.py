@@ -11,6 +11,9 @@ qkv_bias) gives q and v a bias but not k, as EVA's attention: the fused layout t
 With `rope`, queries and keys are rotated by a 2D rotary embedding (rope.py) before attending.
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
+One exception, for speed alone: training in bf16 on a CPU (autograd on, bf16 q/k/v), where the
+CPU flash kernel's backward is several times slower than two bf16 matrix products and a softmax
+(`benchmarks/train_speed.py --attention` measures both), the same formula is written out.
 
 To *look* at the attention weights (vitzoo.viz, attention rollout), wrap a forward pass in
 `capture_attention(model)`: only inside it do the layers compute softmax(q k^T / sqrt(d)) explicitly
@@ -29,6 +32,12 @@ from torch import nn
 from ..checks import check_heads
 from .linear import linear, linear_module
 from .rope import apply_rope
+
+
+def explicit_is_faster(q: torch.Tensor) -> bool:
+    """Whether the written-out attention beats the fused kernel for these queries: bf16 training
+    on a CPU (see the module docstring). Plain tensors only: tracers and torch.fx keep the fused op."""
+    return type(q) is torch.Tensor and q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.requires_grad
 
 
 class Attention(nn.Module):
@@ -87,13 +96,12 @@ class Attention(nn.Module):
         if rope is not None:  # (N, 2 * head_dim) or per head (heads, N, 2 * head_dim), [sin | cos]
             q = apply_rope(q, rope, self.rope_rotate_half).type_as(v)
             k = apply_rope(k, rope, self.rope_rotate_half).type_as(v)
-        if self.attn_sink is None:
-            # softmax(q k^T / sqrt(head_dim)) v, fused.
+        if self.attn_sink is not None or explicit_is_faster(q):
+            x = self._explicit_attention(q, k, v, self.attn_sink)
+        else:  # softmax(q k^T / sqrt(head_dim)) v, fused.
             x = F.scaled_dot_product_attention(
                 q, k, v, dropout_p=self.attn_drop if self.training else 0.0, is_causal=self.is_causal
             )
-        else:
-            x = self._explicit_attention(q, k, v, self.attn_sink)
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
         return self.proj_drop(linear_module(self.proj, x))
 
@@ -123,17 +131,19 @@ class Attention(nn.Module):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _explicit_attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: list[torch.Tensor]
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: list[torch.Tensor] | None
     ) -> torch.Tensor:
-        """The same computation as the fused kernel, written out so the weights can be kept.
-        The weights handed out are the softmax itself, before attention dropout (in training)."""
+        """The same computation as the fused kernel, written out (so that the weights can be kept
+        in `sink`, or where it is faster: `explicit_is_faster`). The weights handed out are the
+        softmax itself, before attention dropout (in training)."""
         scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
         if self.is_causal:
             n = scores.shape[-1]
             future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
-        sink.append(weights)
+        if sink is not None:
+            sink.append(weights)
         if self.training and self.attn_drop > 0:
             weights = F.dropout(weights, p=self.attn_drop)
         return weights @ v

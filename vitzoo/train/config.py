@@ -62,7 +62,7 @@ class TrainConfig:
     clip_grad: float | None = 1.0  # max global gradient norm; None: no clipping
     layer_decay: float | None = None  # layer-wise lr decay (e.g. 0.75) for pretrained models
     linear_probe: bool = False  # train only the classifier head
-    amp: str = "auto"  # "auto": bf16 on CUDA only, "bf16", or "off"
+    amp: str = "auto"  # "bf16", "off", or "auto": bf16 where it trains faster (placement.choose_bf16)
     seed: int = 0
     eval_batch_size: int = 500
     randaugment: bool = True  # for folder data

@@ -10,8 +10,9 @@ decoupled weight decay off for norms, biases, tokens and position embedding, a p
 cosine schedule (optim.py), label smoothing, gradient-norm clipping; optionally a linear probe and
 layer-wise lr decay, an exponential moving average of the weights (ema.py, then the model that is
 evaluated, checkpointed alongside and exported), DeiT distillation from a frozen teacher
-(distill.py) and Mixup / CutMix (mix.py). bf16 autocast only where it helps: on CUDA; on CPU
-`amp="auto"` stays fp32 (placement.py; docs/measurements.md has the figures).
+(distill.py) and Mixup / CutMix (mix.py). bf16 autocast where it trains faster: `amp="auto"`
+turns it on for a GPU with bf16 and for wide enough models on a CPU with native bf16
+(placement.choose_bf16; docs/measurements.md has the figures).
 
 `seed` fixes initial order, augmentation and dropout: a run is repeatable, and a run resumed from
 a checkpoint reaches bit-identical weights (batches are a function of (seed, epoch, step), Mixup

@@ -1,5 +1,6 @@
 """Where and how a run's steps execute: the processes (torchrun), the device, bf16 autocast and
-the CPU thread policy. None of it changes what a run computes (see config.RUNTIME_FIELDS)."""
+the CPU thread policy. Only the autocast decision changes what a run computes: `amp` is a setting
+(a resumed run keeps the decision its start made, see start.py); the rest are config.RUNTIME_FIELDS."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
+from ..precision import cpu_bf16_flags
 from . import distributed
 from .threads import AutoThreads
 
@@ -41,12 +44,34 @@ def peak_memory_mb(device: torch.device) -> float:
         return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
-def use_bf16(amp: str, device: torch.device) -> bool:
-    if amp == "bf16":
-        return True
-    if amp == "auto":  # on CPU bf16 autocast is slower for these models (docs/measurements.md)
-        return device.type == "cuda" and torch.cuda.is_bf16_supported()
-    return False
+# The narrowest model (embedding width) that trains faster under bf16 autocast than in fp32 on a
+# CPU with native bf16 matrix units: below it the matrices are too small for bf16 to pay for its
+# casts. Measured by `benchmarks/train_speed.py --crossover` (docs/measurements.md).
+CPU_BF16_MIN_WIDTH = 8
+
+
+def choose_bf16(amp: str, device: torch.device, model: nn.Module | None = None) -> tuple[bool, str]:
+    """Whether a run's steps go under bf16 autocast, and why (the run says it at its start).
+    `amp`: "bf16" or "off" as asked; "auto": on CUDA where the GPU has bf16; on a CPU with native
+    bf16 (AMX, AVX512-BF16) for models at least CPU_BF16_MIN_WIDTH wide; else fp32."""
+    if amp in ("bf16", "off"):
+        return amp == "bf16", f"--amp {amp}"
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return True, "auto: this GPU computes in bf16 natively"
+        return False, "auto: this GPU has no bf16"
+    if device.type != "cpu":
+        return False, f"auto: no bf16 rule for device {device.type!r}"
+    flags = cpu_bf16_flags()
+    if not flags:
+        return False, "auto: this CPU has no native bf16 (it would be emulated, slower than fp32)"
+    width = getattr(getattr(model, "config", None), "embed_dim", None)
+    if not isinstance(width, int):
+        return False, "auto: the model states no embedding width, so the CPU crossover cannot be applied"
+    native = f"this CPU computes bf16 natively ({', '.join(flags)})"
+    if width < CPU_BF16_MIN_WIDTH:
+        return False, f"auto: {native}, but width {width} is below {CPU_BF16_MIN_WIDTH}, where bf16 trains slower"
+    return True, f"auto: {native} and width {width} is at least {CPU_BF16_MIN_WIDTH}, where bf16 trains faster"
 
 
 @dataclass
@@ -58,6 +83,7 @@ class Placement:
     device: torch.device
     bf16: bool
     auto_threads: AutoThreads | None = None
+    precision: str = ""  # why bf16 is on or off (choose_bf16's reason)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()

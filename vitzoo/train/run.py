@@ -100,12 +100,13 @@ class Run:
         return self.placement.dist.is_main
 
     def evaluate(self, model: nn.Module) -> EvalResult:
+        """Validation in fp32 whatever the training precision: the accuracy a run reports (and
+        chooses best/ by) is the one `vitzoo eval` gives its weights by default."""
         return evaluate(
             model,
             self.loaders.val,
             num_classes=self.splits.train.num_classes,
             device=self.placement.device,
-            bf16=self.placement.bf16,
             info=self.placement.dist,
         )
 

@@ -28,7 +28,7 @@ from .lock import RunLock
 from .metrics import METRICS_NAME, read_metrics
 from .mix import Mixer
 from .optim import WarmupCosine, add_adapters, freeze_backbone, make_optimizer, param_groups
-from .placement import Placement, resolve_device, use_bf16
+from .placement import Placement, choose_bf16, resolve_device
 from .resume import check_same_model, check_same_settings
 from .run import Loaders, Models, Optimization, Run
 from .rundir import RUN_INFO_NAME, check_out_dir
@@ -143,7 +143,10 @@ def _build_run(
         )
     model.to(device)
     ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
-    bf16 = use_bf16(config.amp, device)
+    bf16, precision = choose_bf16(config.amp, device, model)
+    if resume and config.amp == "auto" and isinstance(previous.get("bf16"), bool) and previous["bf16"] != bf16:
+        # "auto" decided at the start; a resume elsewhere keeps it, so the run stays the same computation
+        bf16, precision = previous["bf16"], f"auto, as the run started ({previous.get('precision') or 'bf16'})"
     loaders = _make_loaders(model, splits, config, dist, device)
     optim = _make_optimization(model, config, len(loaders.train), teacher, splits.train.num_classes, device)
     # On a busy machine OpenMP threads that share contested cores wait for each other at every
@@ -154,13 +157,14 @@ def _build_run(
         splits=splits,
         out_dir=out_dir,
         info={},
-        placement=Placement(dist=dist, device=device, bf16=bf16, auto_threads=auto_threads),
+        placement=Placement(dist=dist, device=device, bf16=bf16, auto_threads=auto_threads, precision=precision),
         models=Models(module=model, wrapped=model, ema=ema),
         optim=optim,
         loaders=loaders,
     )
     settings_history = list(previous.get("settings_history") or []) + ([history_entry] if history_entry else [])
     run.info = _run_info(run, run_info, teacher, settings_history)
+    run.log(f"precision: {'bf16 autocast' if bf16 else 'fp32'} ({precision})")
     if resume:
         _restore(run)
     best_dir = out_dir / BEST_DIR
@@ -221,6 +225,7 @@ def _run_info(
         "world_size": placement.dist.world_size,
         "device": str(placement.device),
         "bf16": placement.bf16,
+        "precision": placement.precision,  # why bf16 autocast is on or off
         "train_config": dataclasses.asdict(run.config),
         "teacher": teacher.description if teacher is not None else None,
         "model_config": model_config.to_dict() if model_config is not None else None,

@@ -1,0 +1,32 @@
+"""choose_bf16: what `--amp` decides on each device, and the reason a run prints."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_model
+
+from vitzoo.train import placement
+from vitzoo.train.placement import choose_bf16
+
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("amp, expected", [("bf16", True), ("off", False)])
+def test_bf16_and_off_are_taken_as_asked(amp: str, expected: bool) -> None:
+    assert choose_bf16(amp, CPU, tiny_model()) == (expected, f"--amp {amp}")
+
+
+def test_auto_on_a_cpu_follows_native_bf16_and_the_measured_crossover(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(placement, "CPU_BF16_MIN_WIDTH", 32)  # the branch below it, whatever the constant
+    narrow, wide = tiny_model(), tiny_model(embed_dim=32, num_heads=4)
+    monkeypatch.setattr(placement, "cpu_bf16_flags", lambda: ())
+    on, why = choose_bf16("auto", CPU, wide)
+    assert not on and "no native bf16" in why
+    monkeypatch.setattr(placement, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    on, why = choose_bf16("auto", CPU, narrow)
+    assert not on and "width 16 is below 32, where bf16 trains slower" in why
+    on, why = choose_bf16("auto", CPU, wide)
+    assert on and "(amx_bf16)" in why and "width 32 is at least 32" in why
+    on, why = choose_bf16("auto", CPU, torch.nn.Linear(2, 2))  # no ViTConfig: no width to judge by
+    assert not on and "states no embedding width" in why
