@@ -23,20 +23,24 @@ Fixtures:
     hf_cache   an empty hub cache directory for one test (HF_HUB_CACHE points at it)
     mnist_dir  600 + 200 real digits as a raw MNIST directory (`--data mnist --data-dir`)
     png_size   (width, height) of a PNG file, after checking that it decodes fully
+    load_benchmark   a function: benchmarks/STEM.py imported as a module, for the tests of that script
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import unquote
 
 import pytest
@@ -331,3 +335,23 @@ def _png_size(path: Path) -> tuple[int, int]:
 @pytest.fixture
 def png_size() -> Callable[[Path], tuple[int, int]]:
     return _png_size
+
+
+@pytest.fixture(scope="session")
+def load_benchmark() -> Iterator[Callable[[str], ModuleType]]:
+    """benchmarks/STEM.py imported under a private name (removed from sys.modules at the end)."""
+    scripts = Path(__file__).resolve().parents[1] / "benchmarks"
+    loaded: list[str] = []
+
+    def load(stem: str) -> ModuleType:
+        spec = importlib.util.spec_from_file_location(f"vitzoo_benchmark_{stem}", scripts / f"{stem}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
+        loaded.append(spec.name)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    for name in loaded:
+        sys.modules.pop(name, None)
