@@ -121,3 +121,24 @@ def test_the_per_image_augmentation_of_streamed_photos_is_seeded_and_follows_the
         BatchTransform(spec=spec, train=True, kind="digits").image_augment()
     with pytest.raises(ValueError, match="evaluate through __call__"):
         BatchTransform(spec=spec, train=False, kind="natural").finish_train(a[None])
+
+
+def test_pixel_shifts_move_whole_pixels_without_blur_and_leave_other_runs_unchanged() -> None:
+    spec = InputSpec(channels=1, size=(28, 28), mean=(0.0,), std=(1.0,))
+    still = dict(spec=spec, train=True, kind="digits", rotate_deg=0.0, scale=(1.0, 1.0), shift=0.0)
+    image = torch.randint(0, 256, (1, 1, 28, 28), dtype=torch.uint8)
+    batch = image.expand(64, -1, -1, -1)
+    out = BatchTransform(**still, pixel_shift=2)(batch, torch.Generator().manual_seed(0)) * 255
+    padded = torch.nn.functional.pad(image.float(), (2, 2, 2, 2))  # zeros outside, as the warp fills
+    crops = {(dy, dx): padded[0, 0, 2 + dy : 30 + dy, 2 + dx : 30 + dx] for dy in range(-2, 3) for dx in range(-2, 3)}
+    seen = set()
+    for picture in out[:, 0]:
+        match = [k for k, crop in crops.items() if torch.allclose(picture, crop, atol=1e-3)]
+        assert len(match) == 1  # exactly one whole-pixel shift of the image, its values unblurred
+        seen.add(match[0])
+    assert len(seen) > 10  # 25 possible shifts, drawn per image
+    # pixel_shift=0 draws nothing more: the batches of existing recipes are unchanged
+    plain = BatchTransform(spec=spec, train=True, kind="digits")
+    with_zero = BatchTransform(spec=spec, train=True, kind="digits", pixel_shift=0)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert torch.equal(plain(batch, g1), with_zero(batch, g2)) and torch.equal(g1.get_state(), g2.get_state())

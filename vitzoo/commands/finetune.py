@@ -57,6 +57,12 @@ _RECIPE_OPTIONS: tuple[tuple[str, Any, Any, str | None], ...] = (
         "Fashion-MNIST)",
     ),
     (
+        "--shift",
+        _setting("shift"),
+        None,
+        "digits: random translation by whole pixels, up to N each way (recipe default 1 on full Fashion-MNIST, else 0)",
+    ),
+    (
         "--erase",
         _setting("erase"),
         None,
@@ -72,6 +78,7 @@ _RECIPE_FIELDS = (
     "warmup_epochs",
     "layer_decay",
     "augment",
+    "shift",
     "erase",
     "ema_decay",
 )

@@ -4,7 +4,8 @@ What the model expects comes from its `pretrained_cfg` (input size, mean/std, in
 crop_pct) and its `in_chans`; the data's channel count is converted to it (grayscale repeated to
 RGB, RGB to luminance). Augmentation works on whole batches with per-image random parameters:
 
-* digits (MNIST, Fashion-MNIST): a small random affine (rotation, scale, shift), plus a
+* digits (MNIST, Fashion-MNIST): a small random affine (rotation, scale, shift) and/or a
+  translation by whole pixels (`pixel_shift`: with no affine the pixels move without blur), plus a
   horizontal flip for Fashion-MNIST where clothes are mirror-symmetric;
 * natural images (folders): random resized crop and horizontal flip, then RandAugment; for a
   folder streamed from disk (stream.py) the same recipe runs per image on the full decoded file
@@ -49,6 +50,7 @@ class BatchTransform:
         rotate_deg: float = 10.0,
         scale: tuple[float, float] = (0.9, 1.1),
         shift: float = 0.1,
+        pixel_shift: int = 0,
         crop_scale: tuple[float, float] = (0.35, 1.0),
         randaugment: bool = True,
         erase: float = 0.0,
@@ -60,6 +62,9 @@ class BatchTransform:
         self.erase = erase
         self.spec, self.train, self.kind, self.hflip = spec, train, kind, hflip
         self.rotate_deg, self.scale, self.shift, self.crop_scale = rotate_deg, scale, shift, crop_scale
+        if pixel_shift < 0:
+            raise ValueError(f"pixel_shift={pixel_shift!r} is invalid; expected whole pixels >= 0")
+        self.pixel_shift = pixel_shift
         self.mean = torch.tensor(spec.mean).view(1, -1, 1, 1)
         self.inv_std = 1.0 / torch.tensor(spec.std).view(1, -1, 1, 1)
         self.randaugment: nn.Module | None = None
@@ -77,7 +82,10 @@ class BatchTransform:
         if not self.train:
             return self._eval(images)
         x = images.float().div_(255.0)
-        theta = self._digits_theta(len(x), generator) if self.kind == "digits" else self._crop_theta(len(x), generator)
+        if self.kind == "digits":
+            theta = self._digits_theta(len(x), generator, (x.shape[2], x.shape[3]))
+        else:
+            theta = self._crop_theta(len(x), generator)
         x = self._warp(x, theta)
         if self.randaugment is not None:
             x = self._randaugment(self.randaugment, x, generator)
@@ -169,12 +177,16 @@ class BatchTransform:
             return torch.ones(n)
         return torch.where(torch.rand(n, generator=generator) < 0.5, -1.0, 1.0)
 
-    def _digits_theta(self, n: int, generator: torch.Generator | None) -> torch.Tensor:
-        """Output -> input coordinate maps (normalised [-1, 1]) of rotate + scale + shift (+ flip)."""
+    def _digits_theta(self, n: int, generator: torch.Generator | None, size: tuple[int, int]) -> torch.Tensor:
+        """Output -> input coordinate maps (normalised [-1, 1]) of rotate + scale + shift (+ flip),
+        plus a whole-pixel translation of the (height, width) = `size` input."""
         angle = self._uniform(n, -self.rotate_deg, self.rotate_deg, generator) * (math.pi / 180)
         zoom = self._uniform(n, *self.scale, generator)
         shift = self._uniform(2 * n, -2 * self.shift, 2 * self.shift, generator).view(n, 2)  # [-1,1] spans 2
         flip = self._flip_sign(n, generator)
+        if self.pixel_shift:  # drawn last: without it the other draws, and so old runs, are unchanged
+            pixels = torch.randint(-self.pixel_shift, self.pixel_shift + 1, (n, 2), generator=generator)
+            shift = shift + pixels * torch.tensor([2.0 / size[1], 2.0 / size[0]])
         cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
         return torch.stack(
             [torch.stack([cos * flip, -sin, shift[:, 0]], 1), torch.stack([sin * flip, cos, shift[:, 1]], 1)], 1

@@ -31,6 +31,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "seed": Range(int, low=0),
     "eval_batch_size": Range(int, low=1),
     "augment": Range(low=0, high=3),
+    "shift": Range(int, low=0, high=8, note="pixels; 0: off"),
     "erase": _PROBABILITY,
     "ema_decay": Range(low=0, high=1, low_open=True, high_open=True, note="e.g. 0.9995"),
     "distill_tau": Range(low=0, low_open=True),
@@ -67,6 +68,7 @@ class TrainConfig:
     eval_batch_size: int = 500
     randaugment: bool = True  # for folder data
     augment: float = 1.0  # digits: strength of the random affine (1: +-10 deg, +-10% zoom and shift; 0: none)
+    shift: int = 0  # digits: random translation by whole pixels, up to this many each way (no blur)
     erase: float = 0.0  # random erasing: probability that a training image gets one rectangle erased
     ema_decay: float | None = None  # average the weights (e.g. 0.9995); evaluation and best/ use the average
     # DeiT distillation (distill.py): a frozen teacher's predictions as a second target

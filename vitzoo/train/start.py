@@ -300,13 +300,25 @@ def _make_mixer(config: TrainConfig, num_classes: int) -> Mixer | None:
 
 
 def build_transforms(
-    model: nn.Module, splits: DataSplits, *, randaugment: bool = True, augment: float = 1.0, erase: float = 0.0
+    model: nn.Module,
+    splits: DataSplits,
+    *,
+    randaugment: bool = True,
+    augment: float = 1.0,
+    shift: int = 0,
+    erase: float = 0.0,
 ) -> tuple[BatchTransform, BatchTransform]:
     """Train and eval transforms for this model and data: the model's pretrained_cfg decides
     size, normalisation, interpolation and channels; the data's kind decides the augmentation
-    (`augment` scales the digits' random affine: tiny models underfit with the full one)."""
+    (`augment` scales the digits' random affine: tiny models underfit with the full one; `shift`
+    adds the digits' whole-pixel translation)."""
     spec = InputSpec.from_model(model)
     kind: DataKind = "digits" if splits.kind == "digits" else "natural"
+    if shift and kind != "digits":
+        raise ValueError(
+            f"shift={shift}: whole-pixel shifts are for digits (MNIST-style data); {splits.name} is photos, "
+            "which get random resized crops"
+        )
     hflip = splits.name == "fashion-mnist" or kind == "natural"  # digits are not mirror-symmetric
     train_tf = BatchTransform(
         spec=spec,
@@ -318,6 +330,7 @@ def build_transforms(
         rotate_deg=10.0 * augment,
         scale=(1 - 0.1 * augment, 1 + 0.1 * augment),
         shift=0.1 * augment,
+        pixel_shift=shift,
     )
     eval_tf = BatchTransform(spec=spec, train=False, kind=kind)
     return train_tf, eval_tf
@@ -332,9 +345,8 @@ def _make_loaders(
 ) -> Loaders:
     """Train and validation loaders; each rank gets its slice of every batch (batch_size is global).
     Decoded data gets BatchLoaders, a streamed folder StreamLoaders with `config.workers`."""
-    train_tf, eval_tf = build_transforms(
-        model, splits, randaugment=config.randaugment, augment=config.augment, erase=config.erase
-    )
+    augmentation = {name: getattr(config, name) for name in ("randaugment", "augment", "shift", "erase")}
+    train_tf, eval_tf = build_transforms(model, splits, **augmentation)
     pin_memory = device is not None and device.type == "cuda"  # page-locked: the copy to the GPU can overlap
     train_loader = make_loader(
         splits.train,
