@@ -5,7 +5,7 @@
     python benchmarks/accuracy.py --threads 1           # a busy machine: see below
 
 Goals, each reported as met or not (docs/recipes.md and docs/measurements.md keep past results):
-  fashion  vit_mnist from scratch on full Fashion-MNIST: >= 92.0% test accuracy, <= 10 min training
+  fashion  vit_mnist from scratch on full Fashion-MNIST: >= 93.0% test accuracy, <= 10 min training
   sample   vit_mnist on the embedded MNIST sample (4,000 digits): >= 97.5% on its 1,000 test digits, <= 3 min
   tiny     vit_mnist_tiny (the tutorial's model) on the sample: >= 92%, <= 1 min
   speed    training throughput vs timm with the same architecture (interleaved), in fp32 and both
@@ -48,7 +48,7 @@ from vitzoo.train.placement import choose_bf16
 
 GOALS = ("speed", "tiny", "sample", "fashion")
 TARGETS = {
-    "fashion": ("vit_mnist", "fashion-mnist", 0.920, 600.0),
+    "fashion": ("vit_mnist", "fashion-mnist", 0.930, 600.0),
     "sample": ("vit_mnist", "mnist-sample", 0.975, 180.0),
     "tiny": ("vit_mnist_tiny", "mnist-sample", 0.92, 60.0),
 }
