@@ -3,7 +3,6 @@ over one split with the eval transform the model's pretrained_cfg implies (`eval
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -33,20 +32,18 @@ def evaluate(
     *,
     num_classes: int,
     device: torch.device | str = "cpu",
-    bf16: bool = False,
     info: distributed.DistInfo | None = None,
 ) -> EvalResult:
-    """Accuracy, mean loss and confusion matrix over the loader (summed over ranks)."""
+    """Accuracy, mean loss and confusion matrix over the loader (summed over ranks), in the
+    model's own precision (a training run validates in fp32 whatever it trains in)."""
     device = torch.device(device)
     was_training = model.training
     model.eval()
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.float64)
     loss_sum = torch.zeros(1, dtype=torch.float64)
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     for x, y in loader.iterate(0):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast:
-            logits = merged_logits(model(x)).float()
+        logits = merged_logits(model(x)).float()
         if logits.shape[-1] != num_classes:
             raise ValueError(
                 f"the model predicts {logits.shape[-1]} classes but the data has {num_classes}; "
