@@ -28,11 +28,11 @@ dataset-fashion-mnist` puts them in /usr/share/datasets/fashion-mnist, the defau
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -43,8 +43,11 @@ import torch
 
 import vitzoo
 from vitzoo.data import load_data
-from vitzoo.train import LossSpec, TrainConfig, fit, make_optimizer, param_groups, recipe_defaults, train_step
+from vitzoo.train import TrainConfig, fit, recipe_defaults
 from vitzoo.train.placement import choose_bf16
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_speed import timm_twin, train_steps  # vit_mnist's timm twin; training steps on one batch
 
 GOALS = ("speed", "tiny", "sample", "fashion")
 TARGETS = {
@@ -114,77 +117,6 @@ def _interleave(fns: dict[str, Callable[[], float]], rounds: int) -> dict[str, f
     return {k: images[k] / seconds[k] for k in fns}
 
 
-def _train_step_fn(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    steps: int,
-    optimizer: str = "vitzoo",
-    bf16: bool = False,
-) -> Callable[[], float]:
-    """Optimizer steps (label smoothing, clipping) on a fixed batch. optimizer="vitzoo": the engine's
-    AdamW (make_optimizer: fused where PyTorch has the kernel); "timm": what timm's train.py builds,
-    timm.optim.create_optimizer_v2(model, "adamw", ...); "plain": torch's default AdamW."""
-    groups = param_groups(model, weight_decay=0.05)
-    if optimizer == "vitzoo":
-        opt = make_optimizer(groups, lr=1e-3, device=x.device)
-    elif optimizer == "timm":
-        from timm.optim import create_optimizer_v2
-
-        opt = create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05)
-    else:
-        opt = torch.optim.AdamW(groups, lr=1e-3)
-    params = [p for g in opt.param_groups for p in g["params"]]
-    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
-
-    def run() -> float:
-        for _ in range(steps):
-            train_step(model, opt, params, x, y, loss=LossSpec(label_smoothing=0.1), clip_grad=1.0, autocast=cast)
-        return steps * len(x)
-
-    run()  # warm-up: allocator and oneDNN kernels
-    return run
-
-
-def timm_twin(ours: torch.nn.Module) -> torch.nn.Module:
-    """timm's VisionTransformer with vit_mnist's architecture and our parameters. A convolutional
-    stem has no timm config: it goes in through timm's own HybridEmbed as the `backbone` (a copy
-    of our stem + projection), so the transformer, head and everything after the embedding is timm's."""
-    import copy
-    from functools import partial
-
-    import timm
-    from timm.layers import HybridEmbed
-
-    c = ours.config
-    kwargs: dict[str, Any] = {}
-    if c.conv_stem:
-        backbone = torch.nn.Sequential(*copy.deepcopy(ours.patch_embed.stem), copy.deepcopy(ours.patch_embed.proj))
-        kwargs["embed_layer"] = partial(HybridEmbed, backbone=backbone, proj=False)
-    theirs = timm.models.vision_transformer.VisionTransformer(
-        img_size=c.img_size,
-        patch_size=1 if c.conv_stem else c.patch_size,
-        in_chans=c.in_chans,
-        num_classes=c.num_classes,
-        embed_dim=c.embed_dim,
-        depth=c.depth,
-        num_heads=c.num_heads,
-        mlp_ratio=c.mlp_ratio,
-        qkv_bias=c.qkv_bias,
-        class_token=c.class_token,
-        global_pool=c.global_pool,
-        fc_norm=False,  # vitzoo normalises the tokens before pooling (timm's default for "avg" is after)
-        **kwargs,
-    )
-    state = {k: v for k, v in ours.state_dict().items() if not k.startswith("patch_embed.")}
-    missing, unexpected = theirs.load_state_dict(state, strict=False)  # same parameters, same start
-    if unexpected or any(not k.startswith("patch_embed.") for k in missing):
-        raise RuntimeError(f"timm twin does not match vit_mnist: missing {missing}, unexpected {unexpected}")
-    if theirs.patch_embed.num_patches != ours.patch_embed.num_patches:
-        raise RuntimeError("timm twin has a different token count")
-    return theirs
-
-
 def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str, Any]:
     if threads is not None:
         torch.set_num_threads(threads)
@@ -201,10 +133,10 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
     for key, bf16 in (("vs_timm", False), ("vs_timm_bf16", True)):
         rates = _interleave(
             {
-                "vitzoo": _train_step_fn(vitzoo.create("vit_mnist"), x, y, 5, "vitzoo", bf16),
-                "timm": _train_step_fn(timm_twin(ours), x, y, 5, "timm", bf16),
-                "vitzoo_model": _train_step_fn(vitzoo.create("vit_mnist"), x, y, 5, "plain", bf16),
-                "timm_model": _train_step_fn(timm_twin(ours), x, y, 5, "plain", bf16),
+                "vitzoo": train_steps(vitzoo.create("vit_mnist"), x, y, 5, "vitzoo", bf16),
+                "timm": train_steps(timm_twin(ours), x, y, 5, "timm", bf16),
+                "vitzoo_model": train_steps(vitzoo.create("vit_mnist"), x, y, 5, "plain", bf16),
+                "timm_model": train_steps(timm_twin(ours), x, y, 5, "plain", bf16),
             },
             rounds,
         )
@@ -233,7 +165,7 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
     yb = torch.randint(0, 10, (recipe["batch_size"],))
     steps_per_epoch = -(-len(splits.train) // recipe["batch_size"])
     engine_bf16 = choose_bf16(recipe.get("amp", "auto"), torch.device("cpu"), model_only_model)[0]
-    model_only = _train_step_fn(model_only_model, xb, yb, steps_per_epoch, bf16=engine_bf16)  # as the engine trains
+    model_only = train_steps(model_only_model, xb, yb, steps_per_epoch, bf16=engine_bf16)  # as the engine trains
     counter = iter(range(10_000))
 
     def engine_epoch() -> float:
@@ -271,9 +203,13 @@ def speed_goals(*, threads: int | None, rounds: int, workdir: Path) -> dict[str,
     out["epoch_vs_model"]["met"] = out["epoch_vs_model"]["ratio"] >= 0.9
 
     # bf16 autocast against fp32 on this CPU: what `--amp auto` weighs (placement.choose_bf16).
-    fp32 = _train_step_fn(vitzoo.create("vit_mnist"), x, y, 3)
-    bf16 = _train_step_fn(vitzoo.create("vit_mnist"), x, y, 3, bf16=True)
-    rates = _interleave({"fp32": fp32, "bf16": bf16}, rounds)
+    rates = _interleave(
+        {
+            "fp32": train_steps(vitzoo.create("vit_mnist"), x, y, 3),
+            "bf16": train_steps(vitzoo.create("vit_mnist"), x, y, 3, bf16=True),
+        },
+        rounds,
+    )
     out["bf16_vs_fp32"] = {
         "fp32_img_s": round(rates["fp32"], 1),
         "bf16_img_s": round(rates["bf16"], 1),

@@ -49,7 +49,6 @@ from vitzoo.train import LossSpec, make_optimizer, param_groups, train_step
 from vitzoo.train.placement import CPU_BF16_MIN_WIDTH, choose_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy import timm_twin  # vit_mnist's timm twin, its conv stem as HybridEmbed
 from speed import build_models  # a zoo model and its timm counterpart, same weights
 
 CPU_MODELS = {"vit_mnist": 128, "vit_ti16": 32, "vit_s16": 32}  # name: batch
@@ -57,6 +56,45 @@ CUDA_MODELS = {"vit_b16": 64}
 WIDTHS = (64, 96, 128, 192, 256, 384)
 # (batch, heads, tokens, head width) of the attention in training steps of vit_mnist and ViT-S/16
 ATTENTION_SHAPES = {"vit_mnist (128, 4, 16, 16)": (128, 4, 16, 16), "ViT-S/16 (32, 6, 197, 64)": (32, 6, 197, 64)}
+
+
+def timm_twin(ours: torch.nn.Module) -> torch.nn.Module:
+    """timm's VisionTransformer with vit_mnist's architecture and our parameters. A convolutional
+    stem has no timm config: it goes in through timm's own HybridEmbed as the `backbone` (a copy
+    of our stem + projection), so the transformer, head and everything after the embedding is timm's."""
+    import copy
+    from functools import partial
+
+    import timm
+    from timm.layers import HybridEmbed
+
+    c = ours.config
+    kwargs: dict[str, Any] = {}
+    if c.conv_stem:
+        backbone = torch.nn.Sequential(*copy.deepcopy(ours.patch_embed.stem), copy.deepcopy(ours.patch_embed.proj))
+        kwargs["embed_layer"] = partial(HybridEmbed, backbone=backbone, proj=False)
+    theirs = timm.models.vision_transformer.VisionTransformer(
+        img_size=c.img_size,
+        patch_size=1 if c.conv_stem else c.patch_size,
+        in_chans=c.in_chans,
+        num_classes=c.num_classes,
+        embed_dim=c.embed_dim,
+        depth=c.depth,
+        num_heads=c.num_heads,
+        mlp_ratio=c.mlp_ratio,
+        qkv_bias=c.qkv_bias,
+        class_token=c.class_token,
+        global_pool=c.global_pool,
+        fc_norm=False,  # vitzoo normalises the tokens before pooling (timm's default for "avg" is after)
+        **kwargs,
+    )
+    state = {k: v for k, v in ours.state_dict().items() if not k.startswith("patch_embed.")}
+    missing, unexpected = theirs.load_state_dict(state, strict=False)  # same parameters, same start
+    if unexpected or any(not k.startswith("patch_embed.") for k in missing):
+        raise RuntimeError(f"timm twin does not match vit_mnist: missing {missing}, unexpected {unexpected}")
+    if theirs.patch_embed.num_patches != ours.patch_embed.num_patches:
+        raise RuntimeError("timm twin has a different token count")
+    return theirs
 
 
 def twins(name: str, device: torch.device) -> tuple[nn.Module, nn.Module]:
@@ -76,26 +114,50 @@ def autocast(device: torch.device, bf16: bool) -> Callable[[], contextlib.Abstra
     return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
 
 
-def step_fn(model: nn.Module, optimizer: str, x: torch.Tensor, bf16: bool, steps: int) -> Callable[[], None]:
-    """`steps` training steps on the batch `x`; optimizer "vitzoo" (the engine's) or "timm"."""
+def train_steps(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    steps: int,
+    optimizer: str = "vitzoo",
+    bf16: bool = False,
+    warm_up: bool = True,
+) -> Callable[[], float]:
+    """A function that runs `steps` of the engine's `train_step` (label smoothing 0.1, clipping at
+    norm 1) on the fixed batch (x, y) and returns the images it processed. optimizer "vitzoo": the
+    engine's AdamW (make_optimizer: fused where PyTorch has the kernel); "timm": what timm's
+    train.py builds, timm.optim.create_optimizer_v2(model, "adamw"); "plain": torch's default
+    AdamW. Under torchrun with a process group, the steps run through DistributedDataParallel."""
     device = x.device
-    if optimizer == "timm":
+    groups = param_groups(model, weight_decay=0.05)
+    opt: torch.optim.Optimizer
+    if optimizer == "vitzoo":
+        opt = make_optimizer(groups, lr=1e-3, device=device)
+    elif optimizer == "timm":
         from timm.optim import create_optimizer_v2
 
-        opt: torch.optim.Optimizer = create_optimizer_v2(model, "adamw", lr=1e-4, weight_decay=0.05)
+        opt = create_optimizer_v2(model, "adamw", lr=1e-3, weight_decay=0.05)
     else:
-        opt = make_optimizer(param_groups(model, weight_decay=0.05), lr=1e-4, device=device)
+        opt = torch.optim.AdamW(groups, lr=1e-3)
     params = [p for g in opt.param_groups for p in g["params"]]
-    y = torch.randint(0, 10, (len(x),), device=device, generator=torch.Generator(device).manual_seed(0))
     ddp = os.environ.get("LOCAL_RANK") is not None and torch.distributed.is_initialized()
     module: nn.Module = nn.parallel.DistributedDataParallel(model, device_ids=[device.index]) if ddp else model
     cast = autocast(device, bf16)
 
-    def run() -> None:
+    def run() -> float:
         for _ in range(steps):
             train_step(module, opt, params, x, y, loss=LossSpec(label_smoothing=0.1), clip_grad=1.0, autocast=cast)
+        return steps * len(x)
 
+    if warm_up:  # allocator, oneDNN / cuDNN kernels, autocast caches
+        run()
     return run
+
+
+def step_fn(model: nn.Module, optimizer: str, x: torch.Tensor, bf16: bool, steps: int) -> Callable[[], float]:
+    """`train_steps` on the batch `x` with fixed random labels; `race` does the warm-up."""
+    y = torch.randint(0, 10, (len(x),), device=x.device, generator=torch.Generator(x.device).manual_seed(0))
+    return train_steps(model, x, y, steps, optimizer, bf16, warm_up=False)
 
 
 def infer_fn(model: nn.Module, x: torch.Tensor, bf16: bool, steps: int) -> Callable[[], None]:
@@ -109,7 +171,7 @@ def infer_fn(model: nn.Module, x: torch.Tensor, bf16: bool, steps: int) -> Calla
     return run
 
 
-def race(fns: dict[str, Callable[[], None]], rounds: int, device: torch.device) -> dict[str, float]:
+def race(fns: dict[str, Callable[[], Any]], rounds: int, device: torch.device) -> dict[str, float]:
     """Seconds per call of each fn: the median over `rounds`, taking turns in alternating order."""
     for fn in fns.values():  # warm-up: allocator, kernels, autocast caches
         fn()
@@ -133,7 +195,7 @@ def compare(name: str, batch: int, args: argparse.Namespace, device: torch.devic
     size = ours.pretrained_cfg.input_size
     x = torch.randn(batch, *size, device=device, generator=torch.Generator(device).manual_seed(1))
     precisions = ("bf16",) if device.type == "cuda" else ("fp32", "bf16")
-    fns: dict[str, Callable[[], None]] = {}
+    fns: dict[str, Callable[[], Any]] = {}
     for p in precisions:
         fns[f"vitzoo {p}"] = step_fn(ours, "vitzoo", x, p == "bf16", args.steps)
         fns[f"timm {p}"] = step_fn(theirs, "timm", x, p == "bf16", args.steps)
