@@ -15,7 +15,8 @@ cross-entropy, backward, clipping at norm 1, AdamW, on one fixed batch (no data 
 bf16` does). The contestants take turns, round after round, in alternating order; each figure is
 the median over rounds, and ratios are only meaningful within one run. The table also says what
 `--amp auto` picks for the model on this machine (placement.choose_bf16) and what that is worth
-against fp32.
+against fp32, and, for the 224-pixel models, the ceiling of bf16 / fp32 on this CPU: the model's
+own forward GEMMs run back to back in each precision, in the same race ("GEMMs", speed.model_gemms).
 
 --crossover: vitzoo alone, bf16 autocast against fp32, for 4-block ViTs of growing width at two
 token counts (16 tokens: vit_mnist's shape at batch 128; 196: a 224 image in 16-pixel patches at
@@ -49,7 +50,7 @@ from vitzoo.train import LossSpec, make_optimizer, param_groups, train_step
 from vitzoo.train.placement import CPU_BF16_MIN_WIDTH, choose_bf16
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import build_models  # a zoo model and its timm counterpart, same weights
+from speed import build_models, model_gemms  # a zoo model and its timm counterpart, same weights; its GEMMs
 
 CPU_MODELS = {"vit_mnist": 128, "vit_ti16": 32, "vit_s16": 32}  # name: batch
 CUDA_MODELS = {"vit_b16": 64}
@@ -171,6 +172,20 @@ def infer_fn(model: nn.Module, x: torch.Tensor, bf16: bool, steps: int) -> Calla
     return run
 
 
+def gemms_fn(model: nn.Module, batch: int, bf16: bool, steps: int) -> Callable[[], None]:
+    """The matrix products of `steps` forwards of `model` alone, back to back (speed.model_gemms),
+    in bf16 or fp32: what this CPU's matrix units allow, so bf16 / fp32 of these is the ceiling of
+    a training step's bf16 / fp32 (the backward multiplies the same shapes)."""
+    gemms = model_gemms(model, batch, torch.bfloat16 if bf16 else torch.float32)
+
+    def run() -> None:
+        for _ in range(steps):
+            for gemm in gemms:
+                gemm.run()
+
+    return run
+
+
 def race(fns: dict[str, Callable[[], Any]], rounds: int, device: torch.device) -> dict[str, float]:
     """Seconds per call of each fn: the median over `rounds`, taking turns in alternating order."""
     for fn in fns.values():  # warm-up: allocator, kernels, autocast caches
@@ -202,6 +217,9 @@ def compare(name: str, batch: int, args: argparse.Namespace, device: torch.devic
     if device.type == "cuda":
         fns["vitzoo inference"] = infer_fn(ours, x, True, args.steps)
         fns["timm inference"] = infer_fn(theirs, x, True, args.steps)
+    elif name != "vit_mnist":  # the ceiling: the model's own forward GEMMs, bf16 against fp32
+        for p in precisions:
+            fns[f"GEMMs {p}"] = gemms_fn(ours, batch, p == "bf16", args.steps)
     world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
     seconds = race(fns, args.rounds, device)
     img_s = {k: world * batch * args.steps / s for k, s in seconds.items()}
@@ -212,6 +230,8 @@ def compare(name: str, batch: int, args: argparse.Namespace, device: torch.devic
     if "fp32" in precisions:
         out["bf16_over_fp32"] = {lib: img_s[f"{lib} bf16"] / img_s[f"{lib} fp32"] for lib in ("vitzoo", "timm")}
         out["auto_over_fp32"] = img_s[f"vitzoo {'bf16' if auto else 'fp32'}"] / img_s["vitzoo fp32"]
+    if "GEMMs bf16" in img_s:
+        out["bf16_over_fp32_gemm_ceiling"] = img_s["GEMMs bf16"] / img_s["GEMMs fp32"]
     if device.type == "cuda":
         out["vitzoo_over_timm_inference"] = img_s["vitzoo inference"] / img_s["timm inference"]
     return out

@@ -37,6 +37,15 @@ def test_models_report_every_ratio_and_what_auto_picks(bench, tmp_path, capsys):
     assert "--amp auto: " in capsys.readouterr().out
 
 
+def test_a_224_model_is_measured_against_its_gemm_ceiling(bench, tmp_path):
+    out = tmp_path / "t.json"
+    bench.main(["--models", "vit_ti16", "--batch", "1", "--rounds", "1", "--steps", "1", "--json", str(out)])
+    r = json.loads(out.read_text())["models"]["vit_ti16"]
+    assert {"GEMMs fp32", "GEMMs bf16"} <= set(r["img_per_s"])
+    img = r["img_per_s"]
+    assert r["bf16_over_fp32_gemm_ceiling"] == pytest.approx(img["GEMMs bf16"] / img["GEMMs fp32"])
+
+
 @needs_hybrid_embed
 def test_the_twins_start_from_the_same_weights(bench):
     ours, theirs = bench.twins("vit_mnist", torch.device("cpu"))
