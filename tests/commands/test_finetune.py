@@ -277,6 +277,20 @@ def test_zero_still_turns_clip_grad_and_ema_off(tmp_path: Path, capsys) -> None:
     assert config.clip_grad is None and config.ema_decay is None
 
 
+def test_label_smoothing_comes_from_the_recipe_unless_the_flag_is_given() -> None:
+    from vitzoo.commands import finetune as command
+
+    parser = __import__("argparse").ArgumentParser()
+    command.configure_parser(parser)
+
+    def smoothing(argv: list[str], data: str) -> float:
+        return command._train_config(parser.parse_args(["vit_mnist", *argv]), data).label_smoothing
+
+    assert smoothing([], "fashion-mnist") == 0.05 and smoothing([], "mnist-sample") == 0.1
+    assert smoothing(["--label-smoothing", "0.2"], "fashion-mnist") == 0.2
+    assert smoothing(["--label-smoothing", "0"], "mnist-sample") == 0.0
+
+
 def test_init_head_zeroshot_and_wise_ft(tmp_path: Path) -> None:
     """--init-head zeroshot starts from the zero-shot classifier of the class folders' names;
     --wise-ft 0 writes exactly that zero-shot model (the ensemble's one end)."""

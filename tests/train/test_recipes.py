@@ -12,7 +12,13 @@ def test_recipe_is_chosen_by_start_data_and_model() -> None:
     assert digits["epochs"] == 80 and digits["augment"] == 1.0 and digits["layer_decay"] is None
     full = recipe_defaults("mnist", from_pretrained=False)
     assert full["epochs"] == 20 and full["augment"] == 0.0 and full["erase"] == 0.25
-    assert recipe_defaults("fashion-mnist", from_pretrained=False) == {**full, "epochs": 30, "shift": 1}
+    assert recipe_defaults("fashion-mnist", from_pretrained=False) == {
+        **full,
+        "epochs": 30,
+        "shift": 1,
+        "erase": 0.0,
+        "label_smoothing": 0.05,
+    }
     pretrained = recipe_defaults("mnist-sample", from_pretrained=True, model="vit_mnist_tiny")
     assert pretrained["layer_decay"] == 0.75 and pretrained["batch_size"] == 32  # no model recipe when pretrained
     assert recipe_defaults("folder", from_pretrained=False)["warmup_epochs"] == 3.0

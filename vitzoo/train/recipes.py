@@ -26,8 +26,10 @@ _SCRATCH_DIGITS = dict(
 _SCRATCH_FULL = dict(_SCRATCH_DIGITS, epochs=20, lr=5e-3, augment=0.0, erase=0.25)
 # Fashion-MNIST: 20 epochs in fp32 reach about 92.3%; longer training alone overfits, while whole-pixel
 # shifts of +-1 px keep train and test accuracy together, so the epochs that bf16 makes affordable
-# within ten minutes pay off (+-2 px underfits).
-_SCRATCH_FASHION = dict(_SCRATCH_FULL, epochs=30, shift=1)
+# within ten minutes pay off (+-2 px underfits). With the shifts, random erasing no longer helps:
+# without it the same seeds score as high or higher, and the epochs run faster; label smoothing
+# 0.05 scored above 0.1 on each of the three seeds.
+_SCRATCH_FASHION = dict(_SCRATCH_FULL, epochs=30, shift=1, erase=0.0, label_smoothing=0.05)
 # Pretrained ImageNet models: smaller lr, layer-wise decay, short schedule.
 _PRETRAINED = dict(epochs=10, batch_size=32, lr=5e-4, weight_decay=0.05, warmup_epochs=1.0, layer_decay=0.75)
 _SCRATCH_FOLDER = dict(epochs=30, batch_size=64, lr=1e-3, weight_decay=0.05, warmup_epochs=3.0, layer_decay=None)
