@@ -110,8 +110,13 @@ def test_write_json_round_trip(tmp_path: Path) -> None:
 
 
 _WRITER = """
-import multiprocessing, sys, time
+import multiprocessing, signal, sys, time
 from vitzoo.atomic import atomic_path
+
+# the default actions of a program started from a shell (under nohup SIGHUP arrives ignored,
+# and atomic_path rightly leaves an ignored signal ignored)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 def nap(ready):
     ready.set()
