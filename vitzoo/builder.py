@@ -79,7 +79,7 @@ def _read(source: Source) -> tuple[Checkpoint, Architecture | None]:
 
 def create(
     name: str,
-    pretrained: bool = False,
+    pretrained: bool | None = None,
     weights: Source | None = None,
     pretrained_cfg_overlay: dict[str, Any] | None = None,
     dtype: str | torch.dtype | None = None,
@@ -91,7 +91,9 @@ def create(
 ) -> nn.Module:
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
 
-    pretrained=True loads the name's default source (or the one its ".tag" selects);
+    pretrained=True loads the name's default source (or the one its ".tag" selects), and so does a
+    ".tag" by itself; pretrained=False loads nothing: "name.tag" is then the architecture and
+    preprocessing of that tag's weights, randomly initialised (timm's create_model(..., pretrained=False));
     "hf-hub:org/repo[@rev]" as the name builds what that repository states (from_pretrained);
     weights=SOURCE loads a file, directory, "hf-hub:org/repo" or "timm:<name>" instead.
     `pretrained_cfg_overlay` (as in timm) replaces preprocessing fields of `model.pretrained_cfg`
@@ -128,7 +130,7 @@ def create(
 
 def _create_image_text(
     name: str,
-    pretrained: bool,
+    pretrained: bool | None,
     weights: Source | None,
     dtype: str | torch.dtype | None,
     features_only: bool,
@@ -149,7 +151,7 @@ def _create_image_text(
 
 
 def _create(
-    name: str, pretrained: bool, weights: Source | None, dtype: torch.dtype | None, **overrides: Any
+    name: str, pretrained: bool | None, weights: Source | None, dtype: torch.dtype | None, **overrides: Any
 ) -> nn.Module:
     if name.startswith(HF_PREFIX):  # timm's spelling: the repository names its architecture
         if weights is not None or overrides:
@@ -159,10 +161,7 @@ def _create(
             )
         return from_pretrained(name)
     entry, pcfg = registry.get_pretrained_cfg(name)
-    _, tag = registry.split_name(name)
-    if tag is not None and not pretrained and weights is None:
-        pretrained = True  # naming a weights tag means asking for those weights
-    if pretrained or weights is not None:
+    if weights is not None or registry.wants_weights(name, pretrained):
         if weights is None:
             if pcfg is None or pcfg.source is None:
                 raise WeightsError(
@@ -174,9 +173,13 @@ def _create(
         else:
             source, base_cfg = weights, entry.default_cfg
         return _build_pretrained(entry, source, base_cfg, overrides, dtype)
+    cfg = entry.default_cfg
+    if registry.split_name(name)[1] is not None and pcfg is not None:  # a tag without its weights
+        overrides = {**pcfg.model_args, **overrides}
+        cfg = pcfg.without_weights()
     model = entry.builder(**overrides)
-    if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
-        attach_pretrained_cfg(model, _fit_cfg(entry.default_cfg, model))
+    if cfg is not None and hasattr(model, "pretrained_cfg"):
+        attach_pretrained_cfg(model, _fit_cfg(cfg, model))
     attach_architecture(model, entry.name)  # saved and pushed models name it (push: timm's counterpart)
     return model
 

@@ -242,6 +242,13 @@ def get_entry(name: str) -> ModelEntry:
     return entry
 
 
+def wants_weights(name: str, pretrained: bool | None) -> bool:
+    """Whether building `name` loads its weights: as `pretrained` says; when it says nothing (None),
+    a ".tag" asks for that tag's weights. pretrained=False with a tag is timm's spelling of the
+    architecture those weights need, randomly initialised."""
+    return pretrained if pretrained is not None else split_name(name)[1] is not None
+
+
 def get_pretrained_cfg(name: str) -> tuple[ModelEntry, PretrainedCfg | None]:
     """The entry for `name` and the pretrained source its tag (or the default) selects."""
     entry = get_entry(name)
