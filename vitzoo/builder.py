@@ -175,8 +175,10 @@ def _create(
             source, base_cfg = weights, entry.default_cfg
         return _build_pretrained(entry, source, base_cfg, overrides, dtype)
     model = entry.builder(**overrides)
-    if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
-        attach_pretrained_cfg(model, _fit_cfg(entry.default_cfg, model))
+    config = getattr(model, "config", None)
+    cfg = registry.weightless_cfg(entry, config) if isinstance(config, ViTConfig) else entry.default_cfg
+    if cfg is not None and hasattr(model, "pretrained_cfg"):
+        attach_pretrained_cfg(model, cfg)
     attach_architecture(model, entry.name)  # saved and pushed models name it (push: timm's counterpart)
     return model
 
@@ -207,15 +209,6 @@ def _build_pretrained(
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg))
     attach_architecture(model, entry.name)
     return model
-
-
-def _fit_cfg(cfg: PretrainedCfg, model: nn.Module) -> PretrainedCfg:
-    """The entry's preprocessing, with input size and class count of the model actually built."""
-    config = getattr(model, "config", None)
-    if not isinstance(config, ViTConfig):
-        return cfg
-    labels = cfg.label_names if config.num_classes == cfg.num_classes else None
-    return cfg.replace(input_size=config.input_size, num_classes=config.num_classes, label_names=labels)
 
 
 def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
