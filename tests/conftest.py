@@ -21,6 +21,7 @@ Fixtures:
                arrived), `fake_hub.commits` (repo_id, revision, message, Authorization header),
                `fake_hub.private` (repos created private), `fake_hub.files("org/repo", revision)`
     hf_cache   an empty hub cache directory for one test (HF_HUB_CACHE points at it)
+    silent_hub the URL of a server on 127.0.0.1 that accepts connections and never answers
     mnist_dir  600 + 200 real digits as a raw MNIST directory (`--data mnist --data-dir`)
     png_size   (width, height) of a PNG file, after checking that it decodes fully
     load_benchmark   a function: benchmarks/STEM.py imported as a module, for the tests of that script
@@ -34,6 +35,7 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -283,6 +285,32 @@ def fake_hub() -> Iterator[FakeHub]:
     FAKE_HUB.requests.clear()
     yield FAKE_HUB
     FAKE_HUB.reset()
+
+
+@pytest.fixture
+def silent_hub() -> Iterator[str]:
+    """A Hub that accepts every connection and never answers; its connections are closed after
+    the test (a request a client gave up on then ends)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, name="silent-hub", daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    server.close()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 import torch
@@ -14,8 +15,10 @@ from PIL import Image
 
 import vitzoo
 import vitzoo.data
+from vitzoo.layers.lora import add_lora
+from vitzoo.model_card import CardValueError
 from vitzoo.pretrained_cfg import attach_pretrained_cfg
-from vitzoo.push import HubPushError, push_to_hub, timm_counterpart
+from vitzoo.push import PUSH_TIMEOUT_ENV, HubPushError, push_to_hub, timm_counterpart
 
 timm = pytest.importorskip("timm")
 skimage_data = pytest.importorskip("skimage.data")
@@ -24,6 +27,7 @@ PHOTOS = ("chelsea", "astronaut", "coffee")
 LABELS = ("cat", "astronaut", "coffee")
 LOGIT_ATOL = 1e-6  # the same input through the same weights in another library
 INPUT_ATOL = 1e-5  # float rounding of the same uint8 pixels normalised in another order
+MERGED_ATOL = 1e-5  # x (W + BA)^T against x W^T + (x A^T) B^T: the same sums, rounded in another order
 TOKEN = "hf_vitzoo_test_token"
 
 
@@ -167,3 +171,160 @@ def test_bad_arguments_are_refused_before_anything_is_sent(hub):
     with pytest.raises(TypeError, match="states its own config and weights"):
         vitzoo.create("hf-hub:vitzoo-test/x", num_classes=5)
     assert hub.requests == [] and hub.commits == []
+
+
+def _inputs(n: int = 3) -> torch.Tensor:
+    return torch.randn(n, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+
+
+def test_a_model_with_live_lora_adapters_is_pushed_merged(hub):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    model = _tiny_vit()
+    base = _logits(model, _inputs())
+    add_lora(model, rank=2, targets="qkv,proj,mlp")
+    with torch.no_grad():  # trained adapters: B away from its zero start
+        for name, p in model.named_parameters():
+            if name.endswith("lora_B"):
+                p.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(2))
+    expected = _logits(model, _inputs())
+    assert (expected - base).abs().max().item() > 0.1  # the adapters change what the model computes
+    model.push_to_hub("vitzoo-test/lora-vit")
+    state = safetensors_torch.load(hub.files("vitzoo-test/lora-vit")["model.safetensors"])
+    assert not [k for k in state if "lora_" in k]
+    theirs = timm.create_model("hf-hub:vitzoo-test/lora-vit", pretrained=True).eval()
+    back = vitzoo.create("hf-hub:vitzoo-test/lora-vit").eval()
+    for loaded in (theirs, back):  # merged W + BA against the adapted forward: float rounding only
+        assert (_logits(loaded, _inputs()) - expected).abs().max().item() <= MERGED_ATOL
+    card = hub.files("vitzoo-test/lora-vit")["README.md"].decode()
+    assert f"{sum(t.numel() for t in state.values()):,} parameters" in card
+
+
+@pytest.mark.parametrize("license", ["Apache 2.0: modified", "mit\nextra_gated_prompt: agree", "mit ", ""])
+def test_a_licence_that_is_not_an_id_is_refused_before_anything_is_sent(hub, license):
+    model = _tiny_vit()
+    with pytest.raises(CardValueError, match=r"^push_to_hub: license= .* is not a licence id; expected"):
+        push_to_hub(model, "vitzoo-test/x", license=license)
+    attach_pretrained_cfg(model, model.pretrained_cfg.replace(license=license))
+    with pytest.raises(CardValueError, match=r"the model's pretrained_cfg.license .* is not a licence id"):
+        model.push_to_hub("vitzoo-test/x")
+    assert hub.requests == [] and hub.commits == []
+
+
+def test_the_card_metadata_is_yaml_with_exactly_its_keys(hub):
+    yaml = pytest.importorskip("yaml")  # huggingface_hub's own dependency
+    model = _tiny_vit()
+    for license, expected in (
+        ("dinov3-license", {"license": "other", "license_name": "dinov3-license"}),
+        ("1.0", {"license": "other", "license_name": "1.0"}),
+        ("mit", {"license": "mit"}),
+    ):
+        push_to_hub(model, "vitzoo-test/yaml", license=license)
+        card = hub.files("vitzoo-test/yaml")["README.md"].decode()
+        assert card.startswith("---\n")
+        meta = yaml.safe_load(card.split("---\n")[1])
+        assert meta == {
+            "library_name": "timm",
+            **expected,
+            "tags": ["image-classification", "vitzoo", "timm"],
+            "pipeline_tag": "image-classification",
+        }
+
+
+TRICKY_LABELS = ("<script>alert(1)</script>", "cat\n# heading", "a`b``c", "`", " x ", "<img src=x onerror=y>")
+
+
+def test_label_names_go_into_the_card_as_code_without_markdown_or_html(hub):
+    markdown_it = pytest.importorskip("markdown_it")
+    model = _tiny_vit()
+    model.reset_classifier(len(TRICKY_LABELS))
+    attach_pretrained_cfg(model, model.pretrained_cfg.replace(label_names=TRICKY_LABELS, num_classes=6))
+    push_to_hub(model, "vitzoo-test/labels")
+    files = hub.files("vitzoo-test/labels")
+    assert json.loads(files["config.json"])["label_names"] == list(TRICKY_LABELS)  # the data is kept exactly
+    card = files["README.md"].decode()
+    tokens = markdown_it.MarkdownIt("commonmark").parse(card.split("---\n", 2)[2])
+    headings = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == ["labels", "Model", "Labels", "Preprocessing", "Usage"]
+    assert not [t for t in tokens if t.type in ("html_block", "html_inline")]
+    inline = [t for t in tokens if t.type == "inline" and t.content.startswith("6 classes: ")]
+    assert len(inline) == 1
+    shown = [c.content for c in inline[0].children if c.type == "code_inline"]
+    assert shown == [n.replace("\n", "\\n") for n in TRICKY_LABELS]
+    assert [c.content for c in inline[0].children if c.type == "text"] == ["6 classes: "] + [", "] * 5
+
+
+def test_no_local_path_of_the_pushers_machine_goes_public(hub, tmp_path):
+    """The source weights, the run's starting weights and teacher, a description naming a file:
+    written as names, in config.json and the card, for both layouts."""
+    saved = tmp_path / "secret-home" / "weights"
+    run = {
+        "run_info": {
+            "model": "vit_ti16",
+            "weights": str(saved / "start.safetensors"),
+            "data": "folder",
+            "classes": ["a", "b", "c"],
+            "train_config": {"epochs": 1, "teacher": str(tmp_path / "teachers" / "big"), "out": f"{tmp_path}/run"},
+        },
+        "metrics": [],
+        "result": {},
+    }
+    for name, model in (("tiny-vit", _tiny_vit()), ("mnist-tiny", vitzoo.create("vit_mnist_tiny"))):
+        model.save_pretrained(saved)
+        model = vitzoo.from_pretrained(saved)
+        assert str(tmp_path) in model.pretrained_cfg.source
+        about = f"fine-tuned from {saved}/start.safetensors, see file://{tmp_path}/notes.txt or ~/x/notes.txt"
+        attach_pretrained_cfg(model, model.pretrained_cfg.replace(description=about))
+        push_to_hub(model, f"vitzoo-test/{name}", run=run)
+        files = hub.files(f"vitzoo-test/{name}")
+        strings = _strings(json.loads(files["config.json"]))
+        card = files["README.md"].decode()
+        for text in [*strings, card]:
+            assert str(tmp_path) not in text and "secret-home" not in text and "~/" not in text
+        assert "`model.safetensors`" in card and "started from `start.safetensors`" in card
+        assert "`teacher=big`" in card and "notes.txt" in card
+        assert "hf-hub:vitzoo-test" in card  # hub ids stay
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (k, *_strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [value] if isinstance(value, str) else []
+
+
+def test_a_failed_commit_says_what_the_push_created(hub):
+    model = _tiny_vit()
+    hub.fail_commits("vitzoo-test/new", 500)
+    with pytest.raises(HubPushError) as err:
+        push_to_hub(model, "vitzoo-test/new")
+    message = str(err.value)
+    assert "failed at the step 'commit'" in message and "unchanged" not in message
+    assert message.endswith(
+        "nothing was committed; this push created the repository vitzoo-test/new, without the model's files"
+    )
+    assert set(hub.files("vitzoo-test/new")) == {".gitattributes"}
+    push_to_hub(model, "vitzoo-test/old")
+    hub.fail_commits("vitzoo-test/old", 500)
+    with pytest.raises(HubPushError) as err:
+        push_to_hub(model, "vitzoo-test/old", revision="dev")
+    assert str(err.value).endswith("this push created the branch 'dev', without the model's files")
+
+
+def test_a_hub_that_never_answers_ends_the_push_in_bounded_time(silent_hub, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", silent_hub)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv(PUSH_TIMEOUT_ENV, "0.5")
+    model = _tiny_vit()
+    start = time.monotonic()
+    with pytest.raises(HubPushError) as err:
+        push_to_hub(model, "vitzoo-test/x")
+    assert time.monotonic() - start < 10
+    message = str(err.value)
+    assert message.startswith(
+        "push to vitzoo-test/x failed at the step 'create the repository': the Hub did not "
+        f"answer within 0.5 s ({PUSH_TIMEOUT_ENV} sets it); nothing was committed"
+    )
+    monkeypatch.setenv(PUSH_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match=f"{PUSH_TIMEOUT_ENV}='soon' is invalid: expected seconds > 0"):
+        push_to_hub(model, "vitzoo-test/x")

@@ -7,6 +7,7 @@ every layer may use it.
 from __future__ import annotations
 
 import math
+import os
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -155,3 +156,22 @@ class Range:
             text = noun
         extra = [w for w in ("finite" if self.kind is float and self.high is None else None, self.note) if w]
         return text + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def env_seconds(name: str, default: float, what: str) -> float | None:
+    """Seconds from the environment variable `name` (`default` when unset or empty); None for
+    "inf" (wait for ever). Anything but seconds > 0 is a ValueError naming the variable, and `what`
+    the seconds are for ("to wait for each vitzoo plugin to load")."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:
+        raise ValueError(
+            f"environment variable {name}={text!r} is invalid: expected seconds > 0 {what} "
+            f"(default {default:g}; 'inf' waits for ever)"
+        )
+    return None if math.isinf(value) else value

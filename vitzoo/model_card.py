@@ -1,15 +1,26 @@
 """The model card (README.md) that `push_to_hub` writes: the model, where its weights come from and
 their licence, the label names, the preprocessing, the training run it came from (settings and
-final metrics) and how to load it in vitzoo, timm and transformers. Plain text from plain data."""
+final metrics) and how to load it in vitzoo, timm and transformers. Plain text from plain data.
+
+The metadata (the YAML front matter) is written by huggingface_hub's `ModelCardData`, so each
+value is one YAML scalar, quoted where YAML needs it, and a licence must be a licence id
+(`check_license`). Every name and
+value from a file goes into the Markdown escaped: names as code spans (`code`), free text with
+its Markdown punctuation backslash-escaped (`prose`), each on one line, so that no label or
+description adds a heading, a link or raw HTML to the card."""
 
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
+from .errors import VitzooError
+from .layers.lora import is_lora_parameter
 from .pretrained_cfg import PretrainedCfg, license_flags, resolve_label_names
 
 CARD_NAME = "README.md"
@@ -28,9 +39,49 @@ HUB_LICENSES = (
     "llama3",
     "gemma",
 )
+# A licence id as the Hub and SPDX spell them ("apache-2.0", "cc-by-nc-4.0", "other").
+_LICENSE_ID = re.compile(r"[A-Za-z0-9.+-]{1,100}")
 _LABELS_SHOWN = 100  # more label names than this are summarised
+# Characters that end a Markdown line or act on a terminal: written as Python escapes (\n, \u202e).
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
 # Settings of a run that say where and how fast it ran, not what it learned.
 _RUNTIME_SETTINGS = ("progress", "device", "threads", "workers", "eval_batch_size")
+
+
+class CardValueError(VitzooError, ValueError):
+    """A value the model card cannot state (a licence that is not a licence id)."""
+
+
+def check_license(license: str | None, what: str) -> str | None:
+    """`license` if it is a licence id (letters, digits, '.', '+', '-': a Hub or SPDX id, or
+    "other") or None; else one CardValueError naming `what` (the argument or config key it came from)."""
+    if license is None or (isinstance(license, str) and _LICENSE_ID.fullmatch(license)):
+        return license
+    shown = repr(license[:60] + ("..." if len(license) > 60 else "")) if isinstance(license, str) else repr(license)
+    raise CardValueError(
+        f"{what} {shown} is not a licence id; expected a Hub or SPDX licence id of letters, digits, '.', '+' "
+        "and '-' (apache-2.0, mit, cc-by-nc-4.0, ...) or 'other'"
+    )
+
+
+def code(text: str) -> str:
+    """`text` as one Markdown code span, shown exactly: line breaks and control characters as
+    escapes, fenced by more backticks than any run inside it, padded where it starts or ends with
+    a backtick or a space (CommonMark strips one space each side)."""
+    text = "".join(repr(c)[1:-1] if unicodedata.category(c) in _UNPRINTABLE else c for c in text)
+    if not text:
+        return '""'
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[0] in "` " or text[-1] in "` " else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def prose(text: str) -> str:
+    """`text` as one line of literal Markdown text: line breaks and control characters become
+    spaces, and each ASCII punctuation character that Markdown acts on is backslash-escaped (no
+    emphasis, link, code span, entity or raw HTML)."""
+    text = " ".join("".join(" " if unicodedata.category(c) in _UNPRINTABLE else c for c in text).split())
+    return re.sub(r"([\\`*_\[\]<>!|~&])", r"\\\1", text)
 
 
 @dataclass(frozen=True)
@@ -62,28 +113,34 @@ def model_card(model: nn.Module, facts: CardFacts) -> str:
 
 
 def _front_matter(facts: CardFacts) -> str:
-    license = facts.pretrained.license
-    lines = ["---", f"library_name: {'timm' if facts.layout == 'timm' else 'vitzoo'}"]
-    if license in HUB_LICENSES:
-        lines.append(f"license: {license}")
-    elif license:
-        lines += ["license: other", f"license_name: {license}"]
-    lines += ["tags:", "- image-classification", "- vitzoo"] + (["- timm"] if facts.layout == "timm" else [])
-    lines += ["pipeline_tag: image-classification", "---", ""]
-    return "\n".join(lines)
+    """The metadata block, written by huggingface_hub (its YAML quotes what needs quoting)."""
+    from huggingface_hub import ModelCardData
+
+    license = check_license(facts.pretrained.license, "the model card's licence")
+    other = bool(license) and license not in (*HUB_LICENSES, "other")  # stated as `other` with its name
+    data = ModelCardData(
+        library_name="timm" if facts.layout == "timm" else "vitzoo",
+        license="other" if other else license or None,
+        license_name=license if other else None,
+        tags=["image-classification", "vitzoo"] + (["timm"] if facts.layout == "timm" else []),
+        pipeline_tag="image-classification",
+    )
+    return f"---\n{data.to_yaml()}\n---\n"
 
 
 def _model_section(model: nn.Module, facts: CardFacts) -> list[str]:
     pcfg = facts.pretrained
     arch = getattr(model, "architecture", None) or type(model).__name__
-    params = sum(p.numel() for p in model.parameters())
-    lines = ["## Model", "", f"- architecture: vitzoo `{arch}`, {params:,} parameters"]
+    # the pushed model's: LoRA adapters are merged into the weights they adapt
+    params = sum(p.numel() for n, p in model.named_parameters() if not is_lora_parameter(n))
+    lines = ["## Model", "", f"- architecture: vitzoo {code(arch)}, {params:,} parameters"]
     if facts.timm_name is not None:
-        args = f" with model_args `{json.dumps(facts.model_args)}`" if facts.model_args else ""
-        lines.append(f"- timm architecture: `{facts.timm_name}`{args}")
+        args = f" with model_args {code(json.dumps(facts.model_args))}" if facts.model_args else ""
+        lines.append(f"- timm architecture: {code(facts.timm_name)}{args}")
     if pcfg.description:
-        lines.append(f"- about: {pcfg.description}")
-    lines.append(f"- source weights: {pcfg.source or 'not stated (trained or changed with vitzoo)'}")
+        lines.append(f"- about: {prose(pcfg.description)}")
+    source = code(pcfg.source) if pcfg.source else "not stated (trained or changed with vitzoo)"
+    lines.append(f"- source weights: {source}")
     flags = license_flags(pcfg.license)
     restricted = f" ({', '.join(flags)})" if flags else ""
     lines.append(
@@ -105,7 +162,7 @@ def _labels_section(pcfg: PretrainedCfg) -> list[str]:
         return [*lines, f"{pcfg.num_classes} classes, unnamed: predictions are class indices.", ""]
     shown = names if len(names) <= _LABELS_SHOWN else names[:20]
     more = "" if len(shown) == len(names) else f", ... ({len(names) - len(shown)} more)"
-    return [*lines, f"{len(names)} classes: " + ", ".join(f"`{n}`" for n in shown) + more, ""]
+    return [*lines, f"{len(names)} classes: " + ", ".join(code(n) for n in shown) + more, ""]
 
 
 def _preprocessing_section(pcfg: PretrainedCfg) -> list[str]:
@@ -124,14 +181,16 @@ def _training_section(run: dict[str, Any] | None) -> list[str]:
         return []
     info, metrics, result = run.get("run_info") or {}, run.get("metrics") or [], run.get("result") or {}
     lines = ["## Training", ""]
-    started = info.get("weights") or (f"{info.get('model')} pretrained" if info.get("pretrained") else None)
-    lines.append(f"- model: `{info.get('model', '?')}`, started from {started or 'random initialisation'}")
+    model = str(info.get("model", "?"))
+    started = code(str(info["weights"])) if info.get("weights") else None
+    started = started or (f"{code(model)} pretrained" if info.get("pretrained") else "random initialisation")
+    lines.append(f"- model: {code(model)}, started from {started}")
     if info.get("data"):
         sizes = f"{info.get('train_images', '?')} training / {info.get('val_images', '?')} validation images"
-        lines.append(f"- data: {info['data']}, {len(info.get('classes') or [])} classes, {sizes}")
+        lines.append(f"- data: {prose(str(info['data']))}, {len(info.get('classes') or [])} classes, {prose(sizes)}")
     settings = {k: v for k, v in (info.get("train_config") or {}).items() if k not in _RUNTIME_SETTINGS}
     if settings:
-        lines.append("- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        lines.append("- settings: " + ", ".join(code(f"{k}={v}") for k, v in settings.items()))
     if metrics:
         last = metrics[-1]
         lines.append(

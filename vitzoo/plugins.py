@@ -11,7 +11,8 @@ and the registry imports every such entry point once, lazily, on its first use (
 plugin costs nothing until the zoo is used. Models registered while a plugin loads get the origin
 "plugin (<distribution name>)".
 
-This module sits below the registry and imports nothing of vitzoo: the registry hands it a
+This module sits below the registry and imports nothing of vitzoo but `checks` (its reading of
+VITZOO_PLUGIN_TIMEOUT): the registry hands it a
 `RegistryAccess` (its lock, origin context, snapshot/restore) when it asks for discovery.
 
 Locking: discovery runs under the registry's lock, but while it waits for a plugin's thread it
@@ -36,8 +37,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import math
-import os
 import sys
 import threading
 import warnings
@@ -45,6 +44,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
+
+from .checks import env_seconds
 
 ENTRY_POINT_GROUP = "vitzoo.models"
 TIMEOUT_ENV = "VITZOO_PLUGIN_TIMEOUT"
@@ -138,19 +139,7 @@ def check_registering() -> None:
 
 def plugin_timeout() -> float | None:
     """Seconds to wait for one plugin to load (VITZOO_PLUGIN_TIMEOUT); None waits for ever."""
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise ValueError(
-            f"environment variable {TIMEOUT_ENV}={text!r} is invalid: expected seconds > 0 to wait for "
-            f"each vitzoo plugin to load (default {DEFAULT_TIMEOUT_S:g}; 'inf' waits for ever)"
-        )
-    return None if math.isinf(value) else value
+    return env_seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT_S, "to wait for each vitzoo plugin to load")
 
 
 def _refuse_abandoned(job: _Job) -> None:

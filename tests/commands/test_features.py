@@ -21,6 +21,17 @@ def tiny_weights(tmp_path, one_thread):
     return str(tmp_path / "w")
 
 
+def assert_each_row_is_its_file(feats, weights):
+    """Each row's embedding is that of the file it names, through the evaluation preprocessing, and
+    its label the file's class folder."""
+    model = vitzoo.create("vit_mnist_tiny", weights=weights).eval()
+    transform = eval_transform(model)
+    with torch.no_grad():
+        expected = torch.cat([embed(model, transform(Image.open(n)).unsqueeze(0)) for n in feats.names or []])
+    torch.testing.assert_close(feats.features, expected, atol=1e-5, rtol=1e-5)
+    assert [n.split("/")[-2] for n in feats.names or []] == [feats.classes[i] for i in feats.labels]
+
+
 def test_mnist_sample_val_split(capsys, tmp_path, tiny_weights):
     out = tmp_path / "mnist.safetensors"
     argv = ["features", "vit_mnist_tiny", "mnist-sample", "--weights", tiny_weights, "--out", str(out)]
@@ -57,12 +68,7 @@ def test_image_folder_features_equal_the_eval_transform_of_each_file(capsys, tmp
     assert code == 0, err
     feats = load_features(out)
     assert feats.present_splits() == ["train", "val"] and len(feats) == 6 and feats.classes == ("ant", "bee")
-    model = vitzoo.create("vit_mnist_tiny", weights=tiny_weights).eval()
-    transform = eval_transform(model)
-    with torch.no_grad():
-        expected = torch.cat([embed(model, transform(Image.open(n)).unsqueeze(0)) for n in feats.names or []])
-    torch.testing.assert_close(feats.features, expected, atol=1e-5, rtol=1e-5)
-    assert [n.split("/")[-2] for n in feats.names or []] == [feats.classes[i] for i in feats.labels]
+    assert_each_row_is_its_file(feats, tiny_weights)
 
 
 def test_bad_usage(capsys, tmp_path, tiny_weights):
@@ -73,3 +79,44 @@ def test_bad_usage(capsys, tmp_path, tiny_weights):
     assert code == 1 and "block needs output 'cls' or 'mean'" in err
     code, _, err = run(capsys, *argv[:-1], str(tmp_path))
     assert code == 2 and "is a directory" in err
+
+
+def _write_images(folder, names, seed):
+    rng = np.random.default_rng(seed)
+    for name in names:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(folder / name)
+
+
+def test_a_stopped_extraction_of_a_folder_changed_since_starts_afresh(capsys, tmp_path, tiny_weights, monkeypatch):
+    from vitzoo.probe import extract as extract_module
+
+    imgs = tmp_path / "imgs"
+    _write_images(imgs, [f"{label}/{i}.png" for label in ("ant", "bee") for i in range(6)], seed=0)
+    out = tmp_path / "folder.safetensors"
+    argv = ("features", "vit_mnist_tiny", "folder", str(imgs), "--weights", tiny_weights, "--out", str(out))
+    argv += ("--val-split", "0.25", "--batch-size", "2", "--dtype", "fp32", "--workers", "0", "--no-progress")
+    monkeypatch.setattr(extract_module, "SHARD_IMAGES", 4)  # a shard every two batches
+    write_shard = extract_module.write_safetensors
+
+    def stop_after_a_shard(*args, **kwargs):
+        write_shard(*args, **kwargs)
+        raise KeyboardInterrupt  # what Ctrl-C raises
+
+    monkeypatch.setattr(extract_module, "write_safetensors", stop_after_a_shard)
+    code, _, err = run(capsys, *argv)
+    assert code == 130 and "interrupted" in err
+    (stale,) = tmp_path.glob(".folder.safetensors.partial-*")
+    assert len(list(stale.glob("train-*.safetensors"))) == 1
+    monkeypatch.setattr(extract_module, "write_safetensors", write_shard)
+
+    for name in ("ant/0.png", "ant/1.png", "bee/2.png"):  # removed, and others added
+        (imgs / name).unlink()
+    _write_images(imgs, ["ant/0b.png", "bee/7.png", "bee/8.png"], seed=1)
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "discarded the shards of a stopped extraction" in err and "the dataset's files" in err
+    assert not list(tmp_path.glob(".folder.safetensors.partial-*"))
+    feats = load_features(out)
+    assert sorted(feats.names or []) == sorted(str(p) for p in imgs.glob("*/*.png"))
+    assert_each_row_is_its_file(feats, tiny_weights)

@@ -54,3 +54,34 @@ def test_a_single_split_needs_test(capsys, tmp_path):
     assert json.loads(out)["test"]["count"] == 20
     code, _, err = run(capsys, "probe", train, "--k", "0")
     assert code == 2 and "expected positive integers" in err
+
+
+def _rewritten(path, **changes):
+    """A copy of the features file `path` with some tensors replaced, as another tool might write it."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(path, framework="pt") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()
+    tensors.update(changes)
+    out = f"{path}.changed.safetensors"
+    save_file(tensors, out, metadata=metadata)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # 1 stored as the float just below it: truncated, it would be class 0
+        (lambda t: {"labels": t["labels"].float() - t["labels"].clamp(max=1) * 6e-8}, "tensor 'labels' is float32"),
+        (lambda t: {"split": torch.where(t["index"] == 3, -1, t["split"].long())}, "tensor 'split' holds -1"),
+        (lambda t: {"features": t["features"][:, :0].contiguous()}, "tensor 'features' has no columns"),
+    ],
+)
+def test_a_file_with_bad_tensors_is_refused_naming_file_and_tensor(capsys, tmp_path, change, message):
+    from safetensors.torch import load_file
+
+    good = write(tmp_path / "f.safetensors", [0] * 12 + [1] * 6)
+    bad = _rewritten(good, **change(load_file(good)))
+    code, _, err = run(capsys, "probe", bad, "--method", "knn", "--k", "3")
+    assert code == 1 and message in err and bad in err and "Traceback" not in err, err

@@ -5,6 +5,7 @@ in vitzoo exactly; bad sources are one-line errors."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,9 @@ def test_push_a_run_directory_to_a_private_branch(
     assert f"the best epoch (1), validation accuracy {100 * best['val_acc']:.2f}%" in card
     assert "epochs=1" in card and "batch_size=64" in card and "data: mnist, 10 classes, 600 training" in card
     assert "10 classes: `0`, `1`" in card and "timm and transformers cannot load this repository" in card
+    config = fake_hub.files("vitzoo-test/mnist-run", "dev")["config.json"].decode()
+    assert str(tmp_path) not in card and str(tmp_path) not in config  # no local path of the pusher's machine
+    assert json.loads(config)["pretrained_cfg"]["source"] == "model.safetensors"
 
     pushed = vitzoo.from_pretrained(run / "best").eval()
     back = vitzoo.create("hf-hub:vitzoo-test/mnist-run@dev").eval()
@@ -61,3 +65,40 @@ def test_bad_sources_are_one_line_errors(tmp_path: Path, fake_hub, capsys, make,
     err = capsys.readouterr().err.strip()
     assert err.startswith("vitzoo: error: ") and message in err and "\n" not in err
     assert fake_hub.commits == []
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    """vit_mnist_tiny saved, its config.json stating a licence that would add keys to the card's metadata."""
+    torch.manual_seed(0)
+    directory = vitzoo.create("vit_mnist_tiny").save_pretrained(tmp_path / "saved")
+    config = json.loads((directory / "config.json").read_text())
+    config["pretrained_cfg"]["license"] = "mit\nextra_gated_prompt: agree"
+    (directory / "config.json").write_text(json.dumps(config))
+    return directory
+
+
+def test_a_licence_that_is_not_an_id_is_one_line_error_naming_its_source(saved: Path, fake_hub, capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_vitzoo_test_token")
+    assert cli.main(["push", str(saved), "vitzoo-test/x"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vitzoo: error: {str(saved / 'config.json')!r} key pretrained_cfg.license 'mit\\nextra")
+    assert "is not a licence id" in err and "\n" not in err
+    assert cli.main(["push", str(saved), "vitzoo-test/x", "--license", "Apache 2.0: modified"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vitzoo: error: --license 'Apache 2.0: modified' is not a licence id; expected")
+    assert fake_hub.requests == [] and fake_hub.commits == []
+    assert cli.main(["push", str(saved), "vitzoo-test/x", "--license", "mit"]) == 0  # stating one replaces it
+    assert "license: mit\n" in fake_hub.files("vitzoo-test/x")["README.md"].decode()
+
+
+def test_a_hub_that_never_answers_is_one_error_in_bounded_time(saved: Path, silent_hub, capsys, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", silent_hub)
+    monkeypatch.setenv("HF_TOKEN", "hf_vitzoo_test_token")
+    monkeypatch.setenv("VITZOO_PUSH_TIMEOUT", "0.5")
+    start = time.monotonic()
+    assert cli.main(["push", str(saved), "vitzoo-test/x", "--license", "mit"]) == 1
+    assert time.monotonic() - start < 10
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vitzoo: error: push to vitzoo-test/x failed at the step 'create the repository': ")
+    assert "did not answer within 0.5 s (VITZOO_PUSH_TIMEOUT sets it)" in err and "\n" not in err

@@ -3,6 +3,8 @@ resumes from its shards to the very same features."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -85,3 +87,26 @@ def test_changed_settings_never_share_shards(tmp_path):
     base = {"settings": {"model": "m"}, "options": {"output": "cls"}}
     assert partial_dir(tmp_path / "f", base) == partial_dir(tmp_path / "f", dict(base))
     assert partial_dir(tmp_path / "f", base) != partial_dir(tmp_path / "f", {**base, "options": {"output": "mean"}})
+
+
+def test_changed_data_discards_the_stale_shards_and_starts_afresh(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(extract_module, "SHARD_IMAGES", 32)
+    data = load_mnist_sample().val.subset(torch.arange(64))
+    model = tiny_vit()
+    options = dict(batch_size=16, dtype="fp32", output="mean", kind="digits")
+    out = tmp_path / "f.safetensors"
+
+    def stop_at_three(split: str, step: int) -> None:
+        if step == 2:
+            raise StopError
+
+    with pytest.raises(StopError):
+        extract_to_file(model, data, out, on_batch=stop_at_three, **options)
+    (stale,) = tmp_path.glob(".f.safetensors.partial-*")
+    changed = replace(data, images=data.images.flip(0))  # the same labels' count, other pixels in every row
+    capsys.readouterr()
+    resumed = extract_to_file(model, changed, out, **options)
+    assert "discarded the shards of a stopped extraction" in capsys.readouterr().err
+    assert torch.equal(resumed.features, extract_features(model, changed, **options).features)
+    assert not stale.exists() and not list(tmp_path.glob(".f.safetensors.partial-*"))
+    assert extract_module.data_fingerprint(changed) != extract_module.data_fingerprint(data)

@@ -48,11 +48,40 @@ def _write(path, tensors, settings):
     [
         (lambda t, s: s.update(format="other/1"), "metadata format 'other/1'"),
         (lambda t, s: s.update(classes="cat"), "field 'classes' must be a list of strings"),
-        (lambda t, s: t.update(labels=torch.tensor([0, 1, 2, 0])), "'labels' range outside the 2 classes"),
-        (lambda t, s: t.update(split=torch.tensor([0, 0, 2, 1], dtype=torch.uint8)), "'split' indexes past"),
+        (
+            lambda t, s: t.update(labels=torch.tensor([0, 1, 2, 0])),
+            r"tensor 'labels' holds 2 at row 2; expected a class index in \[0, 2\)",
+        ),
+        (
+            lambda t, s: t.update(split=torch.tensor([0, 0, 2, 1], dtype=torch.uint8)),
+            r"tensor 'split' holds 2 at row 2; expected an index in \[0, 2\) of the metadata's splits",
+        ),
         (lambda t, s: t.update(index=torch.arange(3)), "tensor 'index' has 3 rows, 'features' 4"),
-        (lambda t, s: t.pop("features"), "tensor 'features' missing"),
+        (lambda t, s: t.pop("features"), "tensor 'features' is missing"),
         (lambda t, s: t.update(features=torch.full((4, 3), float("nan"))), "finite floating point"),
+        (lambda t, s: t.update(features=torch.zeros(4, 0)), "tensor 'features' has no columns"),
+        (
+            lambda t, s: t.update(features=torch.zeros(4, 3, dtype=torch.int64)),
+            "'features' is int64; expected floating",
+        ),
+        (
+            lambda t, s: t.update(labels=torch.tensor([0.0, 0.99999994, 1.0, 0.0])),
+            "'labels' is float32; expected integer",
+        ),
+        (lambda t, s: t.update(labels=torch.tensor([0, 1, -1, 0])), r"'labels' holds -1 at row 2; expected a class"),
+        (lambda t, s: t.update(split=torch.tensor([0, -1, 1, 1])), r"'split' holds -1 at row 1; expected an index"),
+        (lambda t, s: t.update(split=torch.tensor([0.0, 0, 1, 1])), "'split' is float32; expected integer"),
+        (lambda t, s: t.update(index=torch.tensor([0, 1, -5, 1])), r"'index' holds -5 at row 2; expected a position"),
+        (
+            lambda t, s: t.update(names=torch.zeros(2, dtype=torch.uint8), name_offsets=torch.tensor([0, 2, 1, 1, 2])),
+            "'name_offsets' decreases",
+        ),
+        (
+            lambda t, s: t.update(
+                names=torch.zeros(2, dtype=torch.float32), name_offsets=torch.tensor([0, 0, 1, 1, 2])
+            ),
+            "'names' is float32; expected integer",
+        ),
     ],
 )
 def test_bad_files_name_the_field(tmp_path, change, message):

@@ -50,6 +50,14 @@ def test_overrides_are_typed_by_the_setting_and_none_clears_an_optional_one() ->
     assert type(parsed["epochs"]) is int and type(parsed["lr"]) is float
 
 
+def test_a_text_settings_value_may_hold_commas() -> None:
+    parsed = parse_overrides(["lora_targets=q,k,v,epochs=3", "teacher=runs/a,b", "lr=1e-3"])
+    assert parsed == {"lora_targets": "q,k,v", "epochs": 3, "teacher": "runs/a,b", "lr": 1e-3}
+    assert parse_overrides(["lora-targets=qkv, mlp,"]) == {"lora_targets": "qkv, mlp"}
+    with pytest.raises(ValueError, match=r"--override '4': expected SETTING=VALUE"):  # an int holds no comma
+        parse_overrides(["epochs=3,4"])
+
+
 @pytest.mark.parametrize(
     "value, message",
     [

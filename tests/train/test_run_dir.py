@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -177,6 +178,31 @@ def test_resume_refuses_changed_settings_unless_overridden_and_keeps_their_histo
     code, _, err = _main(capsys, *args, "--epochs", "2", "--lr", "0.001", "--seed", "5")
     assert code == 0, err
     assert json.loads((one_epoch_run / "run.json").read_text())["settings_history"] == run["settings_history"]
+
+
+def test_the_advice_of_a_refused_resume_works_when_followed(mnist_dir: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "lora"
+    args = ("finetune", "test_tiny_vit", *_data(mnist_dir), "--out", str(out), "--lora", "4", "--epochs", "1")
+    code, _, err = _main(capsys, *args, "--lora-targets", "q,v")
+    assert code == 0, err
+    code, _, err = _main(capsys, *args, "--resume", "--epochs", "2", "--lora-targets", "q,k,v")
+    assert code == 1 and "changed settings: epochs 1 -> 2, lora_targets q,v -> q,k,v" in err, err
+    # the LoRA adapters cannot change within a run, even when asked for (and the value's commas parse)
+    code, _, asked = _main(capsys, *args, "--resume", "--lora-targets", "q,k,v", "--override", "lora_targets=q,k,v")
+    assert (
+        code == 1 and "lora_targets cannot change within a run (it shapes its checkpoint's LoRA adapters)" in asked
+    ), asked
+    # the advice, followed: the run's own LoRA targets, and the --override flags it prints for the rest
+    kept = re.search(r"resume with ((?:\w+=\S+)(?:, \w+=\S+)*) as it was started", err)
+    flags = re.search(r"on purpose pass (.*?) \(Python:", err)
+    assert kept is not None and flags is not None, err
+    settings = [item.split("=", 1) for item in kept.group(1).split(", ")]
+    advised = [part for key, value in settings for part in (f"--{key.replace('_', '-')}", value)]
+    code, _, err = _main(capsys, *args, "--resume", "--epochs", "2", *advised, *shlex.split(flags.group(1)))
+    assert code == 0, err
+    run = json.loads((out / "run.json").read_text())
+    assert (run["train_config"]["lora_targets"], run["train_config"]["epochs"]) == ("q,v", 2)
+    assert run["settings_history"][0]["changed"] == {"epochs": {"old": 1, "new": 2}}
 
 
 @pytest.mark.parametrize(

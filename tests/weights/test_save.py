@@ -79,6 +79,23 @@ def test_export_to_timm_identical_logits(tmp_path, name):
         assert max_diff(model(x), reference(x)) <= ATOL
 
 
+def test_export_to_timm_merges_lora_adapters(tmp_path):
+    from safetensors.torch import load_file
+
+    from vitzoo.layers.lora import add_lora, merged_state_dict
+
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_ti16", depth=1, embed_dim=24, num_heads=2, img_size=32).eval()
+    add_lora(model, rank=2, targets="qkv,mlp")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("lora_B"):
+                p.normal_()
+    state = load_file(vitzoo.export(model, "timm", tmp_path / "lora.safetensors"))
+    merged = merged_state_dict(model)
+    assert set(state) == set(merged) and all(torch.equal(state[k], merged[k]) for k in state)
+
+
 def test_export_errors(tmp_path):
     with pytest.raises(WeightsMismatchError, match="representation layer"):
         vitzoo.export(vitzoo.create("vit_b16_in21k", depth=1), "timm", tmp_path / "x.safetensors")

@@ -293,7 +293,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SETTING=VALUE",
         help="with --resume: change a setting the run was started with, e.g. epochs=30 (repeatable or "
-        "comma-separated; recorded in run.json's settings_history). Without it a changed setting is refused",
+        "comma-separated; a text value may hold commas, teacher=runs/a,b; recorded in run.json's "
+        "settings_history). Without it a changed setting is refused",
     )
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
     run.add_argument(

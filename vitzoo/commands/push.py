@@ -28,16 +28,27 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", metavar="R", help="the branch to commit to (created from main if missing)")
     parser.add_argument("--commit-message", metavar="M", default="Upload vitzoo model", help="the commit's message")
     parser.add_argument(
-        "--license", metavar="ID", help="the weights' licence (a Hub id), when they state none or another"
+        "--license",
+        metavar="ID",
+        help="the weights' licence (a Hub or SPDX id: letters, digits, '.', '+', '-'; or 'other'), "
+        "when they state none or another",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from ..builder import from_pretrained
+    from ..layout import CONFIG_NAME
+    from ..model_card import check_license
+    from ..pretrained_cfg import pretrained_cfg_of
     from ..push import push_to_hub, timm_counterpart
 
+    check_license(args.license, "--license")
     weights, record = _read_source(Path(args.source))
     model = from_pretrained(weights)
+    if args.license is None:  # the licence the weights state, named by where it was read
+        pcfg = pretrained_cfg_of(model)
+        where = weights / CONFIG_NAME if weights.is_dir() else weights
+        check_license(pcfg.license if pcfg else None, f"{str(where)!r} key pretrained_cfg.license")
     url = push_to_hub(
         model,
         args.repo_id,

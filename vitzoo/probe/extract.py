@@ -20,11 +20,16 @@ Resuming: `shard_dir` receives the features a few batches at a time, each shard 
 (`{split}-{first step}-{end step}.safetensors`); a second call with the same directory starts after
 the last shard. `extract_to_file` names that directory after the output file and a key of every
 setting that changes the features (the model's weights included), so a changed setting never
-resumes from another's shards, and removes it once the final file is written.
+resumes from another's shards, and removes it once the final file is written. The key covers the
+data too (`data_fingerprint`: a folder's listing with each file's size and modification time, an
+in-memory split's pixels), so a dataset changed since a stopped run never pairs one image's name
+with another's embedding: the shards of the same output under another key are discarded, with a
+note on stderr, and the extraction starts from the beginning.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import os
@@ -42,7 +47,7 @@ from torch import nn
 from ..atomic import write_json, write_safetensors
 from ..data import BatchTransform, DataSplits, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.tensors import DataKind
-from ..jsonio import to_json
+from ..jsonio import JSONFileError, read_json, to_json
 from ..precision import cast_model, name_of, parse_dtype
 from .featurefile import Features, save_features
 
@@ -288,6 +293,29 @@ def model_fingerprint(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def data_fingerprint(data: DataSplits | ImageTensors | ImageFiles, splits: Sequence[str] = SPLITS) -> str:
+    """A hash of what extraction reads from the `splits` of `data`: per split its classes, labels
+    and, for listed files, each path with its size and modification time (a file replaced, edited,
+    removed or added changes it); for images in memory, their pixels."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, split in _split_data(data, splits):
+        digest.update(to_json([name, len(split), list(split.classes)]).encode())
+        digest.update(split.labels.long().contiguous().numpy().tobytes())
+        if isinstance(split, ImageFiles):
+            for i in range(len(split.paths)):
+                path = split.paths[i]
+                try:
+                    stat = os.stat(path)
+                    size, mtime = stat.st_size, stat.st_mtime_ns
+                except OSError:  # gone since the listing: extraction skips or refuses it
+                    size, mtime = -1, -1
+                digest.update(os.fsencode(path) + f"\0{size}\0{mtime}\n".encode())
+        else:
+            digest.update(to_json(list(split.images.shape)).encode())
+            digest.update(split.images.contiguous().reshape(-1).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def partial_dir(out: str | os.PathLike[str], key: dict[str, Any]) -> Path:
     """Where the shards of an extraction to `out` with these settings go: beside `out`, hidden,
     named by a hash of `key` (every setting that changes the features)."""
@@ -320,9 +348,11 @@ def extract_to_file(
         "options": changing,
         "model": model_fingerprint(model),
         "preprocessing": asdict(InputSpec.from_model(model)),
+        "data": data_fingerprint(data, options.get("splits", SPLITS)) if resume else None,
     }
     shard_dir = partial_dir(out, key) if resume else None
     if shard_dir is not None:
+        _discard_stale(out, shard_dir, key)
         shard_dir.mkdir(parents=True, exist_ok=True)
         write_json(shard_dir / "settings.json", json.loads(to_json(key)))
     feats = extract_features(model, data, shard_dir=shard_dir, **options)
@@ -331,3 +361,36 @@ def extract_to_file(
     if shard_dir is not None:
         shutil.rmtree(shard_dir, ignore_errors=True)
     return feats
+
+
+_KEY_PARTS = {
+    "data": "the dataset's files",
+    "model": "the model's weights",
+    "preprocessing": "the preprocessing",
+    "options": "the extraction options",
+    "settings": "the settings",
+}
+
+
+def _discard_stale(out: str | os.PathLike[str], shard_dir: Path, key: dict[str, Any]) -> None:
+    """Remove the shards of an extraction to `out` under another key (a changed dataset, model or
+    setting: they can never be resumed, and would pair file names with other images' embeddings),
+    saying what changed."""
+    out = Path(out)
+    for stale in sorted(out.parent.glob(f".{glob.escape(out.name)}.partial-*")):
+        if stale == shard_dir or stale.is_symlink() or not stale.is_dir():
+            continue
+        try:
+            before: dict[str, Any] | None = read_json(stale / "settings.json", what="an extraction's resume key")
+        except JSONFileError:
+            before = None
+        now = json.loads(to_json(key))
+        changed = [what for part, what in _KEY_PARTS.items() if before is None or before.get(part) != now[part]]
+        had_shards = any(_SHARD_RE.match(p.name) for p in stale.iterdir())
+        shutil.rmtree(stale, ignore_errors=True)
+        if had_shards:
+            print(
+                f"vitzoo: discarded the shards of a stopped extraction to {out} ({stale.name}): "
+                f"{', '.join(changed) or 'its settings'} changed since; extracting from the start",
+                file=sys.stderr,
+            )

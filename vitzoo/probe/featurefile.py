@@ -143,28 +143,68 @@ def _settings(where: str, metadata: dict[str, str]) -> dict[str, Any]:
     return settings
 
 
+# Each tensor: its kind of dtype and number of dimensions.
+_TENSORS = {
+    "features": ("floating point", 2),
+    "labels": ("integer", 1),
+    "split": ("integer", 1),
+    "index": ("integer", 1),
+}
+# Integer dtypes whose every value converts exactly to int64.
+_INTEGERS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32)
+
+
+def _check_tensor(where: str, key: str, tensor: torch.Tensor | None, kind: str, ndim: int) -> torch.Tensor:
+    """`tensor` if it is there with `ndim` dimensions and a dtype of `kind`, else a FeaturesFileError."""
+    if tensor is None or tensor.ndim != ndim:
+        found = "missing" if tensor is None else f"of shape {tuple(tensor.shape)}"
+        raise FeaturesFileError(f"{where}: tensor {key!r} is {found}; expected {ndim}-dimensional")
+    fits = tensor.is_floating_point() if kind == "floating point" else tensor.dtype in _INTEGERS
+    if not fits:
+        raise FeaturesFileError(
+            f"{where}: tensor {key!r} is {str(tensor.dtype).removeprefix('torch.')}; expected {kind} values"
+        )
+    return tensor
+
+
+def _check_range(where: str, key: str, values: torch.Tensor, low: int, high: int | None, expected: str) -> None:
+    """Refuse the first value of integer `values` outside [low, high), naming its row."""
+    values = values.long()
+    bad = values < low if high is None else (values < low) | (values >= high)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise FeaturesFileError(f"{where}: tensor {key!r} holds {int(values[row])} at row {row}; expected {expected}")
+
+
 def _checked(where: str, tensors: dict[str, torch.Tensor], settings: dict[str, Any]) -> Features:
-    expected = {"features": 2, "labels": 1, "split": 1, "index": 1}
-    for key, ndim in expected.items():
-        if key not in tensors or tensors[key].ndim != ndim:
-            raise FeaturesFileError(f"{where}: tensor {key!r} missing or not {ndim}-dimensional")
+    for key, (kind, ndim) in _TENSORS.items():
+        _check_tensor(where, key, tensors.get(key), kind, ndim)
     feats, labels, split = tensors["features"], tensors["labels"], tensors["split"]
-    n, classes = feats.shape[0], settings["classes"]
-    if not feats.is_floating_point() or not bool(torch.isfinite(feats).all()):
+    n, classes, splits = feats.shape[0], settings["classes"], settings["splits"]
+    if feats.shape[1] == 0:
+        raise FeaturesFileError(f"{where}: tensor 'features' has no columns; expected embeddings of at least 1 value")
+    if not bool(torch.isfinite(feats).all()):
         raise FeaturesFileError(f"{where}: tensor 'features' must hold finite floating point values")
     for key in ("labels", "split", "index"):
         if len(tensors[key]) != n:
             raise FeaturesFileError(f"{where}: tensor {key!r} has {len(tensors[key])} rows, 'features' {n}")
-    if n and (int(labels.min()) < 0 or int(labels.max()) >= len(classes)):
-        raise FeaturesFileError(f"{where}: 'labels' range outside the {len(classes)} classes of the metadata")
-    if n and int(split.max()) >= len(settings["splits"]):
-        raise FeaturesFileError(f"{where}: 'split' indexes past the metadata's splits {settings['splits']}")
+    _check_range(
+        where, "labels", labels, 0, len(classes), f"a class index in [0, {len(classes)}) of the metadata's classes"
+    )
+    _check_range(
+        where, "split", split, 0, len(splits), f"an index in [0, {len(splits)}) of the metadata's splits {splits}"
+    )
+    _check_range(where, "index", tensors["index"], 0, None, "a position in its split (>= 0)")
     names = None
     if "names" in tensors:
-        offsets = tensors.get("name_offsets")
-        buffer = tensors["names"]
-        if offsets is None or len(offsets) != n + 1 or int(offsets[-1]) != len(buffer):
-            raise FeaturesFileError(f"{where}: 'name_offsets' does not match 'names' and {n} rows")
+        buffer = _check_tensor(where, "names", tensors["names"], "integer", 1)
+        offsets = _check_tensor(where, "name_offsets", tensors.get("name_offsets"), "integer", 1).long()
+        if buffer.dtype != torch.uint8 or len(offsets) != n + 1 or int(offsets[0]) or int(offsets[-1]) != len(buffer):
+            raise FeaturesFileError(f"{where}: tensor 'name_offsets' does not match 'names' (uint8) and {n} rows")
+        if bool((offsets.diff() < 0).any()):
+            raise FeaturesFileError(
+                f"{where}: tensor 'name_offsets' decreases; expected the ends of the names in order"
+            )
         names = decode_names(buffer, offsets)
     return Features(
         features=feats.float(),

@@ -150,6 +150,22 @@ _OPTIONAL = {f.name: "None" in str(f.type) for f in dataclasses.fields(TrainConf
 # `workers` too: a streamed batch is the same whichever worker, and however many, prepared it.
 RUNTIME_FIELDS = frozenset({"progress", "device", "threads", "workers"})
 
+# What a run's checkpoint holds that these settings shape, so that a resumed run cannot change them
+# (its tensors would not fit): any change, or (False) only one between None and a value.
+SHAPING_FIELDS: dict[str, tuple[str, bool]] = {
+    "lora_rank": ("LoRA adapters", True),
+    "lora_targets": ("LoRA adapters", True),
+    "linear_probe": ("optimizer parameter groups", True),
+    "layer_decay": ("optimizer parameter groups", False),
+    "ema_decay": ("weight average", False),
+}
+
+
+def shaped_by(key: str, old: Any, new: Any) -> str | None:
+    """What of a checkpoint changing setting `key` from `old` to `new` reshapes (None: nothing)."""
+    what, any_change = SHAPING_FIELDS.get(key, ("", False))
+    return what if what and (any_change or (old is None) != (new is None)) else None
+
 
 def apply_overrides(config: TrainConfig, overrides: dict[str, Any] | None, *, resume: bool) -> TrainConfig:
     """`config` with the `overrides` (setting: value) of a run being resumed replacing its fields."""
@@ -166,30 +182,43 @@ def apply_overrides(config: TrainConfig, overrides: dict[str, Any] | None, *, re
 
 def parse_overrides(values: list[str]) -> dict[str, Any]:
     """`--override` values ("epochs=30", or "epochs=30,lr=1e-3") as typed TrainConfig settings.
-    A key may be spelt with dashes (batch-size); "none" clears an optional setting."""
+    A key may be spelt with dashes (batch-size); "none" clears an optional setting. A text setting's
+    value may hold commas (teacher=runs/a,b): a piece without "=" continues the text before it,
+    as no setting can be named without one."""
     fields = {f.name: str(f.type) for f in dataclasses.fields(TrainConfig)}
-    overrides: dict[str, Any] = {}
+    texts: dict[str, str] = {}
     for value in values:
-        for item in (part.strip() for part in value.split(",")):
-            if not item:
+        text_key: str | None = None  # the text setting the last piece set, which a piece without "=" continues
+        for item in value.split(","):
+            if not item.strip():
                 continue
             key, sep, text = item.partition("=")
+            if not sep and text_key is not None:
+                texts[text_key] += "," + item
+                continue
             key = key.strip().replace("-", "_")
             if not sep or not key:
-                raise ValueError(f"--override {item!r}: expected SETTING=VALUE, e.g. epochs=30")
+                raise ValueError(f"--override {item.strip()!r}: expected SETTING=VALUE, e.g. epochs=30")
             if key not in fields:
                 raise ValueError(
-                    f"--override {item!r}: {key!r} is not a training setting; expected one of {', '.join(sorted(fields))}"
+                    f"--override {item.strip()!r}: {key!r} is not a training setting; "
+                    f"expected one of {', '.join(sorted(fields))}"
                 )
-            overrides[key] = _parse_setting(key, fields[key], text.strip())
-    return overrides
+            texts[key] = text
+            text_key = key if _kind(fields[key]) == "str" else None
+    return {key: _parse_setting(key, fields[key], text.strip()) for key, text in texts.items()}
+
+
+def _kind(annotation: str) -> str:
+    """The type of a TrainConfig field's annotation without its "| None"."""
+    return annotation.replace("| None", "").strip()
 
 
 def _parse_setting(key: str, annotation: str, text: str) -> Any:
     optional = "None" in annotation
     if optional and text.lower() in ("none", "null"):
         return None
-    kind = annotation.replace("| None", "").strip()
+    kind = _kind(annotation)
     try:
         if kind == "bool":
             lowered = text.lower()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from torch import nn
 from ..data import DataSplits
 from ..jsonio import JSONFileError, read_json
 from .checkpoint import CheckpointError
-from .config import RUNTIME_FIELDS, TrainConfig
+from .config import RUNTIME_FIELDS, TrainConfig, shaped_by
 from .distill import Teacher
 from .rundir import RUN_INFO_NAME
 
@@ -36,6 +38,37 @@ def _short(value: Any, limit: int = 40) -> str:
     """A setting's value as one would type it after --override (none, true, 0.001)."""
     text = "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _override_flag(key: str, value: Any) -> str:
+    """The --override that sets `key` to `value`, quoted for a shell."""
+    return "--override " + shlex.quote(f"{key}={_short(value, sys.maxsize)}")
+
+
+def _refusal(out_dir: Path, refused: dict[str, dict[str, Any]]) -> str:
+    """Why a resume with the `refused` changes ({setting: {"old", "new"}}) stops, and what works:
+    --override for a setting a run may change, the run's own value for one its checkpoint's
+    tensors depend on (SHAPING_FIELDS)."""
+    listed = ", ".join(f"{k} {_short(v['old'])} -> {_short(v['new'])}" for k, v in refused.items())
+    message = f"cannot resume {out_dir} with changed settings: {listed}. The run was started with the old values"
+    shaping = {k: shaped_by(k, v["old"], v["new"]) for k, v in refused.items()}
+    fixed = {k: v for k, v in refused.items() if shaping[k]}
+    if fixed:
+        olds = ", ".join(f"{k}={_short(v['old'], sys.maxsize)}" for k, v in fixed.items())
+        held = ", ".join(dict.fromkeys(str(shaping[k]) for k in fixed))
+        they = "it shapes" if len(fixed) == 1 else "they shape"
+        message += (
+            f"; {', '.join(fixed)} cannot change within a run ({they} its checkpoint's {held}): resume with {olds} "
+            "as it was started, or start a new run in another directory"
+        )
+    free = {k: v for k, v in refused.items() if k not in fixed}
+    if free:
+        flags = " ".join(_override_flag(k, v["new"]) for k, v in free.items())
+        message += (
+            f"; to change {'the others' if fixed else 'them'} on purpose pass {flags} "
+            "(Python: fit(..., overrides={...})), or resume with the old values"
+        )
+    return message
 
 
 def check_same_model(
@@ -95,15 +128,9 @@ def check_same_settings(
         for k in current
         if k in stored and k not in RUNTIME_FIELDS and stored[k] != current[k]
     }
-    refused = {k: v for k, v in changed.items() if k not in overrides}
+    refused = {k: v for k, v in changed.items() if k not in overrides or shaped_by(k, v["old"], v["new"])}
     if refused:
-        listed = ", ".join(f"{k} {_short(v['old'])} -> {_short(v['new'])}" for k, v in refused.items())
-        flags = " ".join(f"--override {k}={_short(v['new'], 1000)}" for k, v in refused.items())
-        raise CheckpointError(
-            f"cannot resume {out_dir} with changed settings: {listed}. The run was started with the old values; "
-            f"to change them on purpose pass {flags} (Python: fit(..., overrides={{...}})), or resume with the "
-            "old values"
-        )
+        raise CheckpointError(_refusal(out_dir, refused))
     digest_before = (previous.get("teacher") or {}).get("digest")
     digest_now = teacher.description["digest"] if teacher is not None else None
     if digest_before is not None and digest_now is not None and digest_before != digest_now:
@@ -111,7 +138,7 @@ def check_same_settings(
             raise CheckpointError(
                 f"cannot resume {out_dir}: the teacher {config.teacher!r} is not the model the run started with "
                 f"(weights digest {digest_before} -> {digest_now}); resume with the original teacher, or pass "
-                f"--override teacher={config.teacher} to continue with this one"
+                f"{_override_flag('teacher', config.teacher)} to continue with this one"
             )
         changed["teacher_digest"] = {"old": digest_before, "new": digest_now}
     if not changed:

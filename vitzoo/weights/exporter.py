@@ -11,6 +11,7 @@ from pathlib import Path
 from torch import nn
 
 from ..atomic import write_safetensors
+from ..layers.lora import merged_state_dict
 from ..layout import save_pretrained
 from .errors import WeightsMismatchError
 from .keymaps import to_timm
@@ -34,7 +35,8 @@ def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
     for RoPE and EVA models, of its VisionTransformer otherwise) that
     `timm.create_model(<timm name>, pretrained=True, pretrained_cfg_overlay=dict(file=path, custom_load=False))`
     loads with identical logits (custom_load=False: before timm 1.0.31 a file overlay keeps the Google
-    .npz loader of the AugReg ViTs); "vitzoo": `save_pretrained` into the directory `path`."""
+    .npz loader of the AugReg ViTs); "vitzoo": `save_pretrained` into the directory `path`. LoRA
+    adapters are merged into their weights in both, so the file holds a plain model."""
     if format == "vitzoo":
         return save_pretrained(model, path)
     if format != "timm":
@@ -49,7 +51,7 @@ def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
         if problems:
             raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
     state = to_timm(
-        model.state_dict(),
+        merged_state_dict(model),
         what=f"{type(model).__name__} {getattr(model, 'architecture', '') or ''}".strip(),
         eva=is_eva(config),
     )
