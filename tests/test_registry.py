@@ -8,7 +8,8 @@ import torch
 
 import vitzoo
 from vitzoo import RegistryError, UnknownModelError, VisionTransformer, ViTConfig, registry
-from vitzoo.pretrained_cfg import IMAGENET_MEAN
+from vitzoo.model import TIMM_ARCHITECTURE_KEYS
+from vitzoo.pretrained_cfg import CLIP_MEAN, IMAGENET_MEAN, INCEPTION_MEAN
 
 DEIT_NAMES = [
     "deit_b16",
@@ -240,3 +241,51 @@ def test_list_models_filters_by_licence():
         vitzoo.list_models(pretrained=False, license="apache-2.0")
     with pytest.raises(ValueError, match="license='' is invalid"):
         vitzoo.list_models(license="")
+
+
+# ----------------------------------------------------------------------------- timm's registry questions
+# The keys timm's tests read off the registry before building: the input size and what the
+# architecture decides (model.TIMM_ARCHITECTURE_KEYS). A name with weights answers the rest with its
+# default source's cfg, as timm does (the weights' statistics, class count, licence), where a model
+# built without weights carries the name's own preprocessing; a name without weights answers all.
+TIMM_ASKED = ("input_size", *TIMM_ARCHITECTURE_KEYS)
+
+
+@pytest.mark.parametrize("name", vitzoo.list_models())
+def test_registry_cfg_answers_as_the_models_default_cfg(name):
+    """timm's tests ask the registry (get_pretrained_cfg_value) before building, then the model
+    (default_cfg): both levels hold the same keys, with the same values."""
+    registry_level = vitzoo.model_info(name)["preprocessing"]
+    with torch.device("meta"):  # one block: neither the cfg nor the architecture's keys depend on depth
+        model_level = vitzoo.create(name, depth=1).default_cfg
+    assert set(registry_level) == set(model_level)
+    assert set(TIMM_ARCHITECTURE_KEYS) <= set(registry_level)
+    for key in TIMM_ASKED if registry.get_entry(name).pretrained else registry_level:
+        assert registry_level[key] == model_level[key] == vitzoo.get_pretrained_cfg_value(name, key), key
+
+
+def test_get_pretrained_cfg_value_follows_timms_semantics(clean_registry):
+    # A name without tag answers with its default tag's cfg; a tag with its own.
+    default = registry.get_entry("clip_l14").default_tag
+    for key in (*TIMM_ASKED, "mean", "crop_pct", "source", "tag"):
+        assert vitzoo.get_pretrained_cfg_value("clip_l14", key) == vitzoo.get_pretrained_cfg_value(
+            f"clip_l14.{default}", key
+        )
+    assert vitzoo.get_pretrained_cfg_value("clip_l14.laion2b", "mean") == INCEPTION_MEAN
+    assert vitzoo.get_pretrained_cfg_value("clip_l14", "mean") == CLIP_MEAN
+    assert vitzoo.get_pretrained_cfg_value("siglip2_b16.v2_webli_384", "input_size") == (3, 384, 384)
+    # The architecture's keys: a distilled DeiT's two heads, DINOv3 takes any input size.
+    assert vitzoo.get_pretrained_cfg_value("deit_s16_distilled", "classifier") == ("head", "head_dist")
+    assert vitzoo.get_pretrained_cfg_value("vit_b16", "fixed_input_size") is True
+    assert vitzoo.get_pretrained_cfg_value("dinov3_s16.lvd1689m", "fixed_input_size") is False
+    assert vitzoo.get_pretrained_cfg_value("vit_b16", "first_conv") == "patch_embed.proj"
+    # A key the cfg does not have is None, as timm's getattr(cfg, key, None).
+    assert vitzoo.get_pretrained_cfg_value("vit_b16", "min_input_size") is None
+    with pytest.raises(UnknownModelError, match="no pretrained tag 'nope'"):
+        vitzoo.get_pretrained_cfg_value("vit_b16.nope", "input_size")
+    with pytest.raises(UnknownModelError, match="unknown model 'vit_b61'"):
+        vitzoo.get_pretrained_cfg_value("vit_b61", "input_size")
+    # A user variant of another size: the registry says what create builds, not its base's size.
+    vitzoo.register("test_vit_ti16_96", base="vit_ti16", img_size=96, dynamic_img_size=True)
+    assert vitzoo.get_pretrained_cfg_value("test_vit_ti16_96", "input_size") == (3, 96, 96)
+    assert vitzoo.get_pretrained_cfg_value("test_vit_ti16_96", "fixed_input_size") is False

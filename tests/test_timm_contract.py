@@ -70,13 +70,23 @@ REDUCED = distinct_reduced(NAMES)
 
 def input_size(model: nn.Module, target: int | None = None) -> tuple[int, ...]:
     """timm's `_get_input_size(model=model, target=...)`."""
-    cfg = model.default_cfg
-    size = cfg["input_size"]
+    return fitted_size(model.default_cfg.get, target)
+
+
+def registry_input_size(name: str, target: int | None = None) -> tuple[int, ...]:
+    """timm's `_get_input_size(model_name=name, target=...)`: asked of the registry before building
+    (timm's test_model_backward and test_model_backward_fx size their batch so)."""
+    return fitted_size(lambda key, default=None: vitzoo.get_pretrained_cfg_value(name, key), target)
+
+
+def fitted_size(cfg: Any, target: int | None) -> tuple[int, ...]:
+    """The input size timm's tests feed a model whose cfg answers `cfg(key, default)`."""
+    size = cfg("input_size", None)
     assert size is not None
-    if cfg.get("fixed_input_size", None):
+    if cfg("fixed_input_size", None):
         return tuple(size)
-    if cfg.get("min_input_size", None):
-        return tuple(cfg["min_input_size"]) if target and max(size) > target else tuple(size)
+    if cfg("min_input_size", None):
+        return tuple(cfg("min_input_size", None)) if target and max(size) > target else tuple(size)
     if target and max(size) > target:
         return tuple(min(x, target) for x in size)
     return tuple(size)
@@ -126,6 +136,16 @@ def test_model_forward(name: str) -> None:
     model.set_grad_checkpointing()
     outputs2 = model(inputs)
     assert torch.allclose(outputs, outputs2, rtol=1e-4, atol=1e-5), "Output does not match"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_registry_input_size_is_the_models(name: str) -> None:
+    """What timm's tests ask the registry before building is what the model built answers: a model
+    of one input size gets that size, not a batch cut down to the target."""
+    with torch.device("meta"):  # sizes do not depend on depth
+        model = vitzoo.create(name, depth=1)
+    for target in (None, TARGET_FWD_SIZE, TARGET_BWD_SIZE, TARGET_FFEAT_SIZE):
+        assert registry_input_size(name, target) == input_size(model, target)
 
 
 @pytest.mark.parametrize("name", REDUCED)

@@ -38,6 +38,7 @@ _EXPORTS = {
     "UnknownModelError": "registry",
     "list_models": "registry",
     "model_info": "registry",
+    "get_pretrained_cfg_value": "registry",
     "register": "registry",
     "register_model": "registry",
     "create": "builder",
@@ -65,6 +66,7 @@ __all__ = [
     "download",
     "export",
     "from_pretrained",
+    "get_pretrained_cfg_value",
     "list_models",
     "load_weights",
     "model_info",
@@ -81,7 +83,15 @@ if TYPE_CHECKING:
     from .model import VisionTransformer, ViTConfig
     from .pretrained_cfg import PretrainedCfg
     from .push import push_to_hub
-    from .registry import RegistryError, UnknownModelError, list_models, model_info, register, register_model
+    from .registry import (
+        RegistryError,
+        UnknownModelError,
+        get_pretrained_cfg_value,
+        list_models,
+        model_info,
+        register,
+        register_model,
+    )
     from .weights import export
 
 

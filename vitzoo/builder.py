@@ -39,6 +39,7 @@ from .weights import (
     WeightsError,
     WeightsNotFoundError,
     build_args,
+    check_named_args,
     export,
     load_checkpoint,
     pretrained_cfg_for,
@@ -169,14 +170,15 @@ def _create(
                     f"model {entry.name!r} has no pretrained weights registered; pass weights=<file, directory, "
                     "'hf-hub:org/repo' or 'timm:<name>'> (vitzoo.list_models(pretrained=True) lists names with weights)"
                 )
-            source: Source = pcfg.source
-            base_cfg: PretrainedCfg | None = pcfg
-        else:
-            source, base_cfg = weights, entry.default_cfg
-        return _build_pretrained(entry, source, base_cfg, overrides, dtype)
+            return _build_pretrained(entry, pcfg.source, pcfg, overrides, dtype, tag=pcfg.tag)
+        if tag is not None and pcfg is not None:  # the tag decides architecture and preprocessing, whatever the copy
+            return _build_pretrained(entry, weights, pcfg.replace(source=None), overrides, dtype, tag=tag)
+        return _build_pretrained(entry, weights, entry.default_cfg, overrides, dtype)
     model = entry.builder(**overrides)
-    if entry.default_cfg is not None and hasattr(model, "pretrained_cfg"):
-        attach_pretrained_cfg(model, _fit_cfg(entry.default_cfg, model))
+    config = getattr(model, "config", None)
+    cfg = registry.weightless_cfg(entry, config) if isinstance(config, ViTConfig) else entry.default_cfg
+    if cfg is not None and hasattr(model, "pretrained_cfg"):
+        attach_pretrained_cfg(model, cfg)
     attach_architecture(model, entry.name)  # saved and pushed models name it (push: timm's counterpart)
     return model
 
@@ -187,11 +189,14 @@ def _build_pretrained(
     base_cfg: PretrainedCfg | None,
     overrides: dict[str, Any],
     dtype: torch.dtype | None = None,
+    tag: str | None = None,
 ) -> nn.Module:
     """`entry.builder(**overrides)` on the meta device, filled from `source`. The checkpoint decides
     what `overrides` leave open (weights.build_args); `base_cfg` is the preprocessing the source's
-    own config refines, and when it describes a registered source, its `model_args` say what these
-    weights need beyond the architecture. The entry's name is recorded for save_pretrained.
+    own config refines. With a weights `tag`, `base_cfg` is that tag's: its `model_args` say what
+    these weights need beyond the architecture (a checkpoint that shows otherwise is refused), and
+    its preprocessing is these weights' even when `source` is another copy of them. The entry's
+    name is recorded for save_pretrained.
     With `dtype`, each checkpoint tensor is converted to it as it is loaded (none when the file
     already holds it): the model never exists in fp32, so a 7B model in bf16 loads in its bf16
     size (benchmarks/load.py --dinov3-7b measures it)."""
@@ -199,23 +204,16 @@ def _build_pretrained(
     if dtype is not None:
         check_castable(ckpt.state.items(), dtype)  # cast_model's refusal, before anything is cast
     carried = build_args(ckpt, overrides)
-    if base_cfg is not None:
-        carried.update({k: v for k, v in base_cfg.model_args.items() if k not in overrides})
+    named = {k: v for k, v in (base_cfg.model_args if base_cfg else {}).items() if k not in overrides}
+    carried.update(named)
     with torch.device("meta"):
         model = entry.builder(**overrides, **carried)
+    if tag is not None:
+        check_named_args(model, ckpt, named, f"{entry.name}.{tag}")
     load_checkpoint(model, ckpt, strict=True, assign=True, dtype=dtype)
-    attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg))
+    attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg, describes=True if tag is not None else None))
     attach_architecture(model, entry.name)
     return model
-
-
-def _fit_cfg(cfg: PretrainedCfg, model: nn.Module) -> PretrainedCfg:
-    """The entry's preprocessing, with input size and class count of the model actually built."""
-    config = getattr(model, "config", None)
-    if not isinstance(config, ViTConfig):
-        return cfg
-    labels = cfg.label_names if config.num_classes == cfg.num_classes else None
-    return cfg.replace(input_size=config.input_size, num_classes=config.num_classes, label_names=labels)
 
 
 def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:

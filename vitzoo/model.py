@@ -332,6 +332,33 @@ def _field_types() -> dict[str, Any]:
     return typing.get_type_hints(ViTConfig)
 
 
+# The keys of timm's pretrained cfg that follow from the architecture rather than the weights; one
+# home, read by `VisionTransformer.default_cfg`, the registry (`get_pretrained_cfg_value`) and push.
+TIMM_ARCHITECTURE_KEYS = ("fixed_input_size", "first_conv", "classifier")
+
+
+def timm_architecture_cfg(config: ViTConfig) -> dict[str, Any]:
+    """TIMM_ARCHITECTURE_KEYS of a model of `config`: whether only its own input size is taken (not
+    `dynamic_img_size`), its first convolution and its classifier(s), as timm names them."""
+    return {
+        "fixed_input_size": not config.dynamic_img_size,
+        "first_conv": "patch_embed.proj",
+        "classifier": ("head", "head_dist") if config.distilled else "head",
+    }
+
+
+def timm_default_cfg(pcfg: PretrainedCfg, config: ViTConfig) -> dict[str, Any]:
+    """timm's whole pretrained cfg as one dict: the fields of `pcfg` and the architecture's keys."""
+    return {**pcfg.to_dict(), **timm_architecture_cfg(config)}
+
+
+def fit_pretrained_cfg(cfg: PretrainedCfg, config: ViTConfig) -> PretrainedCfg:
+    """A name's preprocessing without weights, fitted to the model `config` builds: its input size and
+    class count (its label names only while the class count is theirs)."""
+    labels = cfg.label_names if config.num_classes == cfg.num_classes else None
+    return cfg.replace(input_size=config.input_size, num_classes=config.num_classes, label_names=labels)
+
+
 def pos_embed_for_grid(
     pos_embed: torch.Tensor, grid: tuple[int, int], old_grid: tuple[int, int], prefix: int, learned: bool
 ) -> torch.Tensor:
@@ -498,13 +525,7 @@ class VisionTransformer(nn.Module):
     def default_cfg(self) -> dict[str, Any]:
         """timm's pretrained cfg of this model, a plain dict: `pretrained_cfg`'s fields plus the keys
         timm derives from the architecture (fixed_input_size, first_conv, classifier)."""
-        cfg = self.pretrained_cfg.to_dict()
-        cfg.update(
-            fixed_input_size=not self.config.dynamic_img_size,
-            first_conv="patch_embed.proj",
-            classifier=("head", "head_dist") if self.head_dist is not None else "head",
-        )
-        return cfg
+        return timm_default_cfg(self.pretrained_cfg, self.config)
 
     # ----------------------------------------------------------------------------- set-up
     def _new_head(self, num_classes: int) -> nn.Module:

@@ -46,7 +46,7 @@ from .atomic import write_json
 from .checks import env_seconds
 from .errors import VitzooError
 from .layout import CONFIG_NAME, WEIGHTS_NAME, save_pretrained, set_hub_pusher
-from .model import ViTConfig
+from .model import ViTConfig, timm_architecture_cfg
 from .model_card import CARD_NAME, CardFacts, check_license, model_card
 from .pretrained_cfg import PretrainedCfg, pretrained_cfg_of, resolve_label_names
 from .weights.exporter import export
@@ -133,7 +133,6 @@ def timm_hub_config(
     pretrained = {
         "custom_load": False,  # plain timm names: timm's own loader, no conversion
         "input_size": list(pcfg.input_size),
-        "fixed_input_size": not config.dynamic_img_size,
         "interpolation": pcfg.interpolation,
         "crop_pct": pcfg.crop_pct,
         "crop_mode": pcfg.crop_mode,
@@ -141,8 +140,7 @@ def timm_hub_config(
         "std": list(pcfg.std),
         "num_classes": config.num_classes,
         "pool_size": None,
-        "first_conv": "patch_embed.proj",
-        "classifier": ["head", "head_dist"] if config.distilled else "head",
+        **timm_architecture_cfg(config),
     }
     if pcfg.license:
         pretrained["license"] = pcfg.license

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from . import plugins, zoo
-from .model import VisionTransformer, ViTConfig
+from .model import VisionTransformer, ViTConfig, fit_pretrained_cfg, timm_default_cfg
 from .pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 
 Builder = Callable[..., nn.Module]
@@ -319,11 +319,13 @@ def count_parameters(model: nn.Module) -> int:
 
 def model_info(name: str) -> dict[str, Any]:
     """Config, parameter count, pretrained sources and origin of a registered model (plain data).
-    Nothing is allocated: the model is built on the meta device to count its parameters."""
+    Nothing is allocated: the model is built on the meta device to count its parameters.
+    "preprocessing" is timm's whole pretrained cfg of the name (`timm_pretrained_cfg`)."""
     entry, pcfg = get_pretrained_cfg(name)
     with torch.device("meta"):  # a tag's own fields (e.g. the activation its weights need) included
         model = entry.builder(**(pcfg.model_args if pcfg else {}))
     config = getattr(model, "config", None)
+    vit_config = config if isinstance(config, ViTConfig) else None
     return {
         "name": entry.name,
         "origin": entry.origin,
@@ -333,8 +335,49 @@ def model_info(name: str) -> dict[str, Any]:
         "num_params": count_parameters(model),
         "default_pretrained": pcfg.tag if pcfg else None,
         "pretrained": {tag: cfg.to_dict() for tag, cfg in entry.pretrained.items()},
-        "preprocessing": (pcfg or entry.default_cfg or pretrained_cfg_of(model) or PretrainedCfg()).to_dict(),
+        "preprocessing": _timm_cfg(entry, pcfg, vit_config, pretrained_cfg_of(model)),
     }
+
+
+def timm_pretrained_cfg(name: str) -> dict[str, Any]:
+    """timm's whole pretrained cfg of `name` ("name" or "name.tag"), one dict: the preprocessing of
+    the source the tag (or the default tag) selects, or of the name without weights, and the keys
+    timm derives from the architecture (fixed_input_size, first_conv, classifier: the
+    architecture the tag builds). The same keys and values as the `default_cfg` of the model
+    `create(name)` builds; nothing is built where the name is a config."""
+    entry, pcfg = get_pretrained_cfg(name)
+    model_args = pcfg.model_args if pcfg else {}
+    if entry.config is not None:
+        return _timm_cfg(entry, pcfg, entry.config.replace(**model_args), None)
+    with torch.device("meta"):
+        model = entry.builder(**model_args)
+    config = getattr(model, "config", None)
+    return _timm_cfg(entry, pcfg, config if isinstance(config, ViTConfig) else None, pretrained_cfg_of(model))
+
+
+def get_pretrained_cfg_value(name: str, key: str) -> Any:
+    """timm's `get_pretrained_cfg_value(model_name, cfg_key)` for a registered name, for code
+    written for timm: the value of `key` in the name's pretrained cfg (`timm_pretrained_cfg`:
+    the tag's, else the default tag's), None where the cfg has no such key (timm's
+    min_input_size, hf_hub_id, ...). An unknown name or tag raises UnknownModelError."""
+    return timm_pretrained_cfg(name).get(key)
+
+
+def weightless_cfg(entry: ModelEntry, config: ViTConfig) -> PretrainedCfg | None:
+    """The preprocessing a model of `config` built under `entry`'s name carries without weights:
+    the entry's, fitted to the model (input size, class count); None where the entry has none."""
+    return fit_pretrained_cfg(entry.default_cfg, config) if entry.default_cfg is not None else None
+
+
+def _timm_cfg(
+    entry: ModelEntry, pcfg: PretrainedCfg | None, config: ViTConfig | None, own: PretrainedCfg | None
+) -> dict[str, Any]:
+    """timm's dict for a registered source `pcfg`, or for the entry built without weights (`own`:
+    the cfg a non-config builder's model carries itself); `config` is the architecture."""
+    if config is None:  # a plugin builder that makes no ViT: its cfg alone
+        return (pcfg or entry.default_cfg or own or PretrainedCfg()).to_dict()
+    cfg = pcfg or weightless_cfg(entry, config) or own or fit_pretrained_cfg(PretrainedCfg(), config)
+    return timm_default_cfg(cfg, config)
 
 
 def loaded_plugins() -> list[plugins.PluginRecord]:

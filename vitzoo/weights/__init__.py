@@ -32,6 +32,7 @@ from .errors import (
 from .exporter import export
 from .load import build_args, load_checkpoint, pretrained_cfg_for, vit_config
 from .sources import read_source
+from .verify import check_named_args
 
 __all__ = [
     "Architecture",
@@ -44,6 +45,7 @@ __all__ = [
     "WeightsNotCachedError",
     "WeightsNotFoundError",
     "build_args",
+    "check_named_args",
     "export",
     "load_checkpoint",
     "pretrained_cfg_for",

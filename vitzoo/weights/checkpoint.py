@@ -74,6 +74,8 @@ class Checkpoint:
     # timm's cfg for Google .npz, the ImageNet label set by class count); see load.pretrained_cfg_for.
     implied: dict[str, Any] = field(default_factory=dict)
     src_grid: tuple[int, int] | None = None  # the checkpoint's patch grid, when its config says
+    # The fields of `config` taken from the named architecture (`apply_architecture`), not from the source.
+    named: set[str] = field(default_factory=set)
     # The registered vitzoo name of the architecture: as a vitzoo config states it, or a timm
     # config's architecture once `apply_architecture` has been told what the registry calls it.
     architecture: str | None = None
@@ -106,9 +108,11 @@ class Checkpoint:
                 continue  # no LayerScale in the tensors: the architecture's value would add one
             self.config[name] = arch.config[name]
             self.declared.add(name)
+            self.named.add(name)
         # A gated MLP (SwiGLU) shows itself in the tensors, and timm names no variant of these
         # architectures by activation: the registry's gate activation is the weights' one.
         gated = self.config.get("mlp_layer", "mlp") != "mlp" and arch.config.get("mlp_layer", "mlp") != "mlp"
         if gated and "act_layer" not in self.declared and "act_layer" in arch.config:
             self.config["act_layer"] = arch.config["act_layer"]
             self.declared.add("act_layer")
+            self.named.add("act_layer")

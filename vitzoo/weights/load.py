@@ -162,17 +162,21 @@ def _set_norm_eps(model: nn.Module, eps: float) -> None:
         model.config = model.config.replace(norm_eps=eps)
 
 
-def pretrained_cfg_for(ckpt: Checkpoint, model: nn.Module, base: PretrainedCfg | None) -> PretrainedCfg:
+def pretrained_cfg_for(
+    ckpt: Checkpoint, model: nn.Module, base: PretrainedCfg | None, *, describes: bool | None = None
+) -> PretrainedCfg:
     """The checkpoint's preprocessing and labels, fitted to the model it was loaded into (its input
     size; labels only if the class count is the same). Later wins:
-        base            the model's or architecture's cfg (no weights), or a registered source's cfg
+        base            the model's or architecture's cfg (no weights), or a weights tag's cfg
         ckpt.implied    what the layout implies (torchvision's transform, ...), unless `base`
-                        describes these very weights (a registered source: its `source` is set)
+                        describes these very weights (`describes`; by default: a registered
+                        source, whose `source` is set; a weights tag loaded from another copy)
         ckpt.pretrained what the source's own files state (config.json, preprocessor_config.json)
     """
     cfg = base or PretrainedCfg()
+    describes = cfg.source is not None if describes is None else describes
     # check_pretrained_fields keeps the PretrainedCfg fields, as tuples where JSON has lists
-    updates = check_pretrained_fields(ckpt.implied) if cfg.source is None else {}
+    updates = check_pretrained_fields(ckpt.implied) if not describes else {}
     updates.update(check_pretrained_fields(ckpt.pretrained))
     if "label_names" in updates:
         updates.setdefault("label_set", None)

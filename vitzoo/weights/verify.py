@@ -160,8 +160,7 @@ def check_fits(model: nn.Module, ckpt: Checkpoint) -> None:
                 f"has num_heads={config.num_heads}; expected equal head counts"
             )
     for name in UNSHOWN_FIELDS:
-        stated = ckpt.config.get(name)
-        stated = tuple(stated) if isinstance(stated, list) else stated  # JSON has no tuples
+        stated = _plain(ckpt.config.get(name))
         if config is not None and name in ckpt.declared and stated != getattr(config, name, None):
             raise WeightsMismatchError(
                 f"{ckpt.file}: the checkpoint was trained with {name}={ckpt.config[name]!r}, the model has "
@@ -175,3 +174,30 @@ def check_fits(model: nn.Module, ckpt: Checkpoint) -> None:
             f"{ckpt.file}: the checkpoint was trained with act_layer={act!r}, the model has "
             f"act_layer={config.act_layer!r}; expected the same activation (build the model with act_layer={act!r})"
         )
+
+
+def check_named_args(model: nn.Module, ckpt: Checkpoint, args: dict[str, Any], named: str) -> None:
+    """Raise WeightsMismatchError where `ckpt` contradicts the fields `args` that the weights tag
+    `named` ("name.tag") builds `model` with: a value its files state or its tensors show otherwise
+    (the image size: its position grid). What the registry itself told the checkpoint is not counted."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, ViTConfig):
+        return
+    for key in args:
+        if key not in ckpt.config or key in ckpt.named or not hasattr(config, key):
+            continue
+        theirs, ours = ckpt.config[key], getattr(config, key)
+        if key == "img_size":  # whole patches: a grid is what a position table shows
+            same = config.replace(img_size=_plain(theirs)).grid_size == config.grid_size
+        else:
+            same = _plain(theirs) == _plain(ours)
+        if not same:
+            how = "its config states" if key in ckpt.declared else "its tensors show"
+            raise WeightsMismatchError(
+                f"{ckpt.file}: {how} {key}={_plain(theirs)!r}, but the weights tag {named!r} builds {key}={ours!r}; "
+                f"expected the weights {named!r} names (name the model without the tag, or pass {key}= to build another)"
+            )
+
+
+def _plain(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value  # JSON has no tuples

@@ -1,0 +1,126 @@
+"""vitzoo.builder: a weights tag decides the architecture and the preprocessing, also when the
+weights come from another copy of them (`create("name.tag", weights=<a local file>)`), and a copy
+that shows another architecture than the tag's is refused, naming both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+from safetensors.torch import save_file
+
+import vitzoo
+from vitzoo import registry
+from vitzoo.model import TIMM_ARCHITECTURE_KEYS
+from vitzoo.weights import WeightsMismatchError
+
+ATOL = 1e-5
+SMALL = dict(depth=1, embed_dim=32, num_heads=2)  # the tag's own fields stay as they are
+
+
+def own_field_tags() -> list[str]:
+    """Every registered "name.tag" whose model_args build another architecture than the name alone."""
+    tags = []
+    for name in vitzoo.list_models(pretrained=True):
+        entry, pcfg = registry.get_pretrained_cfg(name)
+        assert pcfg is not None
+        if pcfg.model_args and entry.resolve_config(**pcfg.model_args) != entry.resolve_config():
+            tags.append(name)
+    return tags
+
+
+OWN_FIELD_TAGS = own_field_tags()
+
+
+def randomise(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Random values everywhere, scaled so a small model stays well-conditioned (unit LayerNorms and
+    zero biases would hide an activation mix-up)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return model.eval()
+
+
+def save_bare(model: torch.nn.Module, path: Path) -> Path:
+    """A bare safetensors file of timm's parameter names: no config beside it states anything."""
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
+    return path
+
+
+def test_the_tags_with_their_own_fields_are_found():
+    assert "clip_l14.laion2b" in OWN_FIELD_TAGS and "clip_b16.laion2b" in OWN_FIELD_TAGS
+    assert "siglip2_b16.v2_webli_384" in OWN_FIELD_TAGS
+
+
+@pytest.mark.parametrize("tagged", OWN_FIELD_TAGS)
+def test_a_tag_builds_its_architecture_from_a_local_file(tagged, tmp_path):
+    """Each tag whose model_args differ from its name's: a local copy of its weights builds what the
+    tag names (config, outputs), preprocessed as the tag says, at both of timm's levels."""
+    name, tag = registry.split_name(tagged)
+    _, pcfg = registry.get_pretrained_cfg(tagged)
+    assert pcfg is not None
+    torch.manual_seed(0)
+    source = randomise(vitzoo.create(name, **SMALL, **pcfg.model_args))  # the tag's architecture
+    path = save_bare(source, tmp_path / "copy.safetensors")
+
+    model = vitzoo.create(tagged, weights=path, **SMALL).eval()
+    assert model.config == source.config
+    for key, value in pcfg.model_args.items():
+        assert getattr(model.config, key) == value, key
+    x = torch.randn(1, *model.config.input_size)
+    with torch.no_grad():
+        assert (model(x) - source(x)).abs().max().item() <= ATOL
+    cfg = model.pretrained_cfg
+    for key in ("input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode"):
+        assert getattr(cfg, key) == getattr(pcfg, key), key
+    assert (cfg.tag, cfg.source) == (tag, str(path))
+    for key in ("input_size", *TIMM_ARCHITECTURE_KEYS):  # the registry answers as this model
+        assert vitzoo.get_pretrained_cfg_value(tagged, key) == model.default_cfg[key], key
+
+
+def test_clip_l14_laion2b_from_a_local_timm_file_computes_timms(tmp_path):
+    """timm's vit_large_patch14_clip_224 (LAION-2B's exact GELU) with random weights, as a local
+    file: the tag builds GELU, not the QuickGELU of the name's OpenAI weights, and timm's
+    preprocessing of that tag."""
+    args = dict(depth=2, embed_dim=64, num_heads=4)
+    reference = randomise(timm.create_model("vit_large_patch14_clip_224.laion2b", **args))
+    path = save_bare(reference, tmp_path / "vit_large_patch14_clip_224.laion2b.safetensors")
+
+    model = vitzoo.create("clip_l14.laion2b", weights=path, **args).eval()
+    assert model.config.act_layer == "gelu"
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        assert (model(x) - reference(x)).abs().max().item() <= ATOL
+        assert (model.forward_features(x) - reference.forward_features(x)).abs().max().item() <= ATOL
+    timm_cfg = reference.pretrained_cfg
+    for key in ("mean", "std", "input_size"):
+        assert model.pretrained_cfg[key] == tuple(timm_cfg[key]), key
+    for key in ("interpolation", "crop_pct", "crop_mode"):
+        assert model.pretrained_cfg[key] == timm_cfg[key], key
+    # The name alone still means OpenAI's architecture.
+    assert vitzoo.create("clip_l14", weights=path, **args).config.act_layer == "quick_gelu"
+
+
+def test_a_copy_that_shows_another_architecture_than_the_tag_is_refused(tmp_path):
+    # Its tensors show it: a position table for 256 px under a tag of 384 px weights.
+    at_256 = randomise(vitzoo.create("siglip2_b16", **SMALL, img_size=256))
+    path = save_bare(at_256, tmp_path / "at_256.safetensors")
+    with pytest.raises(
+        WeightsMismatchError,
+        match=r"at_256\.safetensors: its tensors show img_size=256, but the weights tag "
+        r"'siglip2_b16\.v2_webli_384' builds img_size=384",
+    ):
+        vitzoo.create("siglip2_b16.v2_webli_384", weights=path, **SMALL)
+    # Asked for in so many words, the table is resampled as for any name.
+    assert vitzoo.create("siglip2_b16.v2_webli_384", weights=path, **SMALL, img_size=384).config.img_size == 384
+    # Its config states it: OpenAI's QuickGELU weights saved by vitzoo, under LAION's tag.
+    openai = vitzoo.create("clip_l14", **SMALL)
+    vitzoo.save_pretrained(openai, tmp_path / "openai")
+    with pytest.raises(
+        WeightsMismatchError,
+        match=r"its config states act_layer='quick_gelu', but the weights tag 'clip_l14\.laion2b' builds act_layer='gelu'",
+    ):
+        vitzoo.create("clip_l14.laion2b", weights=tmp_path / "openai", **SMALL)
