@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,51 @@ def test_layers_lists_and_the_ms_concatenation():
     assert isinstance(ms, torch.Tensor) and ms.shape == (1, 64, 3, 5)
     assert torch.equal(ms, torch.cat([every[1], every[2]], dim=1))
     assert model.config.dynamic_img_size is False and model.patch_embed.strict_img_size  # restored
+
+
+def test_two_threads_at_different_sizes_share_one_fixed_size_model():
+    """The wide image's call reaches the patch embedding first and waits there until the tall
+    one's has too; the tall one then waits until the wide one's call has returned. With a model
+    changed for the duration of a call, the tall call would find the wide one's change (and skip
+    its own), then run on after it was undone."""
+    model, dynamic = _tiny(), _tiny(dynamic_img_size=True)  # the same weights
+    config, embed, modules = model.config, model.patch_embed, dict(model._modules)
+    images = {"wide": torch.randn(1, 3, 24, 40), "tall": torch.randn(1, 3, 48, 16)}
+    reached = {name: threading.Event() for name in images}
+    wide_done = threading.Event()
+
+    def hold(module: torch.nn.Module, args: tuple[torch.Tensor]) -> None:
+        name = "tall" if args[0].shape[-2] == 48 else "wide"
+        reached[name].set()
+        (wide_done if name == "tall" else reached["tall"]).wait(timeout=30)
+
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        try:
+            with torch.no_grad():
+                results[name] = vitzoo.dense_features(model, images[name])
+        except Exception as err:  # reported below, with the image's name
+            results[name] = err
+        finally:
+            if name == "wide":
+                wide_done.set()
+
+    handle = model.patch_embed.register_forward_pre_hook(hold)
+    wide, tall = (threading.Thread(target=run, args=(name,)) for name in ("wide", "tall"))
+    wide.start()
+    reached["wide"].wait(timeout=30)
+    tall.start()
+    for thread in (wide, tall):
+        thread.join(timeout=60)
+    handle.remove()
+    with torch.no_grad():
+        for name, x in images.items():
+            expected = dynamic.forward_intermediates(x, indices=[2], norm=True, intermediates_only=True)[0]
+            assert isinstance(results[name], torch.Tensor), f"{name}: {results[name]!r}"
+            assert torch.equal(results[name], expected), name
+    assert model.config is config and model.patch_embed is embed and dict(model._modules) == modules
+    assert model.config.dynamic_img_size is False and model.patch_embed.strict_img_size
 
 
 def test_sliding_windows_at_the_native_size_equal_the_plain_call():

@@ -9,15 +9,16 @@
 intermediates_only=True)`, timm's call with timm's values, on an input of any height and width
 that are multiples of the patch: a rotary embedding is computed for the input's grid, a learned
 position table resampled to it (bicubic, as `dynamic_img_size` does; a model built for one size
-takes other sizes for this call only). `window=` instead runs the model on overlapping windows of
-that size and averages the windows' maps where they overlap (docs/dense.md compares the two).
+takes other sizes through a view that shares its parameters, the model itself left unchanged).
+`window=` instead runs the model on overlapping windows of that size and averages the windows'
+maps where they overlap (docs/dense.md compares the two).
 """
 
 from __future__ import annotations
 
-import contextlib
+import copy
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -133,28 +134,26 @@ def _windows(
 
 
 # ----------------------------------------------------------------------------- features
-@contextlib.contextmanager
-def _any_input_size(model: VisionTransformer, image_size: tuple[int, int]) -> Iterator[None]:
-    """A model built for one size takes `image_size` for the duration (the positions follow the
-    grid, as with `dynamic_img_size`); its config and patch embedding are restored afterwards."""
+def _at_any_size(model: VisionTransformer, image_size: tuple[int, int]) -> VisionTransformer:
+    """`model` where it takes `image_size`; else a view of it that takes any size (the positions
+    follow the grid, as with `dynamic_img_size`). The view shares every parameter, buffer and
+    block with `model`; only its config and its patch embedding's size check are its own, so the
+    caller's model is never changed and calls from several threads do not meet."""
     if model.config.dynamic_img_size or image_size == tuple(model.patch_embed.img_size):
-        yield
-        return
-    config, strict = model.config, model.patch_embed.strict_img_size
-    model.config = config.replace(dynamic_img_size=True)
-    model.patch_embed.strict_img_size = False
-    try:
-        yield
-    finally:
-        model.config, model.patch_embed.strict_img_size = config, strict
+        return model
+    embed = copy.copy(model.patch_embed)  # a new object over the same parameters
+    embed.strict_img_size = False
+    view = copy.copy(model)
+    view._modules = {**model._modules, "patch_embed": embed}  # the copy's own table of submodules
+    view.config = model.config.replace(dynamic_img_size=True)
+    return view
 
 
 def _maps(model: VisionTransformer, x: torch.Tensor, blocks: list[int], norm: bool) -> list[torch.Tensor]:
     """forward_intermediates' (B, C, rows, columns) maps of `blocks` (sorted, distinct)."""
-    with _any_input_size(model, (x.shape[-2], x.shape[-1])):
-        out = model.forward_intermediates(
-            x, indices=blocks, norm=norm, stop_early=True, output_fmt="NCHW", intermediates_only=True
-        )
+    out = _at_any_size(model, (x.shape[-2], x.shape[-1])).forward_intermediates(
+        x, indices=blocks, norm=norm, stop_early=True, output_fmt="NCHW", intermediates_only=True
+    )
     return list(out)  # type: ignore[arg-type]  # NCHW intermediates only: a list of tensors
 
 
