@@ -158,7 +158,7 @@ def _create(
                 f"create({name!r}): a hub repository states its own config and weights; "
                 "expected no weights= or field overrides (build a registered name with weights= instead)"
             )
-        return from_pretrained(name)
+        return from_pretrained(name, dtype=dtype)
     entry, pcfg = registry.get_pretrained_cfg(name)
     _, tag = registry.split_name(name)
     if tag is not None and not pretrained and weights is None:
@@ -201,8 +201,6 @@ def _build_pretrained(
     already holds it): the model never exists in fp32, so a 7B model in bf16 loads in its bf16
     size (benchmarks/load.py --dinov3-7b measures it)."""
     ckpt, _ = _read(source)
-    if dtype is not None:
-        check_castable(ckpt.state.items(), dtype)  # cast_model's refusal, before anything is cast
     carried = build_args(ckpt, overrides)
     named = {k: v for k, v in (base_cfg.model_args if base_cfg else {}).items() if k not in overrides}
     carried.update(named)
@@ -210,10 +208,18 @@ def _build_pretrained(
         model = entry.builder(**overrides, **carried)
     if tag is not None:
         check_named_args(model, ckpt, named, f"{entry.name}.{tag}")
-    load_checkpoint(model, ckpt, strict=True, assign=True, dtype=dtype)
+    _fill(model, ckpt, dtype)
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg, describes=True if tag is not None else None))
     attach_architecture(model, entry.name)
     return model
+
+
+def _fill(model: nn.Module, ckpt: Checkpoint, dtype: torch.dtype | None) -> None:
+    """Load `ckpt` into `model`, built on the meta device; with `dtype`, each tensor converted as
+    it loads, after cast_model's refusal (check_castable) of a value beyond that dtype's range."""
+    if dtype is not None:
+        check_castable(ckpt.state.items(), dtype)
+    load_checkpoint(model, ckpt, strict=True, assign=True, dtype=dtype)
 
 
 def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
@@ -233,14 +239,18 @@ def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> Fi
     return report
 
 
-def from_pretrained(source: Source) -> nn.Module:
+def from_pretrained(source: Source, dtype: str | torch.dtype | None = None) -> nn.Module:
     """A model rebuilt from a saved directory (vitzoo, transformers or timm layout), a file whose
     layout names the architecture, or "hf-hub:org/repo[@rev]"; the config comes from the source
-    (and, for a named architecture, from what the registry says of it)."""
+    (and, for a named architecture, from what the registry says of it). `dtype` as in `create`:
+    each tensor converted as it loads, refused where a weight is beyond that precision's range."""
+    torch_dtype = parse_dtype(dtype, "cpu")[0] if dtype is not None else None
     ckpt, arch = _read(source)
     with torch.device("meta"):
         model = VisionTransformer(vit_config(ckpt))
-    load_checkpoint(model, ckpt, strict=True, assign=True)
+    _fill(model, ckpt, torch_dtype)
+    if torch_dtype is not None:
+        cast_model(model, torch_dtype)  # the buffers loading rebuilt in fp32
     if ckpt.architecture:
         attach_architecture(model, ckpt.architecture)
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, arch.default_cfg if arch is not None else None))
