@@ -30,8 +30,9 @@ from . import registry
 from .atomic import write_safetensors
 from .features import feature_model
 from .layout import CONFIG_NAME, WEIGHTS_NAME, attach_architecture, save_pretrained
+from .memory import human_bytes, model_bytes, require_memory
 from .model import VisionTransformer, ViTConfig
-from .precision import cast_model, check_castable, parse_dtype
+from .precision import cast_model, check_castable, name_of, parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .weights import (
     Architecture,
@@ -163,7 +164,9 @@ def _create(
     _, tag = registry.split_name(name)
     if tag is not None and not pretrained and weights is None:
         pretrained = True  # naming a weights tag means asking for those weights
-    if pretrained or weights is not None:
+    loading = pretrained or weights is not None
+    require_weights_memory(name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading)
+    if loading:
         if weights is None:
             if pcfg is None or pcfg.source is None:
                 raise WeightsError(
@@ -181,6 +184,30 @@ def _create(
         attach_pretrained_cfg(model, cfg)
     attach_architecture(model, entry.name)  # saved and pushed models name it (push: timm's counterpart)
     return model
+
+
+def require_weights_memory(name: str, meta: nn.Module, dtype: torch.dtype | None, *, loading: bool) -> None:
+    """Refuse (memory.InsufficientMemoryError) a model whose weights alone exceed the memory this
+    process may allocate, before any is: `meta` is the model built on the meta device, `dtype`
+    the one its weights load in (None: the builder's; a random initialisation is built in it
+    whatever dtype it is cast to after). The checkpoint read beside them is not counted."""
+    built = dtype or next((p.dtype for p in meta.parameters()), torch.float32)
+    count = sum(p.numel() for p in meta.parameters())
+    ways = []
+    if built.itemsize > torch.bfloat16.itemsize:
+        bf16 = human_bytes(model_bytes(meta, torch.bfloat16))
+        later = "" if loading else "; a random initialisation is built in fp32 first"
+        ways.append(
+            f"load the weights in bf16 (--dtype bf16 with --pretrained or --weights, dtype='bf16': {bf16}{later})"
+        )
+    ways.append(
+        "a smaller configuration or a machine with more memory; sharding the model across processes (FSDP) is planned"
+    )
+    require_memory(
+        model_bytes(meta, dtype),
+        f"model {name!r} in {name_of(built)} ({count:,} parameters, the weights alone)",
+        "ways out: " + ", ".join(ways),
+    )
 
 
 def _build_pretrained(
