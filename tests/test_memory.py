@@ -132,3 +132,12 @@ def test_a_real_process_under_ulimit_v_is_refused_with_one_line(command, tmp_pat
         rf"vitzoo: error: (fine-tuning )?model '{BIG}' .* GB needed, .* available \(ulimit -v: 6\.0 GB\)", done.stderr
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_under_a_real_address_space_cap_export_is_refused_in_process(memory_cap, tmp_path, capsys):
+    """The real limit, not a patched one: conftest's memory_cap sets RLIMIT_AS a little above this
+    process's size, as `ulimit -v` would."""
+    code, _, err = _run(capsys, "export", BIG, "--out", str(tmp_path / "big.pt2"))
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"model '{BIG}' in fp32" in err and "available (ulimit -v: " in err
+    assert not (tmp_path / "big.pt2").exists()
