@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from commands.helpers import run as _run
 
 import vitzoo
@@ -141,3 +142,8 @@ def test_under_a_real_address_space_cap_export_is_refused_in_process(memory_cap,
     assert code == 1 and err.count("\n") == 1, err
     assert f"model '{BIG}' in fp32" in err and "available (ulimit -v: " in err
     assert not (tmp_path / "big.pt2").exists()
+
+
+def test_a_model_built_on_the_meta_device_is_not_refused(six_gb):
+    with torch.device("meta"):
+        assert next(vitzoo.create(BIG).parameters()).is_meta  # nothing allocated, nothing to refuse

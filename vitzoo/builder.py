@@ -165,7 +165,10 @@ def _create(
     if tag is not None and not pretrained and weights is None:
         pretrained = True  # naming a weights tag means asking for those weights
     loading = pretrained or weights is not None
-    require_weights_memory(name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading)
+    if loading or torch.empty(()).device.type == "cpu":  # not on the meta device, nor a GPU's memory
+        require_weights_memory(
+            name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading
+        )
     if loading:
         if weights is None:
             if pcfg is None or pcfg.source is None:
