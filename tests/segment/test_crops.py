@@ -3,10 +3,11 @@ labels (nearest); random crops are the crop size, padded with the ignored label.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from vitzoo.data.masks import IGNORE_INDEX
-from vitzoo.segment.crops import Geometry, padded, random_crop, windows
+from vitzoo.segment.crops import Geometry, SegmentSettingsError, padded, random_crop, windows
 
 
 def test_windows_cover_every_pixel_and_end_flush_with_the_border():
@@ -41,3 +42,9 @@ def test_random_crops_are_the_crop_size_padded_with_the_ignored_label():
     assert x.shape == (3, 32, 32) and target.shape == (32, 32)
     assert bool((target[crop_mask.shape[0] :] == IGNORE_INDEX).all())
     assert bool((target[: crop_mask.shape[0], : crop_mask.shape[1]] == 1).all())
+
+
+def test_a_size_beyond_the_decompression_bomb_limit_is_refused_before_resizing():
+    geometry = Geometry(patch=(8, 8), crop=32, stride=16, size=200_000)
+    with pytest.raises(SegmentSettingsError, match="size=200000 would resize a 40x30 image"):
+        geometry.resized(torch.zeros(3, 30, 40, dtype=torch.uint8))

@@ -23,8 +23,13 @@ from torchvision.transforms.v2 import functional as TF
 
 from ..data.masks import IGNORE_INDEX
 from ..data.transforms import InputSpec, convert_channels, patch_multiple_size
+from ..errors import VitzooError
 
 Window = tuple[int, int, int, int]  # top, left, height, width in pixels
+
+
+class SegmentSettingsError(VitzooError, ValueError):
+    """A setting of the probe (or its RUN folder) that cannot be used; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,14 @@ class Geometry:
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if tuple(image.shape[-2:]) == target:
             return image, mask
+        from PIL import Image
+
+        limit = Image.MAX_IMAGE_PIXELS  # None when the user switched PIL's guard off
+        if limit is not None and target[0] * target[1] > limit:
+            raise SegmentSettingsError(
+                f"size={self.size} would resize a {image.shape[-1]}x{image.shape[-2]} image to {target[1]}x{target[0]} "
+                f"pixels, more than PIL's decompression-bomb limit of {limit}; expected a smaller size"
+            )
         mode = TF.InterpolationMode(self.interpolation)
         image = TF.resize(image, list(target), interpolation=mode, antialias=True)
         if mask is not None:

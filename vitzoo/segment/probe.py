@@ -28,11 +28,10 @@ from tqdm.auto import tqdm
 
 from ..atomic import write_json, write_safetensors
 from ..data.masks import SegData
-from ..errors import VitzooError
 from ..train.placement import peak_memory_mb
 from .backbone import FrozenBackbone
 from .cache import CACHE_FILE, cache_batches, cached_crops
-from .crops import Geometry
+from .crops import Geometry, SegmentSettingsError
 from .figure import save_examples, save_mask
 from .fit import Batches, augmented_batches, train_head
 from .head import LinearHead
@@ -42,10 +41,6 @@ from .metrics import confusion_matrix, miou
 REPORT_FILE = "segment.json"
 HEAD_FILE = "head.safetensors"
 EXAMPLES_FILE = "examples.png"
-
-
-class SegmentSettingsError(VitzooError, ValueError):
-    """A setting of the probe (or its RUN folder) that cannot be used; the message names it."""
 
 
 @dataclass(frozen=True)
