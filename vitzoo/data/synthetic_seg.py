@@ -1,7 +1,7 @@
 """Digits on photos: a small real segmentation dataset, built on the spot from what packages ship.
 
     vitzoo.data.synthetic_seg.build_digit_scenes("scenes/", train=200, val=50, seed=0)
-    vitzoo segment vit_mnist scenes/ --weights runs/mnist/best --out runs/seg
+    vitzoo segment vit_mnist scenes/ --weights BACKBONE --size 192 --crop 56 --out runs/seg
 
 The backgrounds are crops of the photos scikit-image ships in its wheel (`skimage.data`, a dev and
 test dependency: `pip install scikit-image`), the training scenes' from other photos than the
