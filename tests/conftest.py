@@ -407,3 +407,15 @@ def memory_cap() -> Iterator[None]:
         yield
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.fixture(scope="session")
+def digit_scenes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny digits-on-photos segmentation dataset (plain layout): 8 training and 4 validation
+    scenes of 48x64 pixels (vitzoo.data.synthetic_seg; needs scikit-image)."""
+    pytest.importorskip("skimage", reason="scikit-image (a dev dependency) provides the photos")
+    from vitzoo.data.synthetic_seg import build_digit_scenes
+
+    return build_digit_scenes(
+        tmp_path_factory.mktemp("scenes") / "scenes", train=8, val=4, size=(48, 64), scale=(1.0, 1.4), seed=0
+    )
