@@ -33,7 +33,7 @@ def _fp32(name: str) -> int:
 
 @pytest.mark.parametrize("dtype", [None, "bf16"])
 def test_export_of_a_model_beyond_the_memory_is_refused_before_allocating(dtype, six_gb, tmp_path, capsys):
-    out = tmp_path / "big.pt2"
+    out = tmp_path / "big.onnx"
     loading = ["--pretrained", "--dtype", dtype] if dtype else []  # refused before the hub is asked
     code, stdout, err = _run(capsys, "export", BIG, "--out", str(out), *loading)
     assert code == 1 and stdout == "" and err.count("\n") == 1, err
@@ -117,7 +117,7 @@ def test_a_real_process_under_ulimit_v_is_refused_with_one_line(command, tmp_pat
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (6 * 10**9, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
-    args = ["--out", str(tmp_path / "big.pt2")] if command == "export" else ["--data", "mnist-sample"]
+    args = ["--out", str(tmp_path / "big.onnx")] if command == "export" else ["--data", "mnist-sample"]
     args += ["--out", str(tmp_path / "run")] if command == "finetune" else []
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
@@ -138,10 +138,10 @@ def test_a_real_process_under_ulimit_v_is_refused_with_one_line(command, tmp_pat
 def test_under_a_real_address_space_cap_export_is_refused_in_process(memory_cap, tmp_path, capsys):
     """The real limit, not a patched one: conftest's memory_cap sets RLIMIT_AS a little above this
     process's size, as `ulimit -v` would."""
-    code, _, err = _run(capsys, "export", BIG, "--out", str(tmp_path / "big.pt2"))
+    code, _, err = _run(capsys, "export", BIG, "--out", str(tmp_path / "big.onnx"))
     assert code == 1 and err.count("\n") == 1, err
     assert f"model '{BIG}' in fp32" in err and "available (ulimit -v: " in err
-    assert not (tmp_path / "big.pt2").exists()
+    assert not (tmp_path / "big.onnx").exists()
 
 
 def test_a_model_built_on_the_meta_device_is_not_refused(six_gb):

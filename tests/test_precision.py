@@ -126,7 +126,7 @@ COMMANDS = {
     "predict": ("predict", "vit_mnist_tiny", "{image}", "--output", "{out}.csv", "--no-progress"),
     "eval": ("eval", "vit_mnist_tiny", "--data", "mnist-sample", "--json"),
     "features": ("features", "vit_mnist_tiny", "mnist-sample", "--out", "{out}.safetensors", "--no-progress"),
-    "export": ("export", "vit_mnist_tiny", "--out", "{out}.pt2"),
+    "export": ("export", "vit_mnist_tiny", "--out", "{out}.onnx"),  # .pt2 needs torch >= 2.2
 }
 
 
@@ -146,6 +146,10 @@ def _beyond_fp16(directory: Path, kind: str) -> Path:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_refuses_fp16_beyond_its_range_the_same_way(command, kind, tmp_path, capsys):
     from commands.helpers import digit_images, run
+    from test_deploy import cpu_runs_fp16_convolutions
+
+    if kind == "an activation" and not cpu_runs_fp16_convolutions():
+        pytest.skip(f"torch {torch.__version__} has no fp16 convolution on the CPU: the model cannot run in fp16")
 
     weights = _beyond_fp16(tmp_path / "w", kind)
     image = digit_images(tmp_path)[0]
