@@ -25,6 +25,8 @@ Fixtures:
     mnist_dir  600 + 200 real digits as a raw MNIST directory (`--data mnist --data-dir`)
     png_size   (width, height) of a PNG file, after checking that it decodes fully
     load_benchmark   a function: benchmarks/STEM.py imported as a module, for the tests of that script
+    memory_cap the address space capped a little above its size for one test (a hostile config's
+               allocation fails at once)
 """
 
 from __future__ import annotations
@@ -383,3 +385,37 @@ def load_benchmark() -> Iterator[Callable[[str], ModuleType]]:
     yield load
     for name in loaded:
         sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def memory_cap() -> Iterator[None]:
+    """Cap this process's address space a little above its current size for one test, so that a
+    regression that sizes an allocation by a hostile config fails at once with torch's "can't
+    allocate memory" instead of taking the machine's memory."""
+    resource = pytest.importorskip("resource")
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        pytest.skip("needs Linux /proc to measure the address space")
+    vm_kib = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmSize:"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = vm_kib * 1024 + 2**30
+    for limit in (soft, hard):  # never raise a limit someone else set lower
+        if limit != resource.RLIM_INFINITY:
+            cap = min(cap, limit)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+@pytest.fixture(scope="session")
+def digit_scenes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny digits-on-photos segmentation dataset (plain layout): 8 training and 4 validation
+    scenes of 48x64 pixels (vitzoo.data.synthetic_seg; needs scikit-image)."""
+    pytest.importorskip("skimage", reason="scikit-image (a dev dependency) provides the photos")
+    from vitzoo.data.synthetic_seg import build_digit_scenes
+
+    return build_digit_scenes(
+        tmp_path_factory.mktemp("scenes") / "scenes", train=8, val=4, size=(48, 64), scale=(1.0, 1.4), seed=0
+    )

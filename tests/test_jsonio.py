@@ -73,3 +73,42 @@ def test_a_fifo_or_folder_is_refused_without_opening_it(tmp_path):
 def test_a_missing_file_is_named(tmp_path):
     with pytest.raises(JSONFileError, match=r"cannot read '.*nope\.json' \(No such file or directory\)"):
         read_json(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "path", "problem"),
+    [
+        ('{\n  "pretrained_cfg": {"crop_pct": NaN}}', "NaN", "pretrained_cfg.crop_pct", "the constant NaN is not JSON"),
+        ('{"mean": [0.5, -Infinity]}', "-Infinity", r"mean\[1\]", "the constant -Infinity is not JSON"),
+        ('{"a": {"x": "NaN [,", "b": [{}, [1e5, 1e999]]}}', "1e999", r"a\.b\[1\]\[1\]", "the number 1e999 is beyond"),
+        ('{"a.b c": {"d": Infinity}}', "Infinity", r'\["a\.b c"\]\.d', "the constant Infinity is not JSON"),
+        ('{"a": NaN, "a": 1}', "NaN", "a", "the constant NaN is not JSON"),  # refused though the 1 replaces it
+        ("NaN", "NaN", "the top level", "the constant NaN is not JSON"),
+    ],
+)
+def test_a_constant_or_infinite_number_is_named_by_key_path_line_and_column(text, bad, path, problem):
+    pos = text.index(bad, text.index(":") if text.startswith("{") else 0)
+    line, column = text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
+    message = rf"^'c\.json': {path} \(line {line} column {column}\): {problem}.*\(a number must be finite\); expected"
+    with pytest.raises(JSONFileError, match=message):
+        parse_json(text, where="c.json")
+    assert parse_json('{"a": 1e308, "b": ' + "9" * 400 + "}", where="c.json")["a"] == 1e308  # in range; an exact int
+
+
+def test_a_nan_in_a_saved_config_is_named_where_the_user_reads_it(tmp_path, capsys):
+    from PIL import Image
+
+    import vitzoo
+    from vitzoo import cli
+
+    Image.new("L", (32, 32)).save(tmp_path / "x.png")
+    vitzoo.create("vit_mnist_tiny").save_pretrained(tmp_path / "w")
+    config = tmp_path / "w" / "config.json"
+    text = config.read_text()
+    config.write_text(text.replace('"crop_pct": 1.0', '"crop_pct": NaN'))
+    pos = text.index('"crop_pct"') + len('"crop_pct": ')
+    line, column = text.count("\n", 0, pos) + 1, pos - text.rfind("\n", 0, pos)
+    assert cli.main(["predict", "vit_mnist_tiny", str(tmp_path / "x.png"), "--weights", str(tmp_path / "w")]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"{str(config)!r}: pretrained_cfg.crop_pct (line {line} column {column}): the constant NaN" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,67 @@ def test_all_finite_finds_nan_and_both_infinities_anywhere(dtype):
             u = t.clone()
             u[where] = bad
             assert not precision.all_finite(u), (bad, where)
+
+
+# Every way of running a model in fp16, and the one refusal each gives (precision.check_castable
+# for a weight beyond the range, precision.check_outputs for an activation beyond it).
+BEYOND = {
+    "a weight": r"cannot cast the model to fp16: blocks\.2\.mlp\.fc2\.bias hold values beyond its range "
+    r"\(largest 65504\), which would become infinite; use fp32 or bf16",
+    "an activation": r"cannot run the model in fp16: its outputs are NaN or infinite \(an activation went beyond "
+    r"fp16's range, largest 65504, though every weight fits\); use fp32 or bf16",
+}
+COMMANDS = {
+    "predict": ("predict", "vit_mnist_tiny", "{image}", "--output", "{out}.csv", "--no-progress"),
+    "eval": ("eval", "vit_mnist_tiny", "--data", "mnist-sample", "--json"),
+    "features": ("features", "vit_mnist_tiny", "mnist-sample", "--out", "{out}.safetensors", "--no-progress"),
+    "export": ("export", "vit_mnist_tiny", "--out", "{out}.onnx"),  # .pt2 needs torch >= 2.2
+}
+
+
+def _beyond_fp16(directory: Path, kind: str) -> Path:
+    """vit_mnist_tiny saved with its last MLP biases at 1e5 (beyond fp16: the cast overflows), or
+    at 4e4 in the last two blocks (each fits; their sum in the residual stream does not)."""
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_mnist_tiny")
+    with torch.no_grad():
+        for block in model.blocks[-2:] if kind == "an activation" else model.blocks[-1:]:
+            block.mlp.fc2.bias.fill_(4e4 if kind == "an activation" else 1e5)
+    model.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("kind", BEYOND)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_refuses_fp16_beyond_its_range_the_same_way(command, kind, tmp_path, capsys):
+    from commands.helpers import digit_images, run
+    from test_deploy import cpu_runs_fp16_convolutions
+
+    if kind == "an activation" and not cpu_runs_fp16_convolutions():
+        pytest.skip(f"torch {torch.__version__} has no fp16 convolution on the CPU: the model cannot run in fp16")
+
+    weights = _beyond_fp16(tmp_path / "w", kind)
+    image = digit_images(tmp_path)[0]
+    argv = [a.format(image=image, out=tmp_path / "out") for a in COMMANDS[command]]
+    code, out, err = run(capsys, *argv, "--weights", str(weights), "--dtype", "fp16")
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert re.fullmatch(f"vitzoo: error: {BEYOND[kind]}\n", err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["digit0.png", "digit1.png", "w"]  # nothing written
+    code, _, err = run(capsys, *argv, "--weights", str(weights), "--dtype", "fp32")
+    assert code == 0, err  # fp32 has the range
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        lambda w, dtype: vitzoo.create("vit_mnist_tiny", weights=w, dtype=dtype),
+        lambda w, dtype: vitzoo.from_pretrained(w, dtype=dtype),
+        lambda w, dtype: precision.cast_model(vitzoo.from_pretrained(w), dtype),
+    ],
+    ids=["create", "from_pretrained", "cast_model"],
+)
+def test_every_cast_in_python_refuses_a_weight_beyond_fp16_the_same_way(load, tmp_path):
+    weights = _beyond_fp16(tmp_path / "w", "a weight")
+    with pytest.raises(precision.PrecisionRangeError, match=f"^{BEYOND['a weight']}$"):
+        load(weights, torch.float16)
+    assert {p.dtype for p in load(weights, torch.bfloat16).parameters()} == {torch.bfloat16}

@@ -12,7 +12,7 @@ The package's layers import downwards only (tests/test_layering.py checks it):
     weights/                                                   checkpoints: read, convert, adapt, export
     builder                                                    create / from_pretrained: registry + weights
     text/                                                      whole image-text models (create(..., text=True))
-    data/, predict, probe/, train/, viz/, commands/, cli       applications on top
+    data/, dense, predict, probe/, train/, viz/, commands/, cli   applications on top
 
 The names below are imported on first use, so `import vitzoo.model` (or `vitzoo.layers`) loads
 only the model, not the registry, the zoo or the checkpoint machinery.
@@ -51,6 +51,8 @@ _EXPORTS = {
     "save_pretrained": "layout",
     "push_to_hub": "push",
     "export": "weights",
+    "dense_features": "dense",
+    "load_dense_image": "dense",
 }
 
 __all__ = [
@@ -63,11 +65,13 @@ __all__ = [
     "VisionTransformer",
     "convert",
     "create",
+    "dense_features",
     "download",
     "export",
     "from_pretrained",
     "get_pretrained_cfg_value",
     "list_models",
+    "load_dense_image",
     "load_weights",
     "model_info",
     "push_to_hub",
@@ -78,6 +82,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .builder import convert, create, download, from_pretrained, load_weights
+    from .dense import dense_features, load_dense_image
     from .features import FeatureGetterNet, FeatureInfo
     from .layout import save_pretrained
     from .model import VisionTransformer, ViTConfig

@@ -30,8 +30,9 @@ from . import registry
 from .atomic import write_safetensors
 from .features import feature_model
 from .layout import CONFIG_NAME, WEIGHTS_NAME, attach_architecture, save_pretrained
+from .memory import human_bytes, model_bytes, require_memory
 from .model import VisionTransformer, ViTConfig
-from .precision import cast_model, check_castable, parse_dtype
+from .precision import cast_model, check_castable, name_of, parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .weights import (
     Architecture,
@@ -160,10 +161,15 @@ def _create(
                 f"create({name!r}): a hub repository states its own config and weights; "
                 "expected no weights= or field overrides (build a registered name with weights= instead)"
             )
-        return from_pretrained(name)
+        return from_pretrained(name, dtype=dtype)
     entry, pcfg = registry.get_pretrained_cfg(name)
     _, tag = registry.split_name(name)
-    if weights is not None or registry.wants_weights(name, pretrained):
+    loading = weights is not None or registry.wants_weights(name, pretrained)
+    if loading or torch.empty(()).device.type == "cpu":  # not on the meta device, nor a GPU's memory
+        require_weights_memory(
+            name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading
+        )
+    if loading:
         if weights is None:
             if pcfg is None or pcfg.source is None:
                 raise WeightsError(
@@ -184,6 +190,30 @@ def _create(
     return model
 
 
+def require_weights_memory(name: str, meta: nn.Module, dtype: torch.dtype | None, *, loading: bool) -> None:
+    """Refuse (memory.InsufficientMemoryError) a model whose weights alone exceed the memory this
+    process may allocate, before any is: `meta` is the model built on the meta device, `dtype`
+    the one its weights load in (None: the builder's; a random initialisation is built in it
+    whatever dtype it is cast to after). The checkpoint read beside them is not counted."""
+    built = dtype or next((p.dtype for p in meta.parameters()), torch.float32)
+    count = sum(p.numel() for p in meta.parameters())
+    ways = []
+    if built.itemsize > torch.bfloat16.itemsize:
+        bf16 = human_bytes(model_bytes(meta, torch.bfloat16))
+        later = "" if loading else "; a random initialisation is built in fp32 first"
+        ways.append(
+            f"load the weights in bf16 (--dtype bf16 with --pretrained or --weights, dtype='bf16': {bf16}{later})"
+        )
+    ways.append(
+        "a smaller configuration or a machine with more memory; sharding the model across processes (FSDP) is planned"
+    )
+    require_memory(
+        model_bytes(meta, dtype),
+        f"model {name!r} in {name_of(built)} ({count:,} parameters, the weights alone)",
+        "ways out: " + ", ".join(ways),
+    )
+
+
 def _build_pretrained(
     entry: registry.ModelEntry,
     source: Source,
@@ -202,8 +232,6 @@ def _build_pretrained(
     already holds it): the model never exists in fp32, so a 7B model in bf16 loads in its bf16
     size (benchmarks/load.py --dinov3-7b measures it)."""
     ckpt, _ = _read(source)
-    if dtype is not None:
-        check_castable(ckpt.state.items(), dtype)  # cast_model's refusal, before anything is cast
     carried = build_args(ckpt, overrides)
     named = {k: v for k, v in (base_cfg.model_args if base_cfg else {}).items() if k not in overrides}
     carried.update(named)
@@ -211,10 +239,18 @@ def _build_pretrained(
         model = entry.builder(**overrides, **carried)
     if tag is not None:
         check_named_args(model, ckpt, named, f"{entry.name}.{tag}")
-    load_checkpoint(model, ckpt, strict=True, assign=True, dtype=dtype)
+    _fill(model, ckpt, dtype)
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg, describes=True if tag is not None else None))
     attach_architecture(model, entry.name)
     return model
+
+
+def _fill(model: nn.Module, ckpt: Checkpoint, dtype: torch.dtype | None) -> None:
+    """Load `ckpt` into `model`, built on the meta device; with `dtype`, each tensor converted as
+    it loads, after cast_model's refusal (check_castable) of a value beyond that dtype's range."""
+    if dtype is not None:
+        check_castable(ckpt.state.items(), dtype)
+    load_checkpoint(model, ckpt, strict=True, assign=True, dtype=dtype)
 
 
 def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> FitReport:
@@ -234,14 +270,18 @@ def load_weights(model: nn.Module, source: Source, *, strict: bool = True) -> Fi
     return report
 
 
-def from_pretrained(source: Source) -> nn.Module:
+def from_pretrained(source: Source, dtype: str | torch.dtype | None = None) -> nn.Module:
     """A model rebuilt from a saved directory (vitzoo, transformers or timm layout), a file whose
     layout names the architecture, or "hf-hub:org/repo[@rev]"; the config comes from the source
-    (and, for a named architecture, from what the registry says of it)."""
+    (and, for a named architecture, from what the registry says of it). `dtype` as in `create`:
+    each tensor converted as it loads, refused where a weight is beyond that precision's range."""
+    torch_dtype = parse_dtype(dtype, "cpu")[0] if dtype is not None else None
     ckpt, arch = _read(source)
     with torch.device("meta"):
         model = VisionTransformer(vit_config(ckpt))
-    load_checkpoint(model, ckpt, strict=True, assign=True)
+    _fill(model, ckpt, torch_dtype)
+    if torch_dtype is not None:
+        cast_model(model, torch_dtype)  # the buffers loading rebuilt in fp32
     if ckpt.architecture:
         attach_architecture(model, ckpt.architecture)
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, arch.default_cfg if arch is not None else None))

@@ -47,6 +47,7 @@ from torch import nn
 from .atomic import atomic_path
 from .layers.helpers import to_2tuple
 from .layers.lora import merge_lora
+from .precision import check_outputs, narrower_than_fp32
 from .pretrained_cfg import pretrained_cfg_of
 
 # format name -> the file suffix that implies it
@@ -114,11 +115,25 @@ def export(
     LoRA adapters are merged first (layers/lora.py): the graph is the plain model's."""
     fmt = format_of(path, fmt)
     model = merge_lora(model)
+    _check_range(model, input_size)
     if fmt == "onnx":
         return export_onnx(model, path, opset=opset, input_size=input_size, dynamic_size=dynamic_size)
     if opset is not None:
         raise ValueError(f"opset={opset} applies to ONNX export only; a {fmt!r} program has no opset")
     return export_program(model, path, input_size=input_size, dynamic_size=dynamic_size)
+
+
+def _check_range(model: nn.Module, input_size: Sequence[int] | None) -> None:
+    """A model whose weights are in a precision of narrower range than fp32's (fp16) runs the
+    example input once: outputs beyond that range refuse the export (precision.check_outputs)
+    rather than write a file that computes NaN."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    if not narrower_than_fp32(dtype):
+        return
+    with _eval_mode(model):
+        out = model(example_input(model, input_size))
+    for t in out if isinstance(out, (tuple, list)) else (out,):
+        check_outputs(t)
 
 
 # ------------------------------------------------------------------------------------ ONNX

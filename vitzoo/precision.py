@@ -10,16 +10,25 @@ slower than fp32, so "auto" keeps fp32 there. fp16 is offered for CUDA; on a CPU
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from .errors import VitzooError
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHOICES = ("auto", *DTYPES)
 # /proc/cpuinfo flags of x86 CPUs that multiply bf16 matrices in hardware.
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# The way out of both range refusals: the precisions with fp32's range.
+WIDER = "use fp32 or bf16"
+
+
+class PrecisionRangeError(VitzooError, ValueError):
+    """A model asked to run in a precision whose range its weights or its activations exceed."""
 
 
 def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
@@ -112,15 +121,17 @@ def refuse_nonfinite(model: nn.Module, where: str) -> None:
 
 
 def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """`model.to(dtype)`, refused (ValueError naming the tensors) where a finite value would become
-    infinite: fp16's largest value is 65504, and a weight beyond it would silently change every output."""
+    """`model.to(dtype)`, refused (check_castable) where a finite value would become infinite:
+    fp16's largest value is 65504, and a weight beyond it would silently change every output."""
     check_castable(_named_floats(model), dtype)
     return model.to(dtype)
 
 
 def check_castable(named: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype) -> None:
-    """Raise ValueError naming the floating tensors of `named` that hold a finite value `dtype`
-    cannot represent (it would become infinite). Tensors already in a type no wider are skipped."""
+    """Raise PrecisionRangeError naming the floating tensors of `named` that hold a finite value
+    `dtype` cannot represent (it would become infinite). Tensors already in a type no wider are
+    skipped. The one check before every cast to an inference dtype (create, from_pretrained,
+    cast_model: predict, eval, features and export reach it through them)."""
     overflow = [
         name
         for name, t in named
@@ -131,10 +142,31 @@ def check_castable(named: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype
     ]
     if overflow:
         shown = ", ".join(overflow[:5]) + (f" and {len(overflow) - 5} more" if len(overflow) > 5 else "")
-        raise ValueError(
+        raise PrecisionRangeError(
             f"cannot cast the model to {name_of(dtype)}: {shown} hold values beyond its range "
-            f"(largest {torch.finfo(dtype).max:g}), which would become infinite; use fp32 or bf16"
+            f"({_largest(dtype)}), which would become infinite; {WIDER}"
         )
+
+
+def narrower_than_fp32(dtype: torch.dtype) -> bool:
+    """Whether `dtype`'s exponent reaches less far than fp32's (fp16 does; bf16 has fp32's range)."""
+    return math.frexp(torch.finfo(dtype).max)[1] < math.frexp(torch.finfo(torch.float32).max)[1]
+
+
+def check_outputs(out: torch.Tensor, where: str = "the model") -> None:
+    """Raise PrecisionRangeError when `out`, computed in a dtype of narrower range than fp32's
+    (fp16), holds NaN or infinite values: every weight fitted, but an activation went beyond the
+    range, and the outputs (probabilities, accuracy, features) would be NaN. Outputs in fp32 or
+    bf16 are left to the caller (an overflow there is not the precision's doing)."""
+    if out.is_floating_point() and narrower_than_fp32(out.dtype) and not all_finite(out):
+        raise PrecisionRangeError(
+            f"cannot run {where} in {name_of(out.dtype)}: its outputs are NaN or infinite (an activation went "
+            f"beyond {name_of(out.dtype)}'s range, {_largest(out.dtype)}, though every weight fits); {WIDER}"
+        )
+
+
+def _largest(dtype: torch.dtype) -> str:
+    return f"largest {torch.finfo(dtype).max:g}"
 
 
 def _named_floats(model: nn.Module) -> list[tuple[str, torch.Tensor]]:

@@ -45,6 +45,7 @@ from .data import InputSpec, eval_transform, find_image_files
 from .data.folder import UnreadableImageError, decode_image
 from .data.stream import usable_cores
 from .jsonio import to_json
+from .precision import check_outputs
 from .pretrained_cfg import pretrained_cfg_of
 
 __all__ = [
@@ -224,7 +225,9 @@ def predict_images(
                     lost.append((path, e))
             if ok:
                 with torch.inference_mode():
-                    logits = model(batch[ok]).float()
+                    logits = model(batch[ok])
+                    check_outputs(logits)
+                    logits = logits.float()
                     probs = torch.sigmoid(logits) if activation == "sigmoid" else torch.softmax(logits, dim=-1)
                 top_p, top_i = probs.topk(min(topk, probs.shape[-1]), dim=-1)
                 for j, ps, idx in zip(ok, top_p.tolist(), top_i.tolist()):

@@ -324,13 +324,20 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def build_meta(name: str, **overrides: Any) -> nn.Module:
+    """The registered model `name` built on the meta device, a tag's own fields (e.g. the
+    activation its weights need) included: its shapes, parameter count and bytes, nothing allocated."""
+    entry, pcfg = get_pretrained_cfg(name)
+    with torch.device("meta"):
+        return entry.builder(**{**(pcfg.model_args if pcfg else {}), **overrides})
+
+
 def model_info(name: str) -> dict[str, Any]:
     """Config, parameter count, pretrained sources and origin of a registered model (plain data).
     Nothing is allocated: the model is built on the meta device to count its parameters.
     "preprocessing" is timm's whole pretrained cfg of the name (`timm_pretrained_cfg`)."""
     entry, pcfg = get_pretrained_cfg(name)
-    with torch.device("meta"):  # a tag's own fields (e.g. the activation its weights need) included
-        model = entry.builder(**(pcfg.model_args if pcfg else {}))
+    model = build_meta(name)
     config = getattr(model, "config", None)
     vit_config = config if isinstance(config, ViTConfig) else None
     return {

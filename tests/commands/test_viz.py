@@ -20,11 +20,12 @@ from . import helpers
 
 @pytest.fixture(autouse=True)
 def avg_pool_model():
-    """A registered model without class token, registered for one test only (the registry is
+    """A registered model without class token and a small DINOv3, registered for one test only (the registry is
     restored afterwards, so other tests never see it)."""
     vitzoo.list_models()  # the built-in zoo registers itself on first use: before the copy
     saved = registry.snapshot()
     vitzoo.register("viz_test_avg_pool", base="vit_mnist_tiny", class_token=False, global_pool="avg")
+    vitzoo.register("viz_test_dinov3", base="dinov3_s16", embed_dim=64, num_heads=2, depth=2)  # random weights
     yield
     registry.restore(saved)
 
@@ -177,3 +178,79 @@ def test_viz_json(tmp_path, capsys):
         assert data["width"] > 0 and data["height"] > 0 and out_png.is_file()
     code, out, _ = helpers.run(capsys, "viz", "patches", "--patch-size", "32", "--out", str(out_png))
     assert code == 0 and out.startswith(f"wrote {out_png} (")  # without --json: the sentence
+
+
+@pytest.fixture
+def photos(tmp_path):
+    """scikit-image's astronaut (square) and coffee (2:3) as PNG files."""
+    skimage_data = pytest.importorskip("skimage.data")
+    from PIL import Image
+
+    paths = []
+    for name in ("astronaut", "coffee"):
+        Image.fromarray(getattr(skimage_data, name)()).save(tmp_path / f"{name}.png")
+        paths.append(str(tmp_path / f"{name}.png"))
+    return paths
+
+
+@pytest.mark.parametrize(
+    "kind, options",
+    [("pca", ["--layer", "0"]), ("similarity", ["--query", "2,3"])],
+)
+def test_pca_and_similarity_of_two_photos_through_the_command(kind, options, photos, tmp_path, capsys, png_size):
+    out = tmp_path / f"{kind}.png"
+    assert main(["viz", kind, "viz_test_dinov3", *photos, *options, "--size", "64", "--out", str(out)]) == 0
+    width, height = png_size(out)
+    assert width == 1000 and height > width / 2 * (1 + 2 / 3)  # a row per photo (square, 2:3) beside its map
+    assert capsys.readouterr().out.strip() == f"wrote {out} ({width}x{height} px)"
+
+
+def test_pca_with_a_mask_per_photo_through_the_command(photos, tmp_path, capsys, png_size):
+    from PIL import Image
+
+    masks = []
+    for i, size in enumerate([(4, 4), (6, 4)]):  # one pixel per patch: (width, height) of each grid
+        Image.new("L", size, 255).save(tmp_path / f"mask{i}.png")
+        masks += ["--mask", str(tmp_path / f"mask{i}.png")]
+    out = tmp_path / "pca.png"
+    assert main(["viz", "pca", "viz_test_dinov3", *photos, *masks, "--size", "64", "--out", str(out)]) == 0
+    assert png_size(out)[0] == 1000
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["similarity", "viz_test_dinov3", "{astronaut}", "--query", "4,1"],
+            "query 4,1 (--query ROW,COL) is outside the patch grid of {astronaut}, 4 rows x 4 columns; "
+            "expected ROW in 0..3 and COL in 0..3",
+        ),
+        (
+            ["pca", "viz_test_dinov3", "{astronaut}", "--mask", "{coffee}"],
+            "mask '{coffee}' is 400x600 pixels (height x width); expected the size of {astronaut}: 4x4 or 64x64 or 512x512",
+        ),
+        (
+            ["pca", "viz_test_dinov3", "{astronaut}", "{coffee}", "--mask", "{coffee}"],
+            "1 mask file(s) for 2 image(s); expected one mask file per image (2)",
+        ),
+        (
+            ["pca", "viz_test_dinov3", "{astronaut}", "--layer", "-3"],
+            "layer -3 is out of range: the model has 2 blocks",
+        ),
+    ],
+    ids=["query", "mask-size", "mask-count", "layer"],
+)
+def test_pca_and_similarity_errors_are_one_line(argv, message, photos, tmp_path, capsys):
+    names = {"astronaut": photos[0], "coffee": photos[1]}
+    argv = [a.format(**names) for a in argv]
+    out = tmp_path / "never.png"
+    assert main(["viz", *argv, "--size", "64", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vitzoo: error: ") and message.format(**names) in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_similarity_needs_a_query_of_two_ints(photos, capsys):
+    for query in (["--query", "3"], ["--query", "a,b"], []):
+        assert main(["viz", "similarity", "viz_test_dinov3", photos[0], *query]) == 2
+        assert "--query" in capsys.readouterr().err

@@ -3,7 +3,9 @@ tokenizer and model) for the same random weights; the record shape of `vitzoo pr
 
 from __future__ import annotations
 
+import importlib
 import json
+import time
 
 import pytest
 import torch
@@ -78,3 +80,22 @@ def test_zeroshot_top1_equals_open_clips_pipeline(setup, capsys, tmp_path):
     capsys.readouterr()
     assert cli.main(["zeroshot", "clip_b16", str(images), "--weights", str(weights), "--labels", "a,a"]) != 0
     assert "given twice" in capsys.readouterr().err
+
+
+def test_a_labels_file_of_100000_names_is_checked_in_seconds(tmp_path, capsys):
+    """The checks of the class names are linear: a repeated name among 100,000 is reported at once,
+    and so is the next problem (a missing image) when they are all distinct."""
+    names = [f"class {i}" for i in range(100_000)]
+    labels = tmp_path / "labels.txt"
+    labels.write_text("\n".join([*names, "class 7", "class 99999"]), encoding="utf-8")
+    argv = ["zeroshot", "clip_b16", str(tmp_path / "missing.png"), "--labels-file", str(labels)]
+    importlib.import_module("vitzoo.builder")  # what the command imports first: not what is timed
+    importlib.import_module("vitzoo.predict")
+    start = time.perf_counter()
+    assert cli.main(argv) != 0
+    err = capsys.readouterr().err
+    assert "2 class name(s) given twice: class 7, class 99999" in err and len(err) < 1000
+    labels.write_text("\n".join(names), encoding="utf-8")
+    assert cli.main(argv) != 0
+    assert "missing.png" in capsys.readouterr().err
+    assert time.perf_counter() - start < 5

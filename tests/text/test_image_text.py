@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 import torch
-from text_helpers import randomize
+from text_helpers import randomize, small_clip_config
 
 import vitzoo
 from vitzoo.text import ImageTextModel, get_tokenizer, read_image_text
@@ -38,20 +38,7 @@ def test_open_clip_clip_parity(open_clip_clip):
 
 def test_transformers_clip_model_parity(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.CLIPConfig(
-        text_config=dict(
-            vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2
-        ),
-        vision_config=dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=16,
-        ),
-        projection_dim=24,
-    )
+    config = small_clip_config(transformers)
     torch.manual_seed(0)
     ref = randomize(transformers.CLIPModel(config))
     ref.save_pretrained(tmp_path)

@@ -6,12 +6,15 @@ converted from the trained SentencePiece model, with the settings of open_clip's
 from __future__ import annotations
 
 import inspect
+import json
 import shutil
 
 import pytest
 import torch
 
+from vitzoo.text import get_tokenizer
 from vitzoo.text.spm import from_files
+from vitzoo.weights import WeightsFileError
 
 transformers = pytest.importorskip("transformers")
 open_clip_tokenizer = pytest.importorskip("open_clip.tokenizer")
@@ -63,3 +66,23 @@ def test_canonicalisation_is_what_differs_from_the_plain_hf_tokenizer(reference,
     ref = reference[0]
     plain = ref.tokenizer(TEXTS[:1], max_length=CONTEXT, padding="max_length", truncation=True, return_tensors="pt")
     assert not torch.equal(plain.input_ids, from_files(gemma_spm, None, CONTEXT)(TEXTS[:1]))
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "garbage"])
+def test_an_unreadable_sentencepiece_model_is_named_with_what_was_expected(tmp_path, t5_spm, damage):
+    """A checkpoint directory whose spiece.model is empty, cut short or not a model at all: one error
+    naming the file and what it should hold, not sentencepiece's "unk is not defined"."""
+    good = t5_spm.read_bytes()
+    content = {"empty": b"", "truncated": good[: len(good) // 2], "garbage": bytes(range(256)) * 4}[damage]
+    text_cfg = {"context_length": 16, "vocab_size": 64, "width": 32, "heads": 2, "layers": 1}
+    text_cfg.update(no_causal_mask=True, proj_bias=True, pool_type="last", hf_tokenizer_name="org/siglip-tokenizer")
+    cfg = {"model_cfg": {"embed_dim": 16, "text_cfg": text_cfg}}
+    (tmp_path / "open_clip_config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    (tmp_path / "spiece.model").write_bytes(content)
+    with pytest.raises(WeightsFileError) as err:
+        get_tokenizer(str(tmp_path))
+    message = str(err.value)
+    assert f"{str(tmp_path / 'spiece.model')!r} is not a readable SentencePiece model" in message
+    assert "expected a serialized SentencePiece ModelProto" in message and "\n" not in message
+    with pytest.raises(WeightsFileError, match=r"spiece\.model' is not a readable SentencePiece model"):
+        from_files(tmp_path / "spiece.model", None, 16)

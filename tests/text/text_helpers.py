@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -14,6 +15,25 @@ CLIP_CFG = {
     "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "head_width": 32, "patch_size": 16},
     "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
 }
+
+
+def small_clip_config(transformers: Any, **text: Any) -> Any:
+    """A transformers CLIPConfig at a reduced size; `text` overrides text_config fields."""
+    return transformers.CLIPConfig(
+        text_config={
+            **dict(vocab_size=49408, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2),
+            **text,
+        },
+        vision_config=dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=16,
+        ),
+        projection_dim=24,
+    )
 
 
 def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

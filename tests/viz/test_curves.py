@@ -94,7 +94,7 @@ def test_plot_curves_without_an_x_key_uses_line_numbers_and_many_keys_wrap(tmp_p
     [
         ('{"epoch": 1, "loss": 0.5}\n{"epoch": 2, "loss": \n', r"metrics.jsonl:2' is not valid JSON"),
         ("[1, 2, 3]\n", r"metrics.jsonl:1' holds a JSON array at the top level; expected one JSON object"),
-        ('{"epoch": 1, "loss": NaN}\n', r"metrics.jsonl:1': the constant NaN is not JSON"),
+        ('{"epoch": 1, "loss": NaN}\n', r"metrics.jsonl:1': loss \(line 1 column 22\): the constant NaN is not JSON"),
         ("\n\n", r"is empty; expected one JSON object per line"),
         ('{"epoch": 1, "phase": "train"}\n', r"has no numeric metrics besides epoch"),
     ],

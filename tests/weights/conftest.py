@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,25 +30,3 @@ def timm_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., P
         return made[key]
 
     return make
-
-
-@pytest.fixture
-def memory_cap() -> Iterator[None]:
-    """Cap this process's address space a little above its current size for one test, so that a
-    regression that sizes an allocation by a hostile config fails at once with torch's "can't
-    allocate memory" instead of taking the machine's memory."""
-    resource = pytest.importorskip("resource")
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        pytest.skip("needs Linux /proc to measure the address space")
-    vm_kib = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmSize:"))
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = vm_kib * 1024 + 2**30
-    for limit in (soft, hard):  # never raise a limit someone else set lower
-        if limit != resource.RLIM_INFINITY:
-            cap = min(cap, limit)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

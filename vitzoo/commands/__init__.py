@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("vitzoo.commands.eval", "evaluate a model: accuracy and confusion matrix"),
     "features": ("vitzoo.commands.features", "embed every image of a dataset once: a safetensors file for probe"),
     "probe": ("vitzoo.commands.probe", "kNN, linear, few-shot and retrieval evaluation of cached features"),
+    "segment": ("vitzoo.commands.segment", "a linear segmentation probe of a frozen backbone: mIoU, pixel accuracy"),
     "viz": ("vitzoo.commands.viz", "draw patches, embeddings and attention as PNGs"),
     "push": ("vitzoo.commands.push", "upload a run's best model or saved weights to the Hugging Face Hub"),
 }

@@ -342,7 +342,7 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
     out_dir = _run_dir(args, spec.name)
     torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
     image_text = _image_text_model(args)
-    model = require_vit(image_text.visual if image_text else _build_model(args, spec.num_classes()), args.model)
+    model = require_vit(image_text.visual if image_text else _build_model(args, spec.num_classes(), config), args.model)
     splits = load_splits(args, spec, model, args.seed, resuming=out_dir if args.resume else None)
     zero_shot_state = None
     if image_text is not None:
@@ -487,14 +487,19 @@ def _write_wise_ft(
     print(f"wrote the WiSE-FT ensemble (alpha {alpha}) to {out_dir / WISE_FT_DIR}", flush=True)
 
 
-def _build_model(args: argparse.Namespace, num_classes: int) -> Any:
+def _build_model(args: argparse.Namespace, num_classes: int, config: Any) -> Any:
+    """The model to train, refused first where the run would not fit in memory (counted on the
+    model built on the meta device: train.start.check_training_memory)."""
     from ..builder import create
+    from ..registry import build_meta
+    from ..train.start import check_training_memory
 
     overrides: dict[str, Any] = {"num_classes": num_classes}
     if args.img_size is not None:
         overrides["img_size"] = args.img_size
     if getattr(args, "drop_path", None) is not None:
         overrides["drop_path_rate"] = args.drop_path
+    check_training_memory(args.model, build_meta(args.model, **overrides), config)
     if args.weights is not None:
         return create(args.model, weights=args.weights, **overrides)
     return create(args.model, pretrained=args.pretrained, **overrides)

@@ -7,6 +7,10 @@ command prints them as one line; --debug shows the traceback).
     vitzoo viz attention NAME [--image IMG] [--weights SRC | --pretrained] [--layer L] [--head H]
                               [--what both|heads|rollout] [--out PNG]     (rollout alone without class token)
     vitzoo viz curves    --metrics RUN/metrics.jsonl [--keys PATTERN ...] [--out PNG]
+    vitzoo viz pca       NAME IMAGE... [--weights SRC | --pretrained] [--size S] [--layer L]
+                              [--mask FILE ...] [--out PNG]        (one --mask per image, in order)
+    vitzoo viz similarity NAME IMAGE... --query ROW,COL [--weights SRC | --pretrained] [--size S]
+                              [--layer L] [--out PNG]             (the query patch of the first image)
 
 Every KIND prints where the picture went, or with --json {"kind", "out", "width", "height", "dpi"}.
 Without --image, a synthetic test card is drawn. matplotlib is imported only when a picture is
@@ -28,12 +32,17 @@ KINDS = {
     "posembed": "cosine similarity of the position embeddings on the patch grid",
     "attention": "class-token attention per head of a layer, and attention rollout across layers",
     "curves": "loss and accuracy curves from a fine-tuning run's metrics.jsonl",
+    "pca": "DINOv3's PCA of the patch features on the foreground, one fit shared by the images, beside them",
+    "similarity": "cosine similarity of one patch (--query ROW,COL of the first image) with every patch",
 }
-# The pictures of a model: KIND -> (vitzoo.viz function, whether it takes --image, its options).
-_MODEL_PICTURES: dict[str, tuple[str, bool, tuple[str, ...]]] = {
-    "embedding": ("plot_patch_embedding", True, ("num_filters", "num_components")),
-    "posembed": ("plot_position_embedding", False, ()),
-    "attention": ("plot_attention", True, ("layer", "head", "what", "residual")),
+# The pictures of a model: KIND -> (vitzoo.viz function, its positional arguments after the model,
+# its keyword options), each an attribute of the parsed arguments.
+_MODEL_PICTURES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "embedding": ("plot_patch_embedding", ("image",), ("num_filters", "num_components")),
+    "posembed": ("plot_position_embedding", (), ()),
+    "attention": ("plot_attention", ("image",), ("layer", "head", "what", "residual")),
+    "pca": ("plot_pca", ("images",), ("size", "layer", "masks")),
+    "similarity": ("plot_similarity", ("images", "query"), ("size", "layer")),
 }
 _JSON_HELP = "print what was written as JSON (kind, out, width, height, dpi) instead of a sentence"
 
@@ -82,6 +91,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_output_args(p, "posembed")
 
     _add_attention_kind(kinds)
+    _add_dense_kinds(kinds)
 
     p = _add_kind(kinds, "curves")
     p.add_argument(
@@ -126,6 +136,55 @@ def _add_attention_kind(kinds: Any) -> None:
         "--residual", type=float, default=0.5, metavar="R", help="share of the identity in rollout (default: 0.5)"
     )
     _add_output_args(p, "attention")
+
+
+def _query(text: str) -> tuple[int, int]:
+    """argparse type: ROW,COL, two ints (a patch of the first image)."""
+    parts = text.split(",")
+    try:
+        row, column = (int(part) for part in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ROW,COL (two ints, e.g. 12,20), got {text!r}") from None
+    return row, column
+
+
+def _add_dense_kinds(kinds: Any) -> None:
+    """`pca` and `similarity`: pictures of the patch features of whole photos."""
+    for kind in ("pca", "similarity"):
+        p = _add_kind(kinds, kind)
+        _add_model_args(p)
+        p.add_argument("images", metavar="IMAGE", nargs="+", help="image files; several share one picture")
+        if kind == "similarity":
+            p.add_argument(
+                "--query",
+                type=_query,
+                required=True,
+                metavar="ROW,COL",
+                help="the patch (row and column in the first image's patch grid, from 0) to compare with every patch",
+            )
+        p.add_argument(
+            "--size",
+            type=_positive_int,
+            metavar="S",
+            help="the images' shorter side in pixels, aspect ratio kept (default: the model's input size)",
+        )
+        p.add_argument(
+            "--layer",
+            type=int,
+            default=-1,
+            metavar="L",
+            help="the block whose features to draw (default: -1, the last)",
+        )
+        if kind == "pca":
+            p.add_argument(
+                "--mask",
+                dest="masks",
+                action="append",
+                metavar="FILE",
+                help="the foreground of an image (bright pixels; the image's size or one pixel per patch); "
+                "one --mask per image, in order (default: the first component's sign, as DINOv2)",
+            )
+        _add_output_args(p, kind)
 
 
 def _add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> None:
@@ -183,10 +242,10 @@ def _draw(args: argparse.Namespace) -> Any:
         return viz.plot_curves(args.metrics, out=args.out, dpi=args.dpi, title=args.title, keys=args.keys)
     if args.kind not in _MODEL_PICTURES:  # argparse's choices make this unreachable from the command line
         raise ValueError(f"unknown picture kind {args.kind!r}; expected one of {', '.join(KINDS)}")
-    function, takes_image, options = _MODEL_PICTURES[args.kind]
-    image = (args.image,) if takes_image else ()
+    function, positional, options = _MODEL_PICTURES[args.kind]
+    values = [getattr(args, name) for name in positional]
     chosen = {name: getattr(args, name) for name in options}
-    return getattr(viz, function)(_create_model(args), *image, **chosen, out=args.out, dpi=args.dpi)
+    return getattr(viz, function)(_create_model(args), *values, **chosen, out=args.out, dpi=args.dpi)
 
 
 def _create_model(args: argparse.Namespace) -> Any:

@@ -4,6 +4,7 @@ prompts made from class names (CLIP: softmax over the classes; SigLIP: a sigmoid
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ TEMPLATE_HELP = (
     "prompts) or 'simple'; several are averaged (default: 'a photo of a {}.')"
 )
 DEFAULT_TEMPLATE = "a photo of a {}."
+_SHOWN = 10  # repeated class names an error lists
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -51,11 +53,18 @@ def read_labels(args: argparse.Namespace) -> list[str]:
             raise UsageError(f"--labels-file {args.labels_file!r}: cannot read it as UTF-8 text ({e})") from None
         names = [n.strip() for n in text.splitlines() if n.strip()]
         where = f"--labels-file {args.labels_file!r}"
-    if not names or any(not n for n in names):
-        raise UsageError(f"{where}: expected non-empty class names (got {names!r})")
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    if not names:
+        raise UsageError(f"{where}: expected at least one class name")
+    empty = next((i for i, n in enumerate(names) if not n), None)
+    if empty is not None:
+        raise UsageError(f"{where}: class name {empty + 1} of {len(names)} is empty; expected non-empty class names")
+    # counted in one pass: a file of any length is checked in linear time
+    repeated = sorted(n for n, count in Counter(names).items() if count > 1)
     if repeated:
-        raise UsageError(f"{where}: class name(s) given twice: {', '.join(repeated)}")
+        shown = ", ".join(repeated[:_SHOWN]) + (
+            f" (and {len(repeated) - _SHOWN} more)" if len(repeated) > _SHOWN else ""
+        )
+        raise UsageError(f"{where}: {len(repeated)} class name(s) given twice: {shown}")
     return names
 
 

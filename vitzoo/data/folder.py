@@ -200,12 +200,15 @@ class EvalStore:
         return TF.pil_to_tensor(self.geometry(img))
 
 
-def decode_image(path: str | os.PathLike[str] | BinaryIO, decode: Callable[[Any], T], *, rgb: bool = True) -> T:
+def decode_image(
+    path: str | os.PathLike[str] | BinaryIO, decode: Callable[[Any], T], *, rgb: bool = True, as_stored: bool = False
+) -> T:
     """One image file (a path, or a binary file the caller opened) -> `decode(img)`, where img is
     the file read as 8-bit (16-bit scaled) and, with `rgb`, converted to RGB; otherwise in its own
-    mode (`vitzoo predict` hands eval_transform the image as it is). An image over PIL's
-    decompression-bomb limit is refused from its header alone. Raises UnreadableImageError, whose
-    message always says why."""
+    mode (`vitzoo predict` hands eval_transform the image as it is). `as_stored`: neither, the
+    values and mode as the file holds them (a mask's class indices; the caller checks the mode).
+    An image over PIL's decompression-bomb limit is refused from its header alone. Raises
+    UnreadableImageError, whose message always says why."""
     from PIL import Image, UnidentifiedImageError
 
     if isinstance(path, (str, os.PathLike)):
@@ -219,9 +222,10 @@ def decode_image(path: str | os.PathLike[str] | BinaryIO, decode: Callable[[Any]
             if reason:
                 raise UnreadableImageError(reason)
             try:
-                img = as_8bit(img)
-                if rgb and img.mode != "RGB":
-                    img = img.convert("RGB")
+                if not as_stored:
+                    img = as_8bit(img)
+                    if rgb and img.mode != "RGB":
+                        img = img.convert("RGB")
                 img.load()  # forces the full decode, so truncated files fail here
                 return decode(img)
             except MemoryError as err:

@@ -22,6 +22,9 @@ exactly as timm and torchvision do for PIL input; a uint8 (or [0, 1] float) tens
 batch (B, C, H, W) takes torchvision's tensor resize (antialiased), which differs from PIL's by a
 few 1/255 steps.
 
+Dense features (vitzoo.dense) keep the aspect ratio instead: `dense_transform` resizes the shorter
+side to a given size and both sides to whole patches, with no crop.
+
 `vitzoo predict`, `vitzoo eval` / fine-tuning's evaluation (vitzoo.data stores a folder's evaluation
 images through `eval_geometry` and `BatchTransform` finishes them with `eval_finish`) and the
 pictures (vitzoo.viz.prepare_image) all use these functions.
@@ -234,3 +237,51 @@ def eval_transform(model_or_cfg: nn.Module | PretrainedCfg | InputSpec, *, norma
     before the mean / std: the [0, 1] image the model sees, for showing it."""
     spec = InputSpec.of(model_or_cfg)
     return v2.Compose([ReadAs8Bit(spec.channels), eval_geometry(spec), eval_finish(spec, normalize=normalize)])
+
+
+# ------------------------------------------------------------------------------ dense features
+def patch_multiple_size(height: int, width: int, short_side: int, patch_size: tuple[int, int]) -> tuple[int, int]:
+    """(H, W) for an image of (height, width) keeping its aspect ratio: the shorter side scaled to
+    `short_side`, then each side rounded to the nearest multiple of its patch (at least one patch)."""
+    scale = short_side / min(height, width)
+    ph, pw = patch_size
+    return max(ph, round(height * scale / ph) * ph), max(pw, round(width * scale / pw) * pw)
+
+
+class ResizeToPatches(v2.Transform):
+    """Resize keeping the aspect ratio to whole patches (`patch_multiple_size`), no crop. A size
+    beyond PIL's decompression-bomb limit (an extreme aspect ratio) is refused before resizing."""
+
+    def __init__(self, short_side: int, patch_size: tuple[int, int], interpolation: v2.InterpolationMode) -> None:
+        super().__init__()
+        self.short_side, self.patch_size, self.interpolation = short_side, patch_size, interpolation
+
+    def forward(self, *inputs: Any) -> Any:
+        (img,) = inputs  # one image (PIL or tensor) or batch
+        from PIL import Image
+
+        height, width = TF.get_size(img)
+        target = patch_multiple_size(height, width, self.short_side, self.patch_size)
+        limit = Image.MAX_IMAGE_PIXELS  # None when the user switched PIL's guard off
+        if limit is not None and target[0] * target[1] > limit:
+            raise ValueError(
+                f"short_side={self.short_side} would resize this {width}x{height} image to {target[1]}x{target[0]} "
+                f"pixels, more than PIL's decompression-bomb limit of {limit} (PIL.Image.MAX_IMAGE_PIXELS); "
+                "expected a smaller short_side or a less elongated image"
+            )
+        return v2.Resize(list(target), interpolation=self.interpolation, antialias=True)(img)
+
+
+def dense_transform(
+    model_or_cfg: nn.Module | PretrainedCfg | InputSpec,
+    short_side: int,
+    patch_size: tuple[int, int],
+    *,
+    normalize: bool = True,
+) -> v2.Transform:
+    """The preprocessing of dense features: a PIL image (any mode) or a uint8 tensor (C, H, W) ->
+    float32 (C, H, W), its aspect ratio kept and its sides whole patches (`ResizeToPatches`, with
+    the weights' interpolation), the model's channels, normalised with the weights' mean / std."""
+    spec = InputSpec.of(model_or_cfg)
+    resize = ResizeToPatches(short_side, patch_size, _interpolation(spec.interpolation))
+    return v2.Compose([ReadAs8Bit(spec.channels), resize, eval_finish(spec, normalize=normalize)])

@@ -48,7 +48,7 @@ from ..atomic import write_json, write_safetensors
 from ..data import BatchTransform, DataSplits, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.tensors import DataKind
 from ..jsonio import JSONFileError, read_json, to_json
-from ..precision import cast_model, name_of, parse_dtype
+from ..precision import PrecisionRangeError, cast_model, check_outputs, name_of, parse_dtype
 from .featurefile import Features, save_features
 
 OUTPUTS = ("pooled", "cls", "mean")
@@ -207,7 +207,9 @@ def _run_split(
         for step, index, x, y in batches:
             if bar.n == 0 and step:
                 bar.update(step)  # resumed: the shards hold the steps before
-            feats = embed(model, x.to(device, dtype, non_blocking=True), output, block).float().cpu()
+            feats = embed(model, x.to(device, dtype, non_blocking=True), output, block)
+            check_outputs(feats)
+            feats = feats.float().cpu()
             bar.update(1)
             yield step, feats, y, index
 
@@ -355,7 +357,12 @@ def extract_to_file(
         _discard_stale(out, shard_dir, key)
         shard_dir.mkdir(parents=True, exist_ok=True)
         write_json(shard_dir / "settings.json", json.loads(to_json(key)))
-    feats = extract_features(model, data, shard_dir=shard_dir, **options)
+    try:
+        feats = extract_features(model, data, shard_dir=shard_dir, **options)
+    except PrecisionRangeError:
+        if shard_dir is not None:  # the same settings overflow again: nothing there to resume
+            shutil.rmtree(shard_dir, ignore_errors=True)
+        raise
     feats = replace(feats, settings={**(settings or {}), **feats.settings})
     save_features(out, feats)
     if shard_dir is not None:

@@ -150,8 +150,13 @@ _TENSORS = {
     "split": ("integer", 1),
     "index": ("integer", 1),
 }
-# Integer dtypes whose every value converts exactly to int64.
-_INTEGERS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.uint16, torch.uint32)
+# Integer dtypes whose every value converts exactly to int64 (uint16 and uint32 where this torch has
+# them: torch 2.3 added them).
+_INTEGERS = tuple(
+    getattr(torch, name)
+    for name in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
+    if hasattr(torch, name)
+)
 
 
 def _check_tensor(where: str, key: str, tensor: torch.Tensor | None, kind: str, ndim: int) -> torch.Tensor:

@@ -82,6 +82,7 @@ class ClipTokenizer:
         self.ranks = {m: i for i, m in enumerate(merges)}
         self.sot_token_id, self.eot_token_id = self.encoder[SOT], self.encoder[EOT]
         self.vocab_size = len(vocab)
+        self.name = f"CLIP's BPE tokenizer ({str(vocab_path) if vocab_path else 'vitzoo/text/' + VOCAB_FILE})"
         self.context_length = context_length
         self._cache: dict[str, list[int]] = {}
         self._pattern = regex.compile(

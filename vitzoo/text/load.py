@@ -29,15 +29,17 @@ from ..model import VisionTransformer, ViTConfig
 from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
 from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_source, vit_config
 from ..weights.errors import WeightsMismatchError
-from ..weights.files import read_checkpoint, read_json
+from ..weights.files import StateDict, read_checkpoint, read_json, read_shapes
 from ..weights.hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
 from ..weights.shapes import infer_config_fields
-from .bpe import clip_tokenizer
+from ..weights.verify import check_shown, check_stated
+from .bpe import ClipTokenizer, clip_tokenizer
 from .keymaps import split_open_clip, split_transformers_text
 from .model import ImageTextModel, Tokenizer
 from .open_clip_config import OpenClipConfig, parse_open_clip_config
-from .transformer import TextConfig, TextTransformer
-from .transformers_config import transformers_text_config
+from .spm import SentencePieceTokenizer, sentencepiece_tokenizer
+from .transformer import SHOWN_BY, TextConfig, TextTransformer, implied_fields, shown_fields
+from .transformers_config import transformers_text_config, transformers_text_says
 
 Source = str | os.PathLike[str]
 OPEN_CLIP_CONFIG = "open_clip_config.json"
@@ -150,6 +152,8 @@ def read_image_text(source: Source) -> ImageTextModel:
 def _read_open_clip(files: Files, config_path: Path) -> ImageTextModel:
     cfg = parse_open_clip_config(read_json(config_path), str(config_path))
     weights = files.first(OPEN_CLIP_WEIGHTS)
+    _check_open_clip(cfg, str(config_path), weights)
+    tokenizer = tokenizer_for(files, cfg.tokenizer, cfg.text, config=str(config_path), lazy=True)
     split = split_open_clip(read_checkpoint(weights), file=str(weights))
     visual = _open_clip_visual(cfg, split.visual, str(weights))
     text = TextTransformer(cfg.text)
@@ -159,10 +163,25 @@ def _read_open_clip(files: Files, config_path: Path) -> ImageTextModel:
         text,
         logit_scale=_scalar(split.logit_scale, "logit_scale", str(weights)) or CLIP_LOGIT_SCALE,
         logit_bias=_scalar(split.logit_bias, "logit_bias", str(weights)),
-        tokenizer=tokenizer_for(files, cfg.tokenizer, cfg.text, lazy=True),
+        tokenizer=tokenizer,
     )
     attach_pretrained_cfg(visual, cfg.preprocessing(visual.config, files.label))
     return model
+
+
+def _check_open_clip(cfg: OpenClipConfig, config: str, weights: Path) -> None:
+    """Both towers of an open_clip config against the shapes of the tensors in `weights` (its
+    header alone, for safetensors), before anything is built or loaded from it: a size the tensors
+    do not have is named with its field and tensor (weights/verify.py), not allocated."""
+    shapes = split_open_clip(read_shapes(weights), file=str(weights))
+    inferred = infer_config_fields(shapes.visual, file=str(weights))
+    check_stated(cfg.vision_fields, inferred, shapes.visual, config=config, weights=str(weights))
+    _check_text(cfg.text, cfg.text_says, shapes.text, config=config, weights=str(weights))
+
+
+def _check_text(text: TextConfig, says: dict[str, str], shapes: StateDict, *, config: str, weights: str) -> None:
+    """The text tower a config builds against its tensors' shapes (vitzoo's names)."""
+    check_shown(implied_fields(text), shown_fields(shapes), SHOWN_BY, config=config, weights=weights, says=says)
 
 
 def _open_clip_visual(cfg: OpenClipConfig, state: dict[str, torch.Tensor], where: str) -> VisionTransformer:
@@ -217,11 +236,14 @@ def _read_transformers(files: Files, source: Source) -> ImageTextModel:
     assert config_path is not None
     cfg = read_json(config_path)
     text_config, tokenizer_spec = transformers_text_config(cfg, str(config_path))
+    weights = files.first(TRANSFORMERS_WEIGHTS)
+    shapes, _, _ = split_transformers_text(read_shapes(weights), file=str(weights))
+    _check_text(text_config, transformers_text_says(cfg), shapes, config=str(config_path), weights=str(weights))
+    tokenizer = tokenizer_for(files, tokenizer_spec, text_config, config=str(config_path), lazy=True)
     ckpt = read_source(source if files.ref is None else str(files.ref))
     ckpt.apply_architecture(None)
     visual = VisionTransformer(vit_config(ckpt))
     load_checkpoint(visual, ckpt, strict=True)
-    weights = files.first(TRANSFORMERS_WEIGHTS)
     text_state, scale, bias = split_transformers_text(read_checkpoint(weights), file=str(weights))
     text = TextTransformer(text_config)
     _load(text, text_state, str(weights), "text tower")
@@ -232,7 +254,7 @@ def _read_transformers(files: Files, source: Source) -> ImageTextModel:
         text,
         logit_scale=_scalar(scale, "logit_scale", str(weights)) or CLIP_LOGIT_SCALE,
         logit_bias=_scalar(bias, "logit_bias", str(weights)),
-        tokenizer=tokenizer_for(files, tokenizer_spec, text_config, lazy=True),
+        tokenizer=tokenizer,
     )
 
 
@@ -262,20 +284,31 @@ def create_image_text(name: str, pretrained: bool | None = None, weights: Source
     )
 
 
-def tokenizer_for(files: Files, spec: dict[str, Any], text: TextConfig, *, lazy: bool = False) -> Tokenizer:
+def tokenizer_for(
+    files: Files, spec: dict[str, Any], text: TextConfig, *, config: str, lazy: bool = False
+) -> Tokenizer:
     """The tokenizer `spec` describes ({"kind": "clip"} or {"kind": "sentencepiece", ...}). A
     vocabulary that is nowhere to be found raises WeightsNotFoundError naming the places and files;
-    `lazy`: when the tokenizer is called instead (a model still computes from token ids)."""
+    `lazy`: when the tokenizer is called instead (a model still computes from token ids). A
+    tokenizer with more ids than the tower `config` describes has embeddings is refused."""
+    tokenizer: ClipTokenizer | SentencePieceTokenizer
     if spec["kind"] == "clip":
-        return clip_tokenizer(text.context_length)
-    from .spm import sentencepiece_tokenizer
-
-    try:
-        return sentencepiece_tokenizer(files, spec, text, open_files)
-    except WeightsNotFoundError as e:
-        if not lazy:
-            raise
-        return MissingTokenizer(e)
+        tokenizer = clip_tokenizer(text.context_length)
+    else:
+        try:
+            tokenizer = sentencepiece_tokenizer(files, spec, text, open_files)
+        except WeightsNotFoundError as e:
+            if not lazy:
+                raise
+            return MissingTokenizer(e)
+    if tokenizer.vocab_size > text.vocab_size:
+        # its larger ids would index past the token embeddings, deep inside the text tower's forward
+        raise WeightsMismatchError(
+            f"{config!r}: the text tower has vocab_size={text.vocab_size}, but its tokenizer, {tokenizer.name}, "
+            f"has {tokenizer.vocab_size} ids (0 to {tokenizer.vocab_size - 1}); expected vocab_size of at least "
+            f"{tokenizer.vocab_size}, or the tokenizer these weights were trained with beside them"
+        )
+    return tokenizer
 
 
 class MissingTokenizer:
@@ -302,11 +335,11 @@ def get_tokenizer(model_name_or_source: str) -> Callable[[list[str]], torch.Tens
     oc_config = files.get(OPEN_CLIP_CONFIG, optional=True)
     if oc_config is not None:
         cfg = parse_open_clip_config(read_json(oc_config), str(oc_config))
-        return tokenizer_for(files, cfg.tokenizer, cfg.text)
+        return tokenizer_for(files, cfg.tokenizer, cfg.text, config=str(oc_config))
     config_path = files.get("config.json", tried=(OPEN_CLIP_CONFIG,))
     assert config_path is not None
     text_config, spec = transformers_text_config(read_json(config_path), str(config_path))
-    return tokenizer_for(files, spec, text_config)
+    return tokenizer_for(files, spec, text_config, config=str(config_path))
 
 
 def download_image_text(name_or_source: str) -> list[Path]:
@@ -323,12 +356,13 @@ def download_image_text(name_or_source: str) -> list[Path]:
     if oc_config is not None:
         cfg = parse_open_clip_config(read_json(oc_config), str(oc_config))
         files.first(OPEN_CLIP_WEIGHTS)
-        spec, text = cfg.tokenizer, cfg.text
+        spec, text, config = cfg.tokenizer, cfg.text, str(oc_config)
     else:
         config_path = files.get("config.json", tried=(OPEN_CLIP_CONFIG,))
         assert config_path is not None
         text, spec = transformers_text_config(read_json(config_path), str(config_path))
+        config = str(config_path)
         files.first(TRANSFORMERS_WEIGHTS)
         files.get(PREPROCESSOR_FILE, optional=True)
-    tokenizer = tokenizer_for(files, spec, text)
+    tokenizer = tokenizer_for(files, spec, text, config=config)
     return [*files.fetched.values(), *getattr(tokenizer, "files", [])]

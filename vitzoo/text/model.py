@@ -25,6 +25,7 @@ from torch import nn
 
 from ..model import VisionTransformer
 from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, pretrained_cfg_of
+from ..weights.errors import WeightsMismatchError
 from .transformer import TextTransformer
 from .transformer import normalize as l2_normalize
 
@@ -101,7 +102,15 @@ class ImageTextModel(nn.Module):
                 "this model has no tokenizer; build it with vitzoo.create(..., text=True) from weights, "
                 "or set model.tokenizer = vitzoo.text.get_tokenizer(...)"
             )
-        return self.tokenizer(list(texts))
+        ids = self.tokenizer(list(texts))
+        vocab = self.text.config.vocab_size
+        if ids.numel() and int(ids.max()) >= vocab:  # an embedding lookup past the table fails obscurely
+            name = getattr(self.tokenizer, "name", type(self.tokenizer).__name__)
+            raise WeightsMismatchError(
+                f"the tokenizer ({name}) gave token id {int(ids.max())}, but the text tower has vocab_size={vocab}; "
+                "expected the tokenizer of these weights"
+            )
+        return ids
 
     @torch.no_grad()
     def class_embeddings(self, classnames: Sequence[str], prompts: Sequence[str] | None = None) -> torch.Tensor:

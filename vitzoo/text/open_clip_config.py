@@ -39,6 +39,16 @@ _VISION_DEFAULTS: dict[str, Any] = {
     "timm_model_pretrained": False,
     "timm_proj_bias": False,
 }
+# open_clip's text tower sizes where text_cfg leaves them out
+_TEXT_SIZES: dict[str, Any] = {
+    "vocab_size": 49408,
+    "context_length": 77,
+    "width": 512,
+    "layers": 12,
+    "heads": 8,
+    "mlp_ratio": 4.0,
+    "proj_bias": False,
+}
 _IGNORED = {"output_tokens", "patch_dropout", "timm_drop", "timm_drop_path", "hf_tokenizer_name", "tokenizer_kwargs"}
 
 
@@ -49,6 +59,8 @@ class OpenClipConfig:
     timm_name: str | None
     tokenizer: dict[str, Any]
     preprocess: dict[str, Any] = field(default_factory=dict)
+    # how the file sets each text tower field its tensors show (text/transformer.py's SHOWN_BY)
+    text_says: dict[str, str] = field(default_factory=dict)
 
     def preprocessing(self, vit: ViTConfig, source: str) -> PretrainedCfg:
         """The image tower's preprocessing: open_clip's evaluation transform (resize the short side
@@ -78,6 +90,7 @@ def parse_open_clip_config(raw: dict[str, Any], where: str) -> OpenClipConfig:
         timm_name=vision.get("timm_model_name"),
         tokenizer=_tokenizer_spec(text),
         preprocess=_preprocess(_object(raw.get("preprocess_cfg", {}), "preprocess_cfg", where), where),
+        text_says=_text_says(text, embed_dim, "model_cfg." if "model_cfg" in raw else ""),
     )
 
 
@@ -106,24 +119,44 @@ def _eps(cfg: dict[str, Any]) -> float:
     return float((cfg.get("norm_kwargs") or {}).get("eps", 1e-5))
 
 
+def _text_says(text: dict[str, Any], embed_dim: int, prefix: str) -> dict[str, str]:
+    def says(key: str) -> str:
+        value = text.get(key, _TEXT_SIZES[key])
+        return f"{prefix}text_cfg.{key}={value!r}" + ("" if key in text else " (open_clip's default)")
+
+    return {
+        "width": says("width"),
+        "vocab_size": says("vocab_size"),
+        "context_length": says("context_length"),
+        "embed_dim": f"{prefix}embed_dim={embed_dim!r}",
+        "proj_bias": says("proj_bias"),
+        "depth": says("layers"),
+        "mlp_width": says("mlp_ratio"),
+    }
+
+
 def _text_config(text: dict[str, Any], embed_dim: int, quick_gelu: bool, where: str) -> TextConfig:
     pool = text.get("pool_type", "argmax")
     if pool not in ("argmax", "last"):
         raise WeightsFileError(f"{where!r}: model_cfg.text_cfg.pool_type={pool!r} is not supported ('argmax', 'last')")
+
+    def size(key: str) -> Any:
+        return text.get(key, _TEXT_SIZES[key])
+
     try:
         return TextConfig(
-            vocab_size=text.get("vocab_size", 49408),
-            context_length=text.get("context_length", 77),
-            width=text.get("width", 512),
-            depth=text.get("layers", 12),
-            num_heads=text.get("heads", 8),
-            mlp_ratio=float(text.get("mlp_ratio", 4.0)),
+            vocab_size=size("vocab_size"),
+            context_length=size("context_length"),
+            width=size("width"),
+            depth=size("layers"),
+            num_heads=size("heads"),
+            mlp_ratio=float(size("mlp_ratio")),
             embed_dim=embed_dim,
             act_layer=_act(text, quick_gelu),
             norm_eps=_eps(text),
             causal=not text.get("no_causal_mask", False),
             pool=pool,
-            proj_bias=bool(text.get("proj_bias", False)),
+            proj_bias=bool(size("proj_bias")),
         )
     except (TypeError, ValueError) as e:
         raise WeightsFileError(f"{where!r}: model_cfg.text_cfg is invalid ({e})") from e

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ..errors import VitzooError
-from ..weights.errors import WeightsNotFoundError
+from ..weights.errors import WeightsFileError, WeightsNotFoundError
 from ..weights.files import read_json
 from ..weights.hub import HF_PREFIX
 from .bpe import require
@@ -52,6 +52,20 @@ def clean_canonical(text: str) -> str:
     return canonicalize(html.unescape(html.unescape(ftfy.fix_text(text))).strip())
 
 
+def load_model(model_file: str | Path) -> Any:
+    """The SentencePieceProcessor of a model file; WeightsFileError naming the file when it is not
+    one (sentencepiece's own message names neither the file nor what it wanted, e.g. for an empty one)."""
+    spm = require("sentencepiece")
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    except (RuntimeError, OSError) as e:
+        raise WeightsFileError(
+            f"{str(model_file)!r} is not a readable SentencePiece model (empty, truncated or corrupt: {e}); "
+            "expected a serialized SentencePiece ModelProto such as T5's spiece.model or Gemma's tokenizer.model"
+        ) from e
+    return sp
+
+
 class SentencePieceTokenizer:
     """Strings -> (N, context_length) LongTensor (see the module docstring)."""
 
@@ -66,9 +80,10 @@ class SentencePieceTokenizer:
         pad_with_eos: bool = False,
         pad_left: bool = False,
     ) -> None:
-        spm = require("sentencepiece")
-        self.sp = spm.SentencePieceProcessor(model_file=str(model_file))
+        self.sp = load_model(model_file)
         self.files = [Path(model_file)]  # what it was read from (vitzoo download --text caches them)
+        self.name = f"the SentencePiece model {str(model_file)!r}"
+        self.vocab_size = self.sp.get_piece_size()  # its ids, the pad, <bos> and <eos> ids among them
         self.context_length = context_length
         self.add_bos, self.add_eos = add_bos, add_eos
         self.bos_id, self.eos_id = self.sp.bos_id(), self.sp.eos_id()

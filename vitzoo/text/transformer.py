@@ -12,6 +12,9 @@ Parameter names are vitzoo's own (text/keymaps.py maps open_clip's and transform
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
@@ -21,6 +24,7 @@ from torch import nn
 
 from ..layers import Block
 from ..layers.activations import ACTIVATIONS
+from ..layers.swiglu import mlp_hidden_dim
 
 
 @dataclass
@@ -43,6 +47,11 @@ class TextConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"TextConfig.{name}={value!r} is invalid; expected a positive integer")
+        ratio = self.mlp_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio * self.width < math.inf:
+            raise ValueError(
+                f"TextConfig.mlp_ratio={ratio!r} is invalid; expected a positive number (a finite MLP width)"
+            )
         if self.width % self.num_heads:
             raise ValueError(f"TextConfig: width={self.width} is not divisible by num_heads={self.num_heads}")
         if self.pool not in ("argmax", "last"):
@@ -60,6 +69,57 @@ class TextConfig:
         if unknown:
             raise ValueError(f"TextConfig: unknown field(s) {', '.join(unknown)}")
         return cls(**values)
+
+
+# What a text tower's tensors (vitzoo's names) show of its TextConfig, each with the tensor that
+# shows it: "mlp_width" is the MLP's hidden width the config's width and mlp_ratio make. A config
+# that disagrees describes another tower, and building it would allocate for the config's sizes.
+SHOWN_BY: dict[str, str] = {
+    "width": "token_embed.weight",
+    "vocab_size": "token_embed.weight",
+    "context_length": "pos_embed",
+    "embed_dim": "proj.weight",
+    "proj_bias": "proj.bias",
+    "depth": "blocks.<i>.*",
+    "mlp_width": "blocks.0.mlp.fc1.weight",
+}
+
+
+def implied_fields(config: TextConfig) -> dict[str, Any]:
+    """The values of SHOWN_BY's fields a TextConfig builds its tower with."""
+    return {
+        "width": config.width,
+        "vocab_size": config.vocab_size,
+        "context_length": config.context_length,
+        "embed_dim": config.embed_dim,
+        "proj_bias": config.proj_bias,
+        "depth": config.depth,
+        "mlp_width": mlp_hidden_dim("mlp", config.width, config.mlp_ratio),
+    }
+
+
+def shown_fields(state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The values of SHOWN_BY's fields a text tower's tensors (or their shapes, as meta tensors)
+    show; a field whose tensor is missing, or of another rank, is left out."""
+
+    def dims(key: str, ndim: int) -> tuple[int, ...] | None:
+        tensor = state.get(key)
+        return tuple(tensor.shape) if tensor is not None and tensor.ndim == ndim else None
+
+    shown: dict[str, Any] = {
+        "proj_bias": "proj.bias" in state,
+        "depth": len({m.group(1) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))}),
+    }
+    for key, ndim, names in (
+        ("token_embed.weight", 2, ("vocab_size", "width")),
+        ("pos_embed", 3, (None, "context_length")),
+        ("proj.weight", 2, ("embed_dim",)),
+        ("blocks.0.mlp.fc1.weight", 2, ("mlp_width",)),
+    ):
+        shape = dims(key, ndim)
+        if shape is not None:
+            shown.update((name, size) for name, size in zip(names, shape) if name is not None)
+    return shown
 
 
 class TextTransformer(nn.Module):

@@ -54,10 +54,7 @@ def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfi
         raise WeightsFileError(f"{where!r}: text_config.hidden_act={values['hidden_act']!r} is not supported")
     width, mlp = values["hidden_size"], values["intermediate_size"]
     clip = model_type == "clip"
-    if clip:
-        embed_dim = cfg.get("projection_dim", text.get("projection_dim", 512))
-    else:
-        embed_dim = values.get("projection_size") or width
+    _, embed_dim = _projection(cfg, clip, values)
     if not isinstance(embed_dim, int):
         raise WeightsFileError(f"{where!r}: the projection size {embed_dim!r} is invalid; expected an integer")
     try:
@@ -82,3 +79,39 @@ def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfi
     # SigLIP's vocabulary is T5's (spiece.model); SigLIP 2's, in a SiglipModel (fixed resolution) as in a
     # Siglip2Model (NaFlex), Gemma's (tokenizer.model): the files present, and tokenizer_config.json, say.
     return config, {"kind": "sentencepiece", "repo": None, "clean": "canonicalize"}
+
+
+def _projection(cfg: dict[str, Any], clip: bool, values: dict[str, Any]) -> tuple[str, Any]:
+    """(the key that sets the joint space's size, its value): CLIP's projection_dim (top level, else
+    in text_config, else 512); SigLIP's projection_size, else the text width (no projection)."""
+    if clip:
+        if "projection_dim" in cfg:
+            return "projection_dim", cfg["projection_dim"]
+        return "text_config.projection_dim", values.get("projection_dim", 512)
+    if values.get("projection_size"):
+        return "text_config.projection_size", values["projection_size"]
+    return "text_config.hidden_size", values["hidden_size"]
+
+
+def transformers_text_says(cfg: dict[str, Any]) -> dict[str, str]:
+    """How a config.json that transformers_text_config accepted sets each of the text tower's
+    fields the tensors show (text/transformer.py's SHOWN_BY), for the errors naming them."""
+    model_type = cfg["model_type"]
+    text = cfg.get("text_config") or {}
+    values = {**TEXT_MODEL_TYPES[model_type], **text}
+    clip = model_type == "clip"
+    embed_key, embed_dim = _projection(cfg, clip, values)
+
+    def says(key: str, value: Any) -> str:
+        stated = key in cfg or key.removeprefix("text_config.") in text
+        return f"{key}={value!r}" + ("" if stated else f" ({model_type}'s default)")
+
+    return {
+        "width": says("text_config.hidden_size", values["hidden_size"]),
+        "vocab_size": says("text_config.vocab_size", values["vocab_size"]),
+        "context_length": says("text_config.max_position_embeddings", values["max_position_embeddings"]),
+        "embed_dim": says(embed_key, embed_dim),
+        "proj_bias": f"model_type={model_type!r} (a text projection {'without' if clip else 'with'} a bias)",
+        "depth": says("text_config.num_hidden_layers", values["num_hidden_layers"]),
+        "mlp_width": says("text_config.intermediate_size", values["intermediate_size"]),
+    }

@@ -12,6 +12,7 @@ from torch import nn
 from ..data import BatchLoader, BatchTransform, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.stream import StreamLoader
 from ..data.tensors import DataKind
+from ..precision import check_outputs
 from . import distributed
 from .placement import resolve_device
 from .step import merged_logits
@@ -43,7 +44,9 @@ def evaluate(
     loss_sum = torch.zeros(1, dtype=torch.float64)
     for x, y in loader.iterate(0):
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        logits = merged_logits(model(x)).float()
+        logits = merged_logits(model(x))
+        check_outputs(logits)
+        logits = logits.float()
         if logits.shape[-1] != num_classes:
             raise ValueError(
                 f"the model predicts {logits.shape[-1]} classes but the data has {num_classes}; "

@@ -18,6 +18,7 @@ from ..atomic import remove_stale_temp_files, write_json
 from ..data import BatchTransform, DataSplits, InputSpec, make_loader
 from ..data.tensors import DataKind
 from ..jsonio import JSONFileError
+from ..memory import human_bytes, model_bytes, processes_per_machine, require_memory
 from . import distributed
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint, read_checkpoint_meta
 from .config import TrainConfig
@@ -65,6 +66,39 @@ def setup_run(
         raise
     run.lock = lock
     return run
+
+
+def check_training_memory(name: str, meta: nn.Module, config: TrainConfig) -> None:
+    """Refuse (memory.InsufficientMemoryError) a run that cannot fit, before the model is built:
+    `meta` is it on the meta device. Counted in fp32 (training keeps fp32 weights whatever
+    autocast computes in): the weights, the gradients and AdamW's two moments of the parameters
+    that train (all; the head of a linear probe; LoRA's adapters and the head), the EMA copy; once
+    per process of the run on this machine. Not counted: activations (they depend on the batch),
+    a distillation teacher, the data."""
+    with torch.device("meta"):
+        if config.linear_probe:
+            freeze_backbone(meta)
+        if config.lora_rank is not None:
+            add_adapters(meta, rank=config.lora_rank, alpha=config.lora_alpha, targets=config.lora_targets, dropout=0.0)
+    weights = model_bytes(meta)
+    grads = sum(p.numel() * p.element_size() for p in meta.parameters() if p.requires_grad)
+    ema = weights if config.ema_decay is not None else 0
+    processes = processes_per_machine()
+    parts = [f"weights {human_bytes(weights)}", f"gradients {human_bytes(grads)}"]
+    parts += [f"AdamW's two moments {human_bytes(2 * grads)}"] + ([f"the EMA copy {human_bytes(ema)}"] if ema else [])
+    each = f", each of {processes} processes on this machine" if processes > 1 else ""
+    ways = (
+        []
+        if config.linear_probe or config.lora_rank
+        else ["--linear-probe or --lora RANK (gradients and AdamW state for the trained parameters only)"]
+    )
+    ways.append("a smaller model or a machine with more memory; sharding the model across processes (FSDP) is planned")
+    require_memory(
+        (weights + 3 * grads + ema) * processes,
+        f"fine-tuning model {name!r} ({sum(p.numel() for p in meta.parameters()):,} parameters{each}: "
+        f"{', '.join(parts)}, in fp32; activations not counted)",
+        "ways out: " + ", ".join(ways),
+    )
 
 
 def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) -> RunLock | None:

@@ -48,6 +48,22 @@ def read_checkpoint(path: str | os.PathLike[str]) -> StateDict:
     )
 
 
+def read_shapes(path: str | os.PathLike[str]) -> StateDict:
+    """The tensors of a checkpoint file as meta tensors (shapes alone, no memory): a safetensors
+    file's header, without reading its data; other kinds are read and their shapes kept. What a
+    config implies can so be compared with the tensors before anything is built or loaded."""
+    path = Path(path)
+    if path.is_file() and _sniff_kind(path) == "safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                return {key: torch.empty(f.get_slice(key).get_shape(), device="meta") for key in f.keys()}
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise _unreadable_safetensors(path, e) from e
+    return {key: torch.empty(value.shape, device="meta") for key, value in read_checkpoint(path).items()}
+
+
 def _sniff_kind(path: Path) -> str | None:
     """The file kind from its suffix, else from its first bytes (safetensors starts with an 8-byte
     header length followed by '{'; torch and npz files are zip archives; old torch files are pickles)."""
@@ -102,10 +118,14 @@ def _read_safetensors(path: Path) -> StateDict:
                         break
         return out
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise WeightsFileError(
-            f"{str(path)!r} is not a readable safetensors file (truncated or corrupt: {e}); "
-            "delete it and download or export it again"
-        ) from e
+        raise _unreadable_safetensors(path, e) from e
+
+
+def _unreadable_safetensors(path: Path, err: Exception) -> WeightsFileError:
+    return WeightsFileError(
+        f"{str(path)!r} is not a readable safetensors file (truncated or corrupt: {err}); "
+        "delete it and download or export it again"
+    )
 
 
 def _read_torch(path: Path) -> StateDict:

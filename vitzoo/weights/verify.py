@@ -3,13 +3,17 @@
 Before a model is built, every field a config.json states is type-checked and compared with what
 the tensors say (`check_stated`: widths, depth, patch size, channels, classes, tokens, position
 grid); sizes no tensor confirms are bounded (`check_bounds`), so a hostile config cannot make
-vitzoo allocate memory it sizes. Before a checkpoint is loaded into a model, what no tensor shape
-shows (the head count, the activation) must match the model (`check_fits`): the weights would
-load and compute something else than they were trained to.
+vitzoo allocate memory it sizes. `check_shown` is the comparison itself, for any table of fields
+and the tensors that show them (the text towers' table, vitzoo/text/transformer.py, uses it too).
+Before a checkpoint is loaded into a model, what no tensor shape shows (the head count, the
+activation) must match the model (`check_fits`): the weights would load and compute something else
+than they were trained to.
 """
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import nn
@@ -70,29 +74,19 @@ def check_stated(
         raise WeightsFileError(f"{config!r}: {e}") from e
 
     def mismatch(name: str, value: Any, tensors: str, found: Any) -> WeightsMismatchError:
-        return WeightsMismatchError(
-            f"{config!r} states {name}={value!r}, but the weights in {weights} have {name}={found!r} "
-            f"(from {tensors}); expected the config to describe these weights"
-        )
+        return _stated_mismatch(config, f"{name}={value!r}", name, found, tensors, weights)
 
     stem = "patch_embed.stem.0.weight" in state
     depth = inferred["depth"]
-    for name, tensors in _STATED_BY.items():
-        if (
-            name not in stated
-            or (name in _BLOCK_FIELDS and not depth)
-            or (name == "head_bias" and "head.weight" not in state)
-        ):
-            continue
-        # infer_config_fields leaves out the newer options where they have a classic ViT's value
-        shown = inferred.get(name, CLASSIC_FIELDS.get(name))
-        value, found = stated[name], shown
-        if name == "patch_size":
-            value, found = to_2tuple(value, name), to_2tuple(inferred[name], name)
-        if name == "in_chans" and stem:
-            tensors = "patch_embed.stem.0.weight"
-        if value != found:
-            raise mismatch(name, stated[name], tensors, shown)
+    # infer_config_fields leaves out the newer options where they have a classic ViT's value
+    shown = {name: inferred.get(name, CLASSIC_FIELDS.get(name)) for name in _STATED_BY}
+    if not depth:  # the block fields are shown by block 0 alone
+        shown = {k: v for k, v in shown.items() if k not in _BLOCK_FIELDS}
+    if "head.weight" not in state:
+        shown.pop("head_bias")
+    stated_by = {**_STATED_BY, "in_chans": "patch_embed.stem.0.weight"} if stem else _STATED_BY
+    values = {k: v for k, v in stated.items() if k in shown}
+    check_shown(values, shown, stated_by, config=config, weights=weights, same={"patch_size": _same_patch})
     if "init_values" in stated and depth and (stated["init_values"] is None) != ("init_values" not in inferred):
         found = "a number (LayerScale)" if "init_values" in inferred else None
         raise mismatch("init_values", stated["init_values"], "blocks.0.ls1.gamma", found)
@@ -126,6 +120,46 @@ def check_stated(
             )
     else:
         check_bounds(img, grid, config)
+
+
+def _same_patch(a: Any, b: Any) -> bool:
+    return to_2tuple(a, "patch_size") == to_2tuple(b, "patch_size")
+
+
+def _stated_mismatch(config: str, says: str, name: str, found: Any, tensors: str, weights: str) -> WeightsMismatchError:
+    """The error for a config that says `says` (e.g. "depth=12") where the tensors show `name`=`found`."""
+    return WeightsMismatchError(
+        f"{config!r} states {says}, but the weights in {weights} have {name}={found!r} "
+        f"(from {tensors}); expected the config to describe these weights"
+    )
+
+
+def check_shown(
+    stated: Mapping[str, Any],
+    shown: Mapping[str, Any],
+    shown_by: Mapping[str, str],
+    *,
+    config: str,
+    weights: str,
+    says: Mapping[str, str] | None = None,
+    same: Mapping[str, Callable[[Any, Any], bool]] | None = None,
+) -> None:
+    """Raise WeightsMismatchError for the first field of `shown_by` (field -> the tensors that show
+    it) whose value in `stated` (what the config at `config` builds) differs from the tensors'
+    (`shown`), or that no tensor shows. `says`: how the config states a field, where that is not
+    "field=value" (a config in another library's terms); `same`: comparisons other than ==."""
+    for name, tensors in shown_by.items():
+        if name not in stated:
+            continue
+        said = (says or {}).get(name, f"{name}={stated[name]!r}")
+        if name not in shown:
+            raise WeightsMismatchError(
+                f"{config!r} states {said}, but the weights in {weights} have no {tensors} (of the expected "
+                "rank) to show it; expected the config to describe these weights"
+            )
+        equal = (same or {}).get(name, operator.eq)
+        if not equal(stated[name], shown[name]):
+            raise _stated_mismatch(config, said, name, shown[name], tensors, weights)
 
 
 def _check_mlp_width(stated: dict[str, Any], inferred: dict[str, Any], state: StateDict, mismatch: Any) -> None:

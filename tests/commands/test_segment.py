@@ -1,0 +1,73 @@
+"""`vitzoo segment MODEL DATA --out RUN`: the probe from the command line, in-process: --json's
+three metrics, the predicted masks and the picture, and one error line naming a bad file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import vitzoo
+
+from .helpers import run
+
+FAST = ("--crop", "32", "--steps", "5", "--batch-size", "4", "--threads", "1", "--dtype", "fp32", "--no-progress")
+
+
+@pytest.fixture
+def tiny_weights(tmp_path):
+    torch.manual_seed(0)
+    vitzoo.save_pretrained(vitzoo.create("vit_mnist_tiny"), tmp_path / "w")
+    return str(tmp_path / "w")
+
+
+def test_json_prints_the_metrics_and_the_run_holds_predictions_and_a_picture(
+    capsys, tmp_path, digit_scenes, tiny_weights
+):
+    argv = ["segment", "vit_mnist_tiny", str(digit_scenes), "--weights", tiny_weights, "--out", str(tmp_path / "run")]
+    code, out, err = run(capsys, *argv, *FAST, "--predictions", str(tmp_path / "pred"), "--json")
+    assert code == 0, err
+    metrics = json.loads(out)
+    assert set(metrics) == {"miou", "pixel_accuracy", "per_class_iou"}
+    assert list(metrics["per_class_iou"]) == ["background", *map(str, range(10))]
+    assert 0 <= metrics["miou"] <= 1 and 0 <= metrics["pixel_accuracy"] <= 1
+    names = sorted(p.name for p in (tmp_path / "pred").iterdir())
+    assert names == sorted(p.name for p in (digit_scenes / "val" / "images").iterdir())
+    with Image.open(tmp_path / "pred" / names[0]) as mask:
+        assert mask.mode == "L" and mask.size == (64, 48)
+    report = json.loads((tmp_path / "run" / "segment.json").read_text())
+    assert report["miou"] == metrics["miou"] and report["model"] == {"name": "vit_mnist_tiny", "weights": tiny_weights}
+    assert (tmp_path / "run" / "examples.png").is_file()
+
+
+def test_the_table_names_every_class_and_the_run(capsys, tmp_path, digit_scenes, tiny_weights):
+    argv = ["segment", "vit_mnist_tiny", str(digit_scenes), "--weights", tiny_weights, "--out", str(tmp_path / "run")]
+    code, out, err = run(capsys, *argv, *FAST, "--eval-mode", "whole", "--layers", "2")
+    assert code == 0, err
+    assert out.splitlines()[0].split() == ["class", "IoU", "%"] and "background" in out
+    assert "mIoU" in out and f"wrote {tmp_path / 'run'}" in out
+
+
+def test_a_bad_mask_is_one_error_line_naming_it(capsys, tmp_path, digit_scenes, tiny_weights):
+    data = shutil.copytree(digit_scenes, tmp_path / "scenes")
+    bad = data / "val" / "masks" / "scene_0002.png"
+    Image.fromarray(np.zeros((40, 64), dtype=np.uint8)).save(bad)
+    argv = ["segment", "vit_mnist_tiny", str(data), "--weights", tiny_weights, "--out", str(tmp_path / "run")]
+    code, out, err = run(capsys, *argv, *FAST)
+    assert code == 1 and out == ""
+    assert err.splitlines() == [
+        f"vitzoo: error: mask {bad} is 64x40 pixels but its image {data / 'val' / 'images' / 'scene_0002.png'} "
+        "is 64x48; expected a mask of the image's size"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_arguments_are_usage_errors_naming_the_flag(capsys, tmp_path, digit_scenes):
+    code, _, err = run(capsys, "segment", "vit_mnist_tiny", str(digit_scenes), "--out", str(tmp_path), "--crop", "0")
+    assert code == 2 and "--crop: expected an int >= 1, got '0'" in err
+    code, _, err = run(capsys, "segment", "vit_mnist", str(digit_scenes), "--out", str(tmp_path / "r"), *FAST)
+    assert code == 2 and "model 'vit_mnist' has no pretrained weights; pass --weights" in err

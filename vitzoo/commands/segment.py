@@ -1,0 +1,130 @@
+"""`vitzoo segment MODEL DATA --out RUN`: a linear segmentation probe of a frozen backbone (mIoU).
+
+The engine is vitzoo.segment (docs/segmentation.md); the data layouts are vitzoo.data.masks."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .base import add_dtype_option, add_weights_option, bounded_int, describe, emit, number, table
+from .finetune import _threads_arg
+
+_POSITIVE = bounded_int(1, "an int >= 1")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `vitzoo segment MODEL DATA --out RUN`."""
+    from ..segment.infer import EVAL_MODES
+
+    describe(
+        parser,
+        "Train DINOv3's linear head (dropout, BatchNorm, 1x1 convolution) on a frozen backbone's patch tokens "
+        "and measure it on the validation split: mIoU, pixel accuracy, IoU per class. DATA is a folder "
+        "(train/ and val/ with images/ and masks/; Pascal VOC; ADE20K; a datasets save_to_disk folder) or "
+        "hf:PATH_OR_NAME. RUN receives segment.json, head.safetensors, examples.png and the cached features.",
+    )
+    parser.add_argument("model", help="a registered model name, e.g. dinov3_s16 or vit_mnist")
+    parser.add_argument("data", metavar="DATA", help="the dataset folder, or hf:PATH_OR_NAME")
+    parser.add_argument("--out", required=True, metavar="RUN", help="the run folder (new, empty or an earlier run)")
+    add_weights_option(parser, "instead of the model's pretrained weights")
+    parser.add_argument(
+        "--layers", type=_POSITIVE, default=1, help="the last N blocks' tokens, concatenated (1 or 4; default 1)"
+    )
+    parser.add_argument("--crop", type=_POSITIVE, help="window / crop side in pixels (default: the model's input)")
+    parser.add_argument("--stride", type=_POSITIVE, help="between windows, pixels (default: two thirds of --crop)")
+    parser.add_argument("--size", type=_POSITIVE, help="resize images' shorter side to N pixels (default: keep)")
+    parser.add_argument(
+        "--augment",
+        action="store_true",
+        help="train on random scale-jittered (0.5-2x), flipped crops, the backbone run every step "
+        "(default: the windows' features computed once and cached in RUN)",
+    )
+    parser.add_argument("--steps", type=_POSITIVE, default=1000, help="training steps (default 1000)")
+    parser.add_argument("--batch-size", type=_POSITIVE, default=16, metavar="N", help="crops a step (default 16)")
+    parser.add_argument("--lr", type=number(low=0, low_open=True), default=1e-3, help="AdamW peak lr (default 1e-3)")
+    parser.add_argument("--weight-decay", type=number(low=0), default=1e-2, help="AdamW weight decay (default 1e-2)")
+    parser.add_argument("--dropout", type=number(low=0, high=1, high_open=True), default=0.1, help="(default 0.1)")
+    parser.add_argument(
+        "--eval-mode", choices=EVAL_MODES, default="slide", help="slide: windows of --crop (default); whole: one pass"
+    )
+    parser.add_argument("--predictions", metavar="DIR", help="write the predicted masks as DIR/<image name>.png")
+    parser.add_argument("--num-classes", type=_POSITIVE, help="the class count, where no classes.txt says it")
+    parser.add_argument("--hf-image-column", metavar="NAME", help="a datasets dataset's image column")
+    parser.add_argument("--hf-mask-column", metavar="NAME", help="a datasets dataset's mask column")
+    parser.add_argument("--seed", type=bounded_int(0, "an int >= 0"), default=0, help="(default 0)")
+    parser.add_argument("--workers", type=bounded_int(0, "an int >= 0"), default=0, help="--augment's loaders")
+    parser.add_argument(
+        "--threads", type=_threads_arg, default=None, help="CPU threads: N, or auto (default: the free cores)"
+    )
+    parser.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto, CUDA when there is one)")
+    add_dtype_option(parser, auto=True, help="the backbone's precision; the head trains in fp32")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train and measure the probe; print the metrics (a table, or --json)."""
+    from ..data.masks import load_segmentation
+    from ..precision import name_of, parse_dtype
+    from ..segment import SegmentSettings, segment_probe
+    from ..train.placement import resolve_device
+    from .features import _model
+
+    data = load_segmentation(
+        args.data,
+        num_classes=args.num_classes,
+        image_column=args.hf_image_column,
+        mask_column=args.hf_mask_column,
+        progress=not args.no_progress,
+    )
+    model = _model(args)
+    device = resolve_device(args.device)
+    dtype, why = parse_dtype(args.dtype, device)
+    if args.dtype == "auto":
+        print(f"vitzoo: backbone in {name_of(dtype)}: {why}", file=sys.stderr)
+    settings = SegmentSettings(
+        layers=args.layers,
+        crop=args.crop,
+        stride=args.stride,
+        size=args.size,
+        augment=args.augment,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        dropout=args.dropout,
+        eval_mode=args.eval_mode,
+        seed=args.seed,
+        workers=args.workers,
+    )
+    report = segment_probe(
+        model,
+        data,
+        args.out,
+        settings,
+        device=device,
+        dtype=dtype,
+        predictions_dir=args.predictions,
+        threads=args.threads,
+        progress=not args.no_progress,
+        about={"name": args.model, "weights": args.weights or "pretrained"},
+    )
+    metrics = {key: report[key] for key in ("miou", "pixel_accuracy", "per_class_iou")}
+    emit(args, metrics, _text(report, args.out))
+    return 0
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _text(report: dict[str, Any], out: str) -> str:
+    rows = [(name, _percent(iou)) for name, iou in report["per_class_iou"].items()]
+    seconds = sum(report["seconds"].values())
+    return (
+        table(("class", "IoU %"), rows)
+        + f"\nmIoU {_percent(report['miou'])}%, pixel accuracy {_percent(report['pixel_accuracy'])}% "
+        f"on {report['data']['val']} images ({seconds:.1f} s, peak memory {report['peak_memory_mb']:.0f} MiB); "
+        f"wrote {out}"
+    )
