@@ -11,7 +11,9 @@ Every model runs at reduced width and depth (the same code path: 2 blocks of wid
 feature tests), at its own input size up to 224 pixels a side (DINOv2's 518 becomes 224), so the
 whole contract takes seconds; timm is not needed, only torchvision's FX feature extraction, which
 vitzoo depends on. Sizes of one family reduce to the same model: the six checks that run it do so
-once per distinct reduced model (`REDUCED`), the default_cfg check once per name.
+once per distinct reduced model (`REDUCED`), the default_cfg check once per name and pretrained
+tag ("name.tag" with pretrained=False: that release's architecture, untrained, as timm's file lists
+names with `include_tags=True`).
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ FEAT_AXIS, SPATIAL_AXES = 1, (2, 3)  # NCHW
 
 
 def small(name: str, blocks: int = 2, **kwargs: Any) -> nn.Module:
-    """`vitzoo.create(name)` at reduced depth and width (at most `blocks` blocks of width 32, 2
-    heads; 3 blocks where timm's feature tests want 3 levels) and at most 224 pixels a side."""
-    config = registry.get_entry(name).resolve_config()
+    """`vitzoo.create(name, pretrained=False)` at reduced depth and width (at most `blocks` blocks
+    of width 32, 2 heads; 3 blocks where timm's feature tests want 3 levels) and at most 224 pixels
+    a side. A "name.tag" is the architecture of that tag's weights, untrained, as in timm."""
+    entry, pcfg = registry.get_pretrained_cfg(name)
+    config = entry.resolve_config(**(pcfg.model_args if pcfg and registry.split_name(name)[1] else {}))
     overrides: dict[str, Any] = {"depth": min(config.depth, blocks)}
     if config.embed_dim > 32:
         overrides.update(embed_dim=32, num_heads=2)
@@ -50,7 +54,7 @@ def small(name: str, blocks: int = 2, **kwargs: Any) -> nn.Module:
     if config.representation_size:  # the representation layer keeps its width relative to the tokens
         overrides["representation_size"] = overrides.get("embed_dim", config.embed_dim)
     torch.manual_seed(0)
-    return vitzoo.create(name, **{**overrides, **kwargs})
+    return vitzoo.create(name, pretrained=False, **{**overrides, **kwargs})
 
 
 def distinct_reduced(names: list[str]) -> list[str]:
@@ -66,6 +70,8 @@ def distinct_reduced(names: list[str]) -> list[str]:
 
 
 REDUCED = distinct_reduced(NAMES)
+# timm's `list_models(..., include_tags=True)`: "name.tag" for every source, the bare name without one
+TAGGED = [tagged for name in NAMES for tagged in vitzoo.list_models(name, pretrained=True) or [name]]
 
 
 def input_size(model: nn.Module, target: int | None = None) -> tuple[int, ...]:
@@ -138,12 +144,13 @@ def test_model_forward(name: str) -> None:
     assert torch.allclose(outputs, outputs2, rtol=1e-4, atol=1e-5), "Output does not match"
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", TAGGED)
 def test_registry_input_size_is_the_models(name: str) -> None:
     """What timm's tests ask the registry before building is what the model built answers: a model
-    of one input size gets that size, not a batch cut down to the target."""
+    of one input size gets that size, not a batch cut down to the target (a "name.tag" built
+    untrained too)."""
     with torch.device("meta"):  # sizes do not depend on depth
-        model = vitzoo.create(name, depth=1)
+        model = vitzoo.create(name, pretrained=False, depth=1)
     for target in (None, TARGET_FWD_SIZE, TARGET_BWD_SIZE, TARGET_FFEAT_SIZE):
         assert registry_input_size(name, target) == input_size(model, target)
 
@@ -159,7 +166,7 @@ def test_model_backward(name: str) -> None:
     check_backward(model, outputs, num_params)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", TAGGED)
 def test_model_default_cfgs_non_std(name: str) -> None:
     model = small(name).eval()
     assert model.num_classes >= 0
@@ -234,6 +241,8 @@ def test_model_forward_fx(name: str) -> None:
     assert torch.all(fx_outputs == outputs)
     assert outputs.shape[0] == 1
     assert not torch.isnan(outputs).any(), "Output included NaNs"
+    with pytest.raises(ValueError, match="input image has shape"):  # the extractor keeps the input check
+        extractor(torch.randn((1, size[0] + 1, *size[1:])))
 
 
 @pytest.mark.parametrize("name", REDUCED)

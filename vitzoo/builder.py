@@ -81,7 +81,7 @@ def _read(source: Source) -> tuple[Checkpoint, Architecture | None]:
 
 def create(
     name: str,
-    pretrained: bool = False,
+    pretrained: bool | None = None,
     weights: Source | None = None,
     pretrained_cfg_overlay: dict[str, Any] | None = None,
     dtype: str | torch.dtype | None = None,
@@ -93,7 +93,9 @@ def create(
 ) -> nn.Module:
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
 
-    pretrained=True loads the name's default source (or the one its ".tag" selects);
+    pretrained=True loads the name's default source (or the one its ".tag" selects), and so does a
+    ".tag" by itself; pretrained=False loads nothing: "name.tag" is then the architecture and
+    preprocessing of that tag's weights, randomly initialised (timm's create_model(..., pretrained=False));
     "hf-hub:org/repo[@rev]" as the name builds what that repository states (from_pretrained);
     weights=SOURCE loads a file, directory, "hf-hub:org/repo" or "timm:<name>" instead.
     `pretrained_cfg_overlay` (as in timm) replaces preprocessing fields of `model.pretrained_cfg`
@@ -130,7 +132,7 @@ def create(
 
 def _create_image_text(
     name: str,
-    pretrained: bool,
+    pretrained: bool | None,
     weights: Source | None,
     dtype: str | torch.dtype | None,
     features_only: bool,
@@ -151,7 +153,7 @@ def _create_image_text(
 
 
 def _create(
-    name: str, pretrained: bool, weights: Source | None, dtype: torch.dtype | None, **overrides: Any
+    name: str, pretrained: bool | None, weights: Source | None, dtype: torch.dtype | None, **overrides: Any
 ) -> nn.Module:
     if name.startswith(HF_PREFIX):  # timm's spelling: the repository names its architecture
         if weights is not None or overrides:
@@ -162,9 +164,7 @@ def _create(
         return from_pretrained(name, dtype=dtype)
     entry, pcfg = registry.get_pretrained_cfg(name)
     _, tag = registry.split_name(name)
-    if tag is not None and not pretrained and weights is None:
-        pretrained = True  # naming a weights tag means asking for those weights
-    loading = pretrained or weights is not None
+    loading = weights is not None or registry.wants_weights(name, pretrained)
     if loading or torch.empty(()).device.type == "cpu":  # not on the meta device, nor a GPU's memory
         require_weights_memory(
             name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading
@@ -180,9 +180,10 @@ def _create(
         if tag is not None and pcfg is not None:  # the tag decides architecture and preprocessing, whatever the copy
             return _build_pretrained(entry, weights, pcfg.replace(source=None), overrides, dtype, tag=tag)
         return _build_pretrained(entry, weights, entry.default_cfg, overrides, dtype)
-    model = entry.builder(**overrides)
+    named = pcfg if tag is not None else None  # a tag without its weights: their architecture, untrained
+    model = entry.builder(**{**(named.model_args if named else {}), **overrides})
     config = getattr(model, "config", None)
-    cfg = registry.weightless_cfg(entry, config) if isinstance(config, ViTConfig) else entry.default_cfg
+    cfg = registry.weightless_cfg(entry, config, named) if isinstance(config, ViTConfig) else entry.default_cfg
     if cfg is not None and hasattr(model, "pretrained_cfg"):
         attach_pretrained_cfg(model, cfg)
     attach_architecture(model, entry.name)  # saved and pushed models name it (push: timm's counterpart)

@@ -63,6 +63,19 @@ class PretrainedCfg:
     def replace(self, **changes: Any) -> PretrainedCfg:
         return dataclasses.replace(self, **changes)
 
+    def without_weights(self) -> PretrainedCfg:
+        """A release's preprocessing, for the same architecture built without its weights (no
+        source, tag, licence or labels)."""
+        return PretrainedCfg(
+            input_size=self.input_size,
+            mean=self.mean,
+            std=self.std,
+            interpolation=self.interpolation,
+            crop_pct=self.crop_pct,
+            crop_mode=self.crop_mode,
+            num_classes=self.num_classes,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

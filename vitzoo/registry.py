@@ -242,6 +242,13 @@ def get_entry(name: str) -> ModelEntry:
     return entry
 
 
+def wants_weights(name: str, pretrained: bool | None) -> bool:
+    """Whether building `name` loads its weights: as `pretrained` says; when it says nothing (None),
+    a ".tag" asks for that tag's weights. pretrained=False with a tag is timm's spelling of the
+    architecture those weights need, randomly initialised."""
+    return pretrained if pretrained is not None else split_name(name)[1] is not None
+
+
 def get_pretrained_cfg(name: str) -> tuple[ModelEntry, PretrainedCfg | None]:
     """The entry for `name` and the pretrained source its tag (or the default) selects."""
     entry = get_entry(name)
@@ -370,10 +377,12 @@ def get_pretrained_cfg_value(name: str, key: str) -> Any:
     return timm_pretrained_cfg(name).get(key)
 
 
-def weightless_cfg(entry: ModelEntry, config: ViTConfig) -> PretrainedCfg | None:
+def weightless_cfg(entry: ModelEntry, config: ViTConfig, named: PretrainedCfg | None = None) -> PretrainedCfg | None:
     """The preprocessing a model of `config` built under `entry`'s name carries without weights:
-    the entry's, fitted to the model (input size, class count); None where the entry has none."""
-    return fit_pretrained_cfg(entry.default_cfg, config) if entry.default_cfg is not None else None
+    that of the `named` source (a tag built untrained), else the entry's, fitted to the model
+    (input size, class count); None where there is none."""
+    cfg = named.without_weights() if named is not None else entry.default_cfg
+    return fit_pretrained_cfg(cfg, config) if cfg is not None else None
 
 
 def _timm_cfg(

@@ -96,25 +96,12 @@ class ZooModel:
     timm_name: str | None = None  # the timm architecture with the same shapes and parameter names
 
 
-def _without_weights(cfg: PretrainedCfg) -> PretrainedCfg:
-    """A release's preprocessing, for the same architecture built without its weights."""
-    return PretrainedCfg(
-        input_size=cfg.input_size,
-        mean=cfg.mean,
-        std=cfg.std,
-        interpolation=cfg.interpolation,
-        crop_pct=cfg.crop_pct,
-        crop_mode=cfg.crop_mode,
-        num_classes=cfg.num_classes,
-    )
-
-
 def _released(
     name: str, config: ViTConfig, timm_name: str, sources: dict[str, PretrainedCfg], description: str
 ) -> ZooModel:
     """A model whose preprocessing without weights is that of its default (first) source."""
     default = next(iter(sources.values()))
-    return ZooModel(name, config, _without_weights(default), sources, description, timm_name=timm_name)
+    return ZooModel(name, config, default.without_weights(), sources, description, timm_name=timm_name)
 
 
 # EVA-02's MLPs: SwiGLU of hidden width int(dim * 8/3); T/S pack gate and input into one fc1

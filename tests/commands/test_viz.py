@@ -115,6 +115,13 @@ def test_weights_option_draws_the_loaded_weights(tmp_path):
     random = tmp_path / "random.png"
     assert main(["viz", "posembed", "vit_mnist", "--out", str(random)]) == 0
     assert random.read_bytes() != expected.read_bytes()
+    # a NAME.TAG without --pretrained still means that tag's weights
+    vitzoo.register(
+        "viz_test_tagged", base="vit_mnist", pretrained={"run": vitzoo.PretrainedCfg(source=str(tmp_path / "run"))}
+    )
+    tagged = tmp_path / "tagged.png"
+    assert main(["viz", "posembed", "viz_test_tagged.run", "--out", str(tagged)]) == 0
+    assert tagged.read_bytes() == expected.read_bytes()
 
 
 @pytest.mark.parametrize(

@@ -50,6 +50,18 @@ def test_tag_selects_another_source(fake_hub, hf_cache, timm_checkpoint):
     assert {p.split("/resolve/")[0] for _, p in fake_hub.requests} == {"/" + repo}
 
 
+def test_tag_with_pretrained_false_builds_that_release_untrained(fake_hub, hf_cache):
+    # timm's create_model("arch.tag", pretrained=False): the architecture and preprocessing those
+    # weights need, randomly initialised; nothing is fetched
+    laion = vitzoo.create("clip_b16.laion2b", pretrained=False, depth=1)
+    assert laion.config.act_layer == "gelu" and vitzoo.create("clip_b16", depth=1).config.act_layer == "quick_gelu"
+    wide = vitzoo.create("siglip2_b16.v2_webli_384", pretrained=False, depth=1)
+    assert wide.config.img_size == 384 and wide.default_cfg["input_size"] == (3, 384, 384)
+    assert wide.pretrained_cfg.source is None and wide.pretrained_cfg.mean == (0.5, 0.5, 0.5)
+    assert wide(torch.randn(1, 3, 384, 384)).shape == (1, 768)
+    assert fake_hub.requests == []
+
+
 def test_timm_source_takes_timms_own_loader(fake_hub, hf_cache, timm_checkpoint):
     # timm:<name> asks timm to load its pretrained weights (from the fake Hub here), full size.
     ckpt = timm_checkpoint("vit_tiny_patch16_224")

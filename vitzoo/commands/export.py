@@ -21,7 +21,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=["onnx", "torch-export"], help="what to write (default: from the suffix of --out)"
     )
-    parser.add_argument("--pretrained", action="store_true", help="load the model's default pretrained weights")
+    parser.add_argument(
+        "--pretrained", action="store_true", default=None, help="load the model's default pretrained weights"
+    )
     add_weights_option(parser, "to load instead")
     add_dtype_option(
         parser,

@@ -113,7 +113,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="a registered model name, e.g. vit_mnist, vit_ti16, deit_s16 (vitzoo list)")
     add_data_arguments(parser)
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--pretrained", action="store_true", help="start from the model's default pretrained weights")
+    src.add_argument(
+        "--pretrained", action="store_true", default=None, help="start from the model's default pretrained weights"
+    )
     src.add_argument(
         "--weights", default=None, help="start from these weights: a file, a directory, hf-hub:org/repo or timm:<name>"
     )
@@ -365,7 +367,7 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
         run_info={
             "model": args.model,
             "weights": args.weights,
-            "pretrained": args.pretrained,
+            "pretrained": bool(args.pretrained),
             "init_head": args.init_head,
         },
     )

@@ -197,7 +197,9 @@ def _add_model_args(p: argparse.ArgumentParser, *, optional: bool = False) -> No
         + (" — optional: without it the image is used at its own size" if optional else ""),
     )
     p.add_argument("--weights", metavar="SRC", help="weights to load: file, directory, hf-hub:org/repo or timm:<name>")
-    p.add_argument("--pretrained", action="store_true", help="load the model's default pretrained weights")
+    p.add_argument(
+        "--pretrained", action="store_true", default=None, help="load the model's default pretrained weights"
+    )
 
 
 def _add_image_arg(p: argparse.ArgumentParser) -> None:

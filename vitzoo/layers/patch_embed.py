@@ -95,12 +95,14 @@ class PatchEmbed(nn.Module):
         """Raise a ValueError naming expected and given shape when `x` does not fit this model."""
         self._check(x)
 
-    def _check(self, x: torch.Tensor) -> None:
+    def _check(self, x: torch.Tensor) -> torch.Tensor:
         stem = self.stem is not None
-        check_image(x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, stem, self.drop_remainder)
+        return check_image(
+            x, self.in_chans, self.img_size, self.patch_size, self.strict_img_size, stem, self.drop_remainder
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self._check(x)
+        x = self._check(x)  # the checked image: a traced graph keeps the check on the data path
         # Convolve in channels-last (NHWC) memory: oneDNN and cuDNN keep that layout through the
         # stem, and the projection's NHWC output, (B, gh, gw, D) in memory, *is* the (B, N, D)
         # token matrix, so the flatten + transpose below is a free view of contiguous tokens.
@@ -178,12 +180,14 @@ def check_image(
     strict: bool,
     stem: bool,
     remainder: bool = False,
-) -> None:
-    """Raise a ValueError naming expected and given shape when image batch `x` does not fit: exactly
-    (B, in_chans, *img_size) when `strict`, else any height and width that are multiples of the
-    patch (any positive size with a stem, at least one patch with `remainder`). A leaf of torch.fx graphs (see `torch.fx.wrap` below):
-    tracing records the call instead of branching on a symbolic shape, and the traced model checks
-    its real input as the eager one does."""
+) -> torch.Tensor:
+    """`x`, after raising a ValueError naming expected and given shape when image batch `x` does not
+    fit: exactly (B, in_chans, *img_size) when `strict`, else any height and width that are
+    multiples of the patch (any positive size with a stem, at least one patch with `remainder`). A
+    leaf of torch.fx graphs (see `torch.fx.wrap` below): tracing records the call instead of
+    branching on a symbolic shape, and the traced model checks its real input as the eager one does.
+    The image flows through the call, so graph passes that drop nodes whose result is unused
+    (torchvision's feature extractor) keep the check."""
     if strict:
         expected = (in_chans, *img_size)
         if x.ndim != 4 or tuple(x.shape[1:]) != expected:
@@ -192,7 +196,7 @@ def check_image(
                 f"{expected[1]}, {expected[2]}) = (B, in_chans, height, width) for this model; "
                 "resize the image or create the model with matching img_size / in_chans"
             )
-        return
+        return x
     ph, pw = patch_size
     if (
         x.ndim != 4
@@ -208,6 +212,7 @@ def check_image(
             f"input image has shape {tuple(x.shape)}, expected (batch, {in_chans}, height, width) with "
             f"{sides} for this model (dynamic_img_size=True); pad or resize the image"
         )
+    return x
 
 
 torch.fx.wrap("check_image")

@@ -258,12 +258,11 @@ def _read_transformers(files: Files, source: Source) -> ImageTextModel:
     )
 
 
-def create_image_text(name: str, pretrained: bool = False, weights: Source | None = None) -> ImageTextModel:
+def create_image_text(name: str, pretrained: bool | None = None, weights: Source | None = None) -> ImageTextModel:
     """`name`'s image tower with its text tower: random (the text tower of TEXT_CONFIGS), or read
     from `weights` / the name's default source (timm's hub repo of that name, open_clip layout)."""
     entry = registry.get_entry(name)
-    _, tag = registry.split_name(name)
-    if weights is None and (pretrained or tag is not None):
+    if weights is None and registry.wants_weights(name, pretrained):
         weights = _text_source(name)
     if weights is not None:
         return read_image_text(weights)
