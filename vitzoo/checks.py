@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import types
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, get_args, get_origin
@@ -175,3 +176,14 @@ def env_seconds(name: str, default: float, what: str) -> float | None:
             f"(default {default:g}; 'inf' waits for ever)"
         )
     return None if math.isinf(value) else value
+
+
+# Control, format, line and paragraph separator characters: a terminal or a Markdown line acts on them.
+UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def escape_unprintable(text: str, keep: str = "") -> str:
+    """`text` with its control, format and separator characters (an escape sequence's ESC, a
+    carriage return, a line break, a right-to-left override) written as Python escapes (\\x1b,
+    \\r, \\n, \\u202e), except those in `keep`."""
+    return "".join(c if c in keep or unicodedata.category(c) not in UNPRINTABLE else repr(c)[1:-1] for c in text)

@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import nn
 
+from .checks import UNPRINTABLE, escape_unprintable
 from .errors import VitzooError
 from .layers.lora import is_lora_parameter
 from .pretrained_cfg import PretrainedCfg, license_flags, resolve_label_names
@@ -42,8 +43,6 @@ HUB_LICENSES = (
 # A licence id as the Hub and SPDX spell them ("apache-2.0", "cc-by-nc-4.0", "other").
 _LICENSE_ID = re.compile(r"[A-Za-z0-9.+-]{1,100}")
 _LABELS_SHOWN = 100  # more label names than this are summarised
-# Characters that end a Markdown line or act on a terminal: written as Python escapes (\n, \u202e).
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
 # Settings of a run that say where and how fast it ran, not what it learned.
 _RUNTIME_SETTINGS = ("progress", "device", "threads", "workers", "eval_batch_size")
 
@@ -68,7 +67,7 @@ def code(text: str) -> str:
     """`text` as one Markdown code span, shown exactly: line breaks and control characters as
     escapes, fenced by more backticks than any run inside it, padded where it starts or ends with
     a backtick or a space (CommonMark strips one space each side)."""
-    text = "".join(repr(c)[1:-1] if unicodedata.category(c) in _UNPRINTABLE else c for c in text)
+    text = escape_unprintable(text)
     if not text:
         return '""'
     fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
@@ -80,7 +79,7 @@ def prose(text: str) -> str:
     """`text` as one line of literal Markdown text: line breaks and control characters become
     spaces, and each ASCII punctuation character that Markdown acts on is backslash-escaped (no
     emphasis, link, code span, entity or raw HTML)."""
-    text = " ".join("".join(" " if unicodedata.category(c) in _UNPRINTABLE else c for c in text).split())
+    text = " ".join("".join(" " if unicodedata.category(c) in UNPRINTABLE else c for c in text).split())
     return re.sub(r"([\\`*_\[\]<>!|~&])", r"\\\1", text)
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..checks import Range
+from ..checks import Range, escape_unprintable
 
 PROG = "vitzoo"
 JSON_HELP = "print JSON instead of a table"
@@ -119,11 +118,7 @@ def printable(text: str, keep: str = "") -> str:
     carriage return, a right-to-left override) written as Python escapes (\\x1b, \\r, \\u202e),
     except those in `keep`. Label and file names come from files: printed raw, they could move
     the cursor, recolour or hide what a table says. CSV and JSON output keep them as they are."""
-    return "".join(c if c in keep or unicodedata.category(c) not in _UNPRINTABLE else repr(c)[1:-1] for c in text)
-
-
-# Control, format, line and paragraph separator characters: a terminal acts on them.
-_UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+    return escape_unprintable(text, keep)
 
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
