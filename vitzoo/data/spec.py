@@ -21,11 +21,13 @@ from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 from .folder import FolderDataError, load_image_folder, store_size_for
 from .hf import hf_num_classes, load_hf_dataset
 from .mnist import load_mnist, load_mnist_sample
+from .shards import load_shards, shard_num_classes
 from .tensors import DataSplits
 
 BUILTIN = ("mnist-sample", "mnist", "fashion-mnist")
-# The names `--data` takes: the built-in datasets, "folder PATH" and "hf:PATH_OR_NAME".
-DATASETS = (*BUILTIN, "folder", "hf")
+# The names `--data` takes: the built-in datasets, "folder PATH", "hf:PATH_OR_NAME" and
+# "wds:SHARDS" (WebDataset shards: a pattern, a list file or a directory; vitzoo/data/shards.py).
+DATASETS = (*BUILTIN, "folder", "hf", "wds")
 # The stored side of a dataset that is not fitted to a model (the digits keep their own size).
 DEFAULT_STORE_SIZE = 256
 
@@ -49,8 +51,12 @@ def load_data(
     disk (True), decoded into memory (False), or whichever its size calls for (None). "hf": a
     Hugging Face `datasets` dataset (a save_to_disk folder or a cached name, read offline), its
     splits and columns found automatically (`load_hf_dataset` names them), always in memory."""
-    if stream and name != "folder":
+    if stream and name not in ("folder", "wds"):
         raise ValueError(f"stream=True applies to image folders; dataset {name!r} is always decoded into memory")
+    if name == "wds":
+        if path is None or stream is False:
+            raise ValueError("dataset 'wds' needs shards (--data wds:SHARDS) and is always streamed from them")
+        return load_shards(os.fspath(path), val_split=val_split, seed=seed, strict=strict)
     if name == "mnist-sample":
         return load_mnist_sample()
     if name in ("mnist", "fashion-mnist"):
@@ -85,7 +91,7 @@ class DataSpec:
 
     @property
     def kind(self) -> str:
-        """ "builtin", "folder" or "hf"."""
+        """ "builtin", "folder", "hf" or "wds"."""
         return "builtin" if self.name in BUILTIN else self.name
 
     @classmethod
@@ -100,6 +106,13 @@ class DataSpec:
                     "--data hf:PATH_OR_NAME takes one argument, the dataset after 'hf:' (e.g. hf:saved_dir)"
                 )
             return cls("hf", where, **hf_options)
+        if name.startswith("wds:") or name == "wds":
+            if not name[4:] or rest:
+                raise ValueError(
+                    "--data wds:SHARDS takes one argument, the shards after 'wds:' "
+                    "(a pattern dir/shard-{000000..000127}.tar, a list file or a directory)"
+                )
+            return cls("wds", name[4:])
         if name not in DATASETS:
             if len(values) == 1 and Path(name).is_dir():
                 return cls("folder", name)  # a bare directory means an image folder
@@ -119,6 +132,8 @@ class DataSpec:
         Face dataset's ClassLabel feature, ten for the digit datasets."""
         if self.name == "hf" and self.path is not None:
             return hf_num_classes(self.path, train_split=self.hf_train_split, label_column=self.hf_label_column)
+        if self.name == "wds" and self.path is not None:
+            return shard_num_classes(self.path)
         if self.name != "folder" or self.path is None:
             return 10
         root = Path(self.path).expanduser()
