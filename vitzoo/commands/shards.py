@@ -19,8 +19,8 @@ def parse_size(text: str) -> int:
     unit = match.group(2).lower()
     scale = _UNITS[unit[:1]] if "i" not in unit else 1024 ** "bkmgt".index(unit[0])
     value = int(float(match.group(1)) * scale)
-    if value < 2048:
-        raise argparse.ArgumentTypeError(f"expected a size of at least 2048 bytes (2KB), got {text!r}")
+    if value < 10240:
+        raise argparse.ArgumentTypeError(f"expected a size of at least 10240 bytes (one tar record), got {text!r}")
     return value
 
 

@@ -71,12 +71,14 @@ class _BytesReader:
 
 def _groups(samples: list[tuple[str, int]], max_size: int, max_count: int) -> list[list[tuple[int, str, int]]]:
     """The samples (numbered) cut into shards of at most `max_size` bytes and `max_count` samples
-    (a single sample larger than `max_size` gets a shard of its own)."""
+    (a single sample larger than `max_size` gets a shard of its own); the size counts tar's headers,
+its padding of each member to 512 bytes and of the file to a 10 KiB record."""
     shards: list[list[tuple[int, str, int]]] = [[]]
     used = 2 * _BLOCK  # the end-of-archive blocks
     for number, (path, label) in enumerate(samples):
         size = _member_bytes(os.path.getsize(path)) + _member_bytes(len(str(label)))
-        if shards[-1] and (used + size > max_size or len(shards[-1]) >= max_count):
+        padded = -(-(used + size) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE  # tarfile pads the file to a record
+        if shards[-1] and (padded > max_size or len(shards[-1]) >= max_count):
             shards.append([])
             used = 2 * _BLOCK
         shards[-1].append((number, path, label))
@@ -131,8 +133,10 @@ def write_shards(
 ) -> list[ShardSummary]:
     """Write the image folder `folder` (class folders, or train/ and val/ of them) as shards in
     `out` (see the module docstring). Returns one summary per split written."""
-    if max_size < 4 * _BLOCK or max_count < 1:
-        raise ValueError(f"max_size={max_size}, max_count={max_count}; expected max_size >= 2048 and max_count >= 1")
+    if max_size < tarfile.RECORDSIZE or max_count < 1:
+        raise ValueError(
+            f"max_size={max_size}, max_count={max_count}; expected max_size >= {tarfile.RECORDSIZE} and max_count >= 1"
+        )
     root, target = Path(folder).expanduser(), Path(out).expanduser()
     if not root.is_dir():
         raise FolderDataError(f"image folder {root} does not exist or is not a directory")
