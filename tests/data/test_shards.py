@@ -50,7 +50,11 @@ def shard_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for _ in range(count):
             label = number % 3
             members.append((f"s{number:04d}.png", _png(number, label)))
-            members.append((f"s{number:04d}.cls", str(label).encode()) if number % 2 else (f"s{number:04d}.json", json.dumps({"label": label}).encode()))
+            members.append(
+                (f"s{number:04d}.cls", str(label).encode())
+                if number % 2
+                else (f"s{number:04d}.json", json.dumps({"label": label}).encode())
+            )
             number += 1
         _tar(root / f"part-{s:03d}.tar", members)
     (root / "classes.txt").write_text("red\ngreen\nblue\n")
@@ -101,8 +105,7 @@ def test_shards_train_and_resume_bit_identically_after_sigterm_mid_epoch(shard_d
 
     def model(seed: int = 0) -> torch.nn.Module:
         torch.manual_seed(seed)
-        return vitzoo.create("vit_mnist", patch_size=7, conv_stem=(), embed_dim=16, depth=2, num_heads=2, num_classes=3
-        )
+        return vitzoo.create("vit_mnist", patch_size=7, conv_stem=(), embed_dim=16, depth=2, num_heads=2, num_classes=3)
 
     reference = model()
     result = fit(reference, splits, config=TrainConfig(**config, workers=0), out_dir=tmp_path / "ref")
@@ -158,7 +161,9 @@ def test_bad_shards_raise_one_error_naming_shard_and_key(tmp_path: Path) -> None
 def test_a_corrupt_image_is_a_counted_skip_naming_shard_and_key(tmp_path: Path) -> None:
     from vitzoo.data import BatchTransform, InputSpec, make_loader
 
-    root = _bad(tmp_path, [("bad.png", b"\x89PNG not really"), ("bad.cls", b"1"), ("ok.png", _png(9, 1)), ("ok.cls", b"1")])
+    root = _bad(
+        tmp_path, [("bad.png", b"\x89PNG not really"), ("bad.cls", b"1"), ("ok.png", _png(9, 1)), ("ok.cls", b"1")]
+    )
     samples = read_shards(str(root))
     spec = InputSpec(channels=3, size=(16, 16), mean=(0.5,) * 3, std=(0.5,) * 3)
     loader = make_loader(

@@ -36,7 +36,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("out", metavar="OUT", help="the folder to write the shards to (new or empty)")
     parser.add_argument("--max-size", type=parse_size, default="1GB", help="bytes per shard at most (default 1GB)")
     parser.add_argument(
-        "--max-count", type=bounded_int(1, "an int >= 1"), default=100_000, metavar="N", help="samples per shard at most"
+        "--max-count",
+        type=bounded_int(1, "an int >= 1"),
+        default=100_000,
+        metavar="N",
+        help="samples per shard at most",
     )
     parser.add_argument("--seed", type=bounded_int(0, "an int >= 0"), default=0, help="seed of the sample order")
     parser.add_argument("--overwrite", action="store_true", help="write into a non-empty OUT, replacing its shards")
@@ -47,7 +51,12 @@ def run(args: argparse.Namespace) -> int:
     from ..data.shard_writer import write_shards
 
     summaries = write_shards(
-        args.folder, args.out, max_size=args.max_size, max_count=args.max_count, seed=args.seed, overwrite=args.overwrite
+        args.folder,
+        args.out,
+        max_size=args.max_size,
+        max_count=args.max_count,
+        seed=args.seed,
+        overwrite=args.overwrite,
     )
     rows = [(s.split, s.folder, len(s.shards), s.samples, f"{s.bytes / 1e6:.1f} MB") for s in summaries]
     emit(

@@ -71,8 +71,8 @@ class _BytesReader:
 
 def _groups(samples: list[tuple[str, int]], max_size: int, max_count: int) -> list[list[tuple[int, str, int]]]:
     """The samples (numbered) cut into shards of at most `max_size` bytes and `max_count` samples
-    (a single sample larger than `max_size` gets a shard of its own); the size counts tar's headers,
-its padding of each member to 512 bytes and of the file to a 10 KiB record."""
+        (a single sample larger than `max_size` gets a shard of its own); the size counts tar's headers,
+    its padding of each member to 512 bytes and of the file to a 10 KiB record."""
     shards: list[list[tuple[int, str, int]]] = [[]]
     used = 2 * _BLOCK  # the end-of-archive blocks
     for number, (path, label) in enumerate(samples):
@@ -115,7 +115,9 @@ def _check_out(out: Path, overwrite: bool) -> None:
     if not out.is_dir() or not any(out.iterdir()):
         return
     if not overwrite:
-        raise ShardDataError(f"{out} is not empty; choose a new output folder or pass --overwrite to replace its shards")
+        raise ShardDataError(
+            f"{out} is not empty; choose a new output folder or pass --overwrite to replace its shards"
+        )
     for folder in (out, out / "train", out / "val"):
         if folder.is_dir():
             for old in folder.glob("shard-*.tar"):
@@ -143,12 +145,16 @@ def write_shards(
     splits = ["train", "val"] if (root / "train").is_dir() and (root / "val").is_dir() else [""]
     listed = {split: list_classes(root / split if split else root) for split in splits}
     classes = listed[splits[0]][0]
-    for split, (names, _) in listed.items():
+    for names, _ in listed.values():
         if names != classes:
             raise FolderDataError(f"{root}: train/ and val/ must have the same class folders")
-    unsupported = sorted({Path(p).suffix.lower() for _, s in listed.values() for p, _ in s} - {f".{e}" for e in IMAGE_EXTENSIONS})
+    unsupported = sorted(
+        {Path(p).suffix.lower() for _, s in listed.values() for p, _ in s} - {f".{e}" for e in IMAGE_EXTENSIONS}
+    )
     if unsupported:
-        raise FolderDataError(f"{root}: images with extensions {', '.join(unsupported)} cannot be stored as shard members")
+        raise FolderDataError(
+            f"{root}: images with extensions {', '.join(unsupported)} cannot be stored as shard members"
+        )
     _check_out(target, overwrite)
     summaries = []
     for split, (_, samples) in listed.items():

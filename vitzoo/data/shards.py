@@ -116,7 +116,9 @@ def _label(tar: tarfile.TarFile, shard: Path, sample: _Sample) -> int:
         )
     info = sample.members[extension]
     if info.size > _MAX_LABEL_BYTES:
-        raise ShardDataError(f"shard {shard}: label {sample.key}.{extension} is {info.size} bytes; expected a small one")
+        raise ShardDataError(
+            f"shard {shard}: label {sample.key}.{extension} is {info.size} bytes; expected a small one"
+        )
     handle = tar.extractfile(info)
     raw = handle.read() if handle is not None else b""
     try:
@@ -228,7 +230,11 @@ class ShardSamples(ImageFiles):
 
     def read_image(self, index: int, decode: Callable[[Any], torch.Tensor]) -> torch.Tensor:
         """`decode_image` on sample `index`'s image bytes, read by offset from its shard."""
-        shard, offset, size = self.shard_files[int(self.shard_of[index])], int(self.offsets[index]), int(self.sizes[index])
+        shard, offset, size = (
+            self.shard_files[int(self.shard_of[index])],
+            int(self.offsets[index]),
+            int(self.sizes[index]),
+        )
         try:
             with open(shard, "rb") as file:
                 file.seek(offset)
@@ -248,7 +254,9 @@ class ShardSamples(ImageFiles):
         per_rank = -(-len(order) // world_size)
         order = np.resize(order, per_rank * world_size)  # wraps around: the padding repeats the first samples
         mine = order[rank * per_rank : (rank + 1) * per_rank].tolist()
-        return torch.tensor(shuffle_buffer(mine, self.shuffle_buffer, mix_seeds(seed, epoch, rank, 4)), dtype=torch.int64)
+        return torch.tensor(
+            shuffle_buffer(mine, self.shuffle_buffer, mix_seeds(seed, epoch, rank, 4)), dtype=torch.int64
+        )
 
 
 def shuffle_buffer(items: Sequence[int], size: int, seed: int) -> list[int]:
@@ -337,6 +345,8 @@ def load_shards(
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer={shuffle_buffer} is invalid; expected an int >= 1")
     dirs = _split_dirs(spec)
+    train: ImageFiles
+    val: ImageFiles
     if dirs is not None:
         train = read_shards(dirs[0], strict=strict, shuffle_buffer=shuffle_buffer)
         val = read_shards(dirs[1], strict=strict, shuffle_buffer=shuffle_buffer)
@@ -356,4 +366,6 @@ def shard_num_classes(spec: str) -> int:
     """The number of classes: classes.txt's names, else the largest label + 1 (scans the shards)."""
     dirs = _split_dirs(spec)
     root = Path(spec).expanduser()
-    return read_shards(dirs[0] if dirs else os.fspath(root / "train") if (root / "train").is_dir() else spec).num_classes
+    return read_shards(
+        dirs[0] if dirs else os.fspath(root / "train") if (root / "train").is_dir() else spec
+    ).num_classes

@@ -13,7 +13,6 @@ from tqdm.auto import tqdm
 
 from . import distributed
 
-
 # SIGTERM is what a scheduler (Slurm, Kubernetes) sends before it kills a job: handled as Ctrl-C.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
