@@ -138,6 +138,8 @@ def load_splits(
 
     stream = args.stream
     if spec.name == "wds":
+        if stream is False:
+            raise ValueError("--in-memory does not apply to --data wds:...; shards are always streamed")
         stream = None  # shards are always streamed
     if stream and spec.name != "folder":
         raise ValueError(f"--stream applies to --data folder PATH; {spec.name} is always decoded into memory")
