@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import signal
+import subprocess
+import sys
 import tarfile
 import warnings
 from pathlib import Path
@@ -193,3 +196,31 @@ def test_vitzoo_shards_output_is_read_back_and_by_webdataset(tmp_path: Path) -> 
     read = list(webdataset.WebDataset(summary.shards, shardshuffle=False))
     assert [int(s["cls"]) for s in read] == samples.labels.tolist()
     assert [s["__key__"] for s in read] == [p.rsplit(":", 1)[1].split(".")[0] for p in samples.paths]
+
+
+def _torchrun_cli(*args: str) -> subprocess.CompletedProcess:
+    """`vitzoo finetune` (tests/train/_worker.py cli) in 2 processes under torchrun, gloo on CPU."""
+    here = Path(__file__).resolve().parents[1] / "train"
+    path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)  # the caller's vitzoo
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command += [str(here / "_worker.py"), "cli", "test_tiny_vit", *args, "--no-progress", "--threads", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.slow
+def test_two_processes_take_equal_steps_on_ragged_shards_and_fail_together(shard_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    common = ["--epochs", "1", "--batch-size", "4", "--workers", "0", "--val-split", "0.25"]
+    done = _torchrun_cli("--data", f"wds:{shard_dir}", *common, "--out", str(out))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    record = json.loads((out / "run.json").read_text())
+    splits = load_data("wds", path=shard_dir, val_split=0.25)
+    assert record["train_images"] == len(splits.train) and record["val_images"] == len(splits.val)
+    (metrics,) = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    per_rank = math.ceil(len(splits.train) / 2)  # each rank's half, padded: every sample once
+    assert metrics["step"] == math.ceil(per_rank / 2)  # 2 of the global batch of 4 per rank and step
+    # a missing shard: every rank raises the same error before the first step; nobody hangs
+    missing = _torchrun_cli("--data", f"wds:{shard_dir}/part-{{000..005}}.tar", *common, "--out", str(tmp_path / "x"))
+    assert missing.returncode != 0
+    assert "part-005.tar does not exist" in missing.stdout + missing.stderr
