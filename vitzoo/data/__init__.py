@@ -8,6 +8,7 @@ memory, decoded from disk a batch at a time by DataLoader workers (stream.py).
     splits = vitzoo.data.load_data("folder", path="imagenet/", stream=True)
     splits = vitzoo.data.load_data("hf", path="beans_saved/", store_size=256)  # Hugging Face datasets, offline
     splits = vitzoo.data.load_data("wds", path="shards/")         # WebDataset shards, streamed (shards.py)
+    splits = vitzoo.data.load_data("parquet", path="beans/data/")  # a datasets dataset's parquet files, the same way
     train_tf = vitzoo.data.BatchTransform(spec=InputSpec.from_model(model), train=True)
     loader = vitzoo.data.make_loader(splits.train, transform=train_tf, batch_size=64, shuffle=True)
     x = vitzoo.data.eval_transform(model)(PIL.Image.open("cat.jpg"))   # the weights' preprocessing

@@ -29,6 +29,7 @@ label, a label out of range) are found by the scan, on every rank alike, and rai
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -39,7 +40,7 @@ import tarfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -49,7 +50,16 @@ from .folder import FolderDataError, UnreadableImageError, decode_image, split_o
 from .loader import mix_seeds
 from .tensors import DataSplits
 
-__all__ = ["CLASSES_NAME", "ShardDataError", "ShardSamples", "expand_shards", "load_shards", "shard_num_classes"]
+__all__ = [
+    "CLASSES_NAME",
+    "ShardDataError",
+    "ShardSamples",
+    "build_samples",
+    "expand_shards",
+    "load_shards",
+    "read_shards",
+    "shard_num_classes",
+]
 
 CLASSES_NAME = "classes.txt"  # the class names, one a line, beside the shards (or in their parent folder)
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff")  # torchvision's
@@ -58,14 +68,18 @@ _MAX_LABEL_BYTES = 1 << 16  # a .cls or .json member is read whole: bound it
 _BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
+S = TypeVar("S", bound="ShardSamples")
+
+
 class ShardDataError(FolderDataError):
     """Shards that cannot be used as given; the message names the shard, the key and the fix."""
 
 
-def expand_shards(spec: str) -> list[Path]:
+def expand_shards(spec: str, suffix: str = ".tar") -> list[Path]:
     """The shard files `spec` names: a brace pattern (`dir/shard-{000000..000127}.tar`, every
-    `{a..b}` expanded with its zero padding), a list file (`.txt`, one shard a line, relative to
-    the list's folder), a directory (its `*.tar`, sorted) or one `.tar` file."""
+    `{a..b}` expanded with its zero padding), a glob (`dir/train-*.parquet`, sorted), a list file
+    (`.txt`, one shard a line, relative to
+    the list's folder), a directory (its `*.tar`, or files with another `suffix`, sorted) or one file."""
     matches = list(_BRACE.finditer(spec))
     if matches:
         names = [""]
@@ -80,10 +94,15 @@ def expand_shards(spec: str) -> list[Path]:
             last = m.end()
         return [Path(n + spec[last:]).expanduser() for n in names]
     path = Path(spec).expanduser()
-    if path.is_dir():
-        found = sorted(p for p in path.iterdir() if p.suffix == ".tar" and p.is_file())
+    if any(c in path.name for c in "*?["):
+        found = sorted(path.parent.glob(path.name))
         if not found:
-            raise ShardDataError(f"{path} holds no .tar shards; expected files like {path}/shard-000000.tar")
+            raise ShardDataError(f"no shard matches {spec}")
+        return found
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.suffix == suffix and p.is_file())
+        if not found:
+            raise ShardDataError(f"{path} holds no {suffix} shards; expected files like {path}/shard-000000{suffix}")
         return found
     if path.suffix == ".txt" and path.is_file():
         lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
@@ -215,17 +234,14 @@ class ShardSamples(ImageFiles):
 
     def subset(self, index: torch.Tensor, source: str | None = None) -> ShardSamples:
         keep = np.sort(index.numpy())  # kept in shard order: a shard's samples stay together
-        return ShardSamples(
-            self.paths.take(keep.tolist()),
-            self.labels[torch.from_numpy(keep)],
-            self.classes,
-            source or self.source,
-            self.strict,
-            self.shard_files,
-            self.shard_of[keep],
-            self.offsets[keep],
-            self.sizes[keep],
-            self.shuffle_buffer,
+        return dataclasses.replace(
+            self,
+            paths=self.paths.take(keep.tolist()),
+            labels=self.labels[torch.from_numpy(keep)],
+            source=source or self.source,
+            shard_of=self.shard_of[keep],
+            offsets=self.offsets[keep],
+            sizes=self.sizes[keep],
         )
 
     def read_image(self, index: int, decode: Callable[[Any], torch.Tensor]) -> torch.Tensor:
@@ -299,29 +315,55 @@ def read_shards(
     """The samples of the shards `spec` names (see `expand_shards`), scanned and checked."""
     shards = tuple(expand_shards(spec))
     scanned = _scan(shards, tuple(_stamp(s) for s in shards))
-    rows = [(i, *sample) for i, samples in enumerate(scanned) for sample in samples]
+    rows = [
+        (i, f"{key}.{ext}", label, offset, size)
+        for i, found in enumerate(scanned)
+        for key, ext, offset, size, label in found
+    ]
     if not rows:
         raise ShardDataError(f"{spec}: the shards hold no samples; expected KEY.jpg + KEY.cls members")
-    labels = np.array([row[5] for row in rows], dtype=np.int64)
-    if int(labels.min()) < 0:
-        bad = rows[int(labels.argmin())]
-        raise ShardDataError(f"shard {shards[bad[0]]}: sample {bad[1]!r} has label {bad[5]}; expected an index >= 0")
-    classes = _class_names(shards, labels)
-    return ShardSamples(
-        PathTable([f"{shards[row[0]]}:{row[1]}.{row[2]}" for row in rows]),
+    classes = _class_names(shards, np.array([row[2] for row in rows], dtype=np.int64))
+    return build_samples(
+        ShardSamples, shards, rows, classes, source=source or spec, strict=strict, shuffle_buffer=shuffle_buffer
+    )
+
+
+def build_samples(
+    kind: type[S],
+    shards: Sequence[Path],
+    rows: Sequence[tuple[int, str, int, int, int]],
+    classes: Sequence[str],
+    *,
+    source: str,
+    strict: bool,
+    shuffle_buffer: int,
+    **extra: Any,
+) -> S:
+    """`kind` (ShardSamples or a subclass) from rows (shard index, sample name, label, offset,
+    size), every label checked to be a class index."""
+    labels = np.array([row[2] for row in rows], dtype=np.int64)
+    bad = int(np.argmax((labels < 0) | (labels >= len(classes)))) if len(rows) else 0
+    if len(rows) and not 0 <= labels[bad] < len(classes):
+        raise ShardDataError(
+            f"shard {shards[rows[bad][0]]}: sample {rows[bad][1]!r} has label {labels[bad]}; "
+            f"expected a class index in [0, {len(classes) - 1}]"
+        )
+    return kind(
+        PathTable([f"{shards[row[0]]}:{row[1]}" for row in rows]),
         torch.from_numpy(labels),
-        classes,
-        source or spec,
+        tuple(classes),
+        source,
         strict,
         tuple(os.fspath(s) for s in shards),
         np.array([row[0] for row in rows], dtype=np.int64),
         np.array([row[3] for row in rows], dtype=np.int64),
         np.array([row[4] for row in rows], dtype=np.int64),
         shuffle_buffer,
+        **extra,
     )
 
 
-def _split_dirs(spec: str) -> tuple[str, str] | None:
+def split_folders(spec: str) -> tuple[str, str] | None:
     """(train, val) shard folders when `spec` is a directory with train/ and val/ subfolders."""
     root = Path(spec).expanduser()
     if (root / "train").is_dir():
@@ -338,33 +380,37 @@ def load_shards(
     seed: int = 0,
     strict: bool = False,
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    read: Callable[..., ShardSamples] = read_shards,
+    find_splits: Callable[[str], tuple[str, str] | None] = split_folders,
+    name: str = "wds",
 ) -> DataSplits:
     """The train and evaluation splits of shards: a directory with train/ and val/ shard folders,
     or shards (pattern, list, directory) of which a seeded per-class `val_split` fraction (default
-    0.2) is held out for evaluation, as for an image folder."""
+    0.2) is held out for evaluation, as for an image folder. `read`, `find_splits` and `name`: those
+    of another kind of shard (vitzoo/data/parquet_shards.py)."""
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer={shuffle_buffer} is invalid; expected an int >= 1")
-    dirs = _split_dirs(spec)
+    dirs = find_splits(spec)
     train: ImageFiles
     val: ImageFiles
     if dirs is not None:
-        train = read_shards(dirs[0], strict=strict, shuffle_buffer=shuffle_buffer)
-        val = read_shards(dirs[1], strict=strict, shuffle_buffer=shuffle_buffer)
+        train = read(dirs[0], strict=strict, shuffle_buffer=shuffle_buffer)
+        val = read(dirs[1], strict=strict, shuffle_buffer=shuffle_buffer)
         if val.classes != train.classes:
             raise ShardDataError(f"{spec}: train/ and val/ have different classes ({CLASSES_NAME} or labels)")
     else:
         root = Path(spec).expanduser()
         where = os.fspath(root / "train") if (root / "train").is_dir() else spec
-        everything = read_shards(where, strict=strict, shuffle_buffer=shuffle_buffer)
+        everything = read(where, strict=strict, shuffle_buffer=shuffle_buffer)
         train, val = split_off_val(everything, val_split, seed, spec)
     if train.num_classes < 2:
         raise ShardDataError(f"{spec}: the shards hold {train.num_classes} class; classification needs at least 2")
-    return DataSplits(train=train, val=val, name="wds", kind="natural")
+    return DataSplits(train=train, val=val, name=name, kind="natural")
 
 
 def shard_num_classes(spec: str) -> int:
     """The number of classes: classes.txt's names, else the largest label + 1 (scans the shards)."""
-    dirs = _split_dirs(spec)
+    dirs = split_folders(spec)
     root = Path(spec).expanduser()
     return read_shards(
         dirs[0] if dirs else os.fspath(root / "train") if (root / "train").is_dir() else spec
