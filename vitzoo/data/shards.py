@@ -292,10 +292,8 @@ def shuffle_buffer(items: Sequence[int], size: int, seed: int) -> list[int]:
     return out + buffer
 
 
-@functools.lru_cache(maxsize=8)
-def _scan(shards: tuple[Path, ...], stamps: tuple[tuple[int, int], ...]) -> list[list[tuple[str, str, int, int, int]]]:
-    """Every shard's samples, kept for the process (num_classes, then load) while the files are
-    unchanged (`stamps`: their sizes and modification times)."""
+def _scan(shards: tuple[Path, ...]) -> list[list[tuple[str, str, int, int, int]]]:
+    """Every shard's samples."""
     from tqdm.auto import tqdm
 
     return [_scan_shard(s) for s in tqdm(shards, desc="scanning shards", unit="shard", disable=len(shards) < 8)]
@@ -312,9 +310,19 @@ def _stamp(shard: Path) -> tuple[int, int]:
 def read_shards(
     spec: str, *, source: str | None = None, strict: bool = False, shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER
 ) -> ShardSamples:
-    """The samples of the shards `spec` names (see `expand_shards`), scanned and checked."""
+    """The samples of the shards `spec` names (see `expand_shards`), scanned and checked. Kept for
+    the process (num_classes, then load) while the files are unchanged."""
     shards = tuple(expand_shards(spec))
-    scanned = _scan(shards, tuple(_stamp(s) for s in shards))
+    return _read(shards, tuple(_stamp(s) for s in shards), spec, source or spec, strict, shuffle_buffer)
+
+
+@functools.lru_cache(maxsize=8)
+def _read(
+    shards: tuple[Path, ...], stamps: tuple[tuple[int, int], ...], spec: str, source: str, strict: bool, buffer: int
+) -> ShardSamples:
+    """read_shards, cached by the shards' sizes and modification times (`stamps`): the samples are
+    kept in arrays (ShardSamples), the scan's Python objects are not."""
+    scanned = _scan(shards)
     rows = [
         (i, f"{key}.{ext}", label, offset, size)
         for i, found in enumerate(scanned)
@@ -323,9 +331,7 @@ def read_shards(
     if not rows:
         raise ShardDataError(f"{spec}: the shards hold no samples; expected KEY.jpg + KEY.cls members")
     classes = _class_names(shards, np.array([row[2] for row in rows], dtype=np.int64))
-    return build_samples(
-        ShardSamples, shards, rows, classes, source=source or spec, strict=strict, shuffle_buffer=shuffle_buffer
-    )
+    return build_samples(ShardSamples, shards, rows, classes, source=source, strict=strict, shuffle_buffer=buffer)
 
 
 def build_samples(
