@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 import warnings
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import torch
 from PIL import Image
 
 import vitzoo
+from vitzoo import registry
 from vitzoo.data import DataSpec, ShardDataError, load_data
 from vitzoo.data.shard_writer import write_shards
 from vitzoo.data.shards import expand_shards, read_shards, shuffle_buffer
@@ -224,3 +226,57 @@ def test_two_processes_take_equal_steps_on_ragged_shards_and_fail_together(shard
     missing = _torchrun_cli("--data", f"wds:{shard_dir}/part-{{000..005}}.tar", *common, "--out", str(tmp_path / "x"))
     assert missing.returncode != 0
     assert "part-005.tar does not exist" in missing.stdout + missing.stderr
+
+
+@pytest.mark.slow
+def test_a_scheduler_sigterm_to_the_process_group_saves_and_resume_ends_bit_identical(
+    shard_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vitzoo finetune --data wds:` in its own process with 2 DataLoader workers; SIGTERM to the
+    whole group (as Slurm sends it) once the first epoch is checkpointed: the run saves and exits
+    130; `--resume` ends with the weights of a run never stopped."""
+    from safetensors.torch import load_file
+
+    from vitzoo.cli import main
+
+    here = Path(__file__).resolve().parents[1] / "train"
+    common = ["--data", f"wds:{shard_dir}", "--val-split", "0.25", "--epochs", "4", "--batch-size", "4"]
+    common += ["--seed", "3", "--no-progress", "--threads", "1"]
+    cut = tmp_path / "cut"
+    path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    command = [sys.executable, str(here / "_worker.py"), "cli", "test_tiny_vit", *common, "--workers", "2"]
+    proc = subprocess.Popen(
+        [*command, "--out", str(cut)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not (cut / "checkpoint.safetensors").is_file():
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, output[-3000:]
+    assert "checkpoint saved" in output and "exited unexpectedly" not in output, output[-3000:]
+    monkeypatch.syspath_prepend(str(here))
+    from _worker import register_tiny
+
+    register_tiny()
+    threads = torch.get_num_threads()
+    try:
+        assert main(["finetune", "test_tiny_vit", *common, "--workers", "0", "--out", str(cut), "--resume"]) == 0
+        assert main(["finetune", "test_tiny_vit", *common, "--workers", "0", "--out", str(tmp_path / "ref")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+        registry.unregister("test_tiny_vit")
+    a, b = load_file(cut / "checkpoint.safetensors"), load_file(tmp_path / "ref" / "checkpoint.safetensors")
+    keys = [k for k in a if k.startswith("model.")]
+    assert keys and all(torch.equal(a[k], b[k]) for k in keys)
