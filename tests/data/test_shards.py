@@ -200,13 +200,20 @@ def test_vitzoo_shards_output_is_read_back_and_by_webdataset(tmp_path: Path) -> 
     assert [s["__key__"] for s in read] == [p.rsplit(":", 1)[1].split(".")[0] for p in samples.paths]
 
 
+TRAIN_TESTS = Path(__file__).resolve().parents[1] / "train"  # _worker.py: `vitzoo finetune` on a tiny model
+
+
+def _worker_command(launcher: list[str], *args: str) -> tuple[list[str], dict[str, str]]:
+    """(command, environment) running `vitzoo finetune test_tiny_vit ARGS` through tests/train/_worker.py."""
+    path = os.pathsep.join(p for p in (str(TRAIN_TESTS), os.environ.get("PYTHONPATH", "")) if p)  # this vitzoo
+    command = [*launcher, str(TRAIN_TESTS / "_worker.py"), "cli", "test_tiny_vit", *args, "--no-progress"]
+    return command, {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+
+
 def _torchrun_cli(*args: str) -> subprocess.CompletedProcess:
-    """`vitzoo finetune` (tests/train/_worker.py cli) in 2 processes under torchrun, gloo on CPU."""
-    here = Path(__file__).resolve().parents[1] / "train"
-    path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)  # the caller's vitzoo
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    command += [str(here / "_worker.py"), "cli", "test_tiny_vit", *args, "--no-progress", "--threads", "1"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    """`vitzoo finetune` in 2 processes under torchrun, gloo on CPU."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    command, env = _worker_command(launcher, *args, "--threads", "1")
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -239,34 +246,24 @@ def test_a_scheduler_sigterm_to_the_process_group_saves_and_resume_ends_bit_iden
 
     from vitzoo.cli import main
 
-    here = Path(__file__).resolve().parents[1] / "train"
     common = ["--data", f"wds:{shard_dir}", "--val-split", "0.25", "--epochs", "4", "--batch-size", "4"]
-    common += ["--seed", "3", "--no-progress", "--threads", "1"]
+    common += ["--seed", "3", "--threads", "1"]
     cut = tmp_path / "cut"
-    path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    command = [sys.executable, str(here / "_worker.py"), "cli", "test_tiny_vit", *common, "--workers", "2"]
-    proc = subprocess.Popen(
-        [*command, "--out", str(cut)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    command, env = _worker_command([sys.executable], *common, "--workers", "2", "--out", str(cut))
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True) as proc:  # fmt: skip
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not (cut / "checkpoint.safetensors").is_file():
+        while proc.poll() is None and not (cut / "checkpoint.safetensors").is_file() and time.monotonic() < deadline:
             time.sleep(0.02)
-        os.killpg(proc.pid, signal.SIGTERM)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)  # the whole group, DataLoader workers included
+        try:
+            output = proc.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            raise
     assert proc.returncode == 130, output[-3000:]
     assert "checkpoint saved" in output and "exited unexpectedly" not in output, output[-3000:]
-    monkeypatch.syspath_prepend(str(here))
+    monkeypatch.syspath_prepend(str(TRAIN_TESTS))
     from _worker import register_tiny
 
     register_tiny()
