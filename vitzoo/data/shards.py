@@ -403,7 +403,10 @@ def load_shards(
         train = read(dirs[0], strict=strict, shuffle_buffer=shuffle_buffer)
         val = read(dirs[1], strict=strict, shuffle_buffer=shuffle_buffer)
         if val.classes != train.classes:
-            raise ShardDataError(f"{spec}: train/ and val/ have different classes ({CLASSES_NAME} or labels)")
+            raise ShardDataError(
+                f"{spec}: train/ and val/ have different classes ({len(train.classes)} and {len(val.classes)}); "
+                f"name them in a {CLASSES_NAME} beside the shards (without one, the largest label of each split counts)"
+            )
     else:
         root = Path(spec).expanduser()
         where = os.fspath(root / "train") if (root / "train").is_dir() else spec
