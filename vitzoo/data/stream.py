@@ -20,8 +20,9 @@ training engine drives both the same way.
   mean / std, random erasing): only uint8 pixels cross between processes.
 * Order: training takes torch's `DistributedSampler` (shuffled per epoch from the seed; under
   DistributedDataParallel each rank its own slice, padded so all ranks run the same number of
-  steps), or for WebDataset shards their own seeded order (`ShardSamples.epoch_order`, shards.py:
-  shard by shard, then a shuffle buffer, split and padded the same way); evaluation a strided slice per rank without padding (its counts are summed over ranks).
+  steps), or for shards their own seeded order (`ShardSamples.epoch_order`, shards.py: shard by
+  shard, then a shuffle buffer, split and padded the same way); evaluation a strided slice per
+  rank without padding (its counts are summed over ranks).
 * Randomness: an image's augmentation is seeded from (seed, epoch, step, rank, its place in the
   batch) and a batch's random erasing from (seed, epoch, step, rank), never from a worker's state:
   batches do not depend on the number of workers or on which worker made them, and

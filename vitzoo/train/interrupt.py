@@ -1,6 +1,6 @@
 """Ctrl-C (or a scheduler's SIGTERM) during training: the first finishes the current step,
-checkpoints and stops; the second aborts. Under torchrun every rank stops at the same step (`agree`, which also shares a
-rank's non-finite loss)."""
+checkpoints and stops; the second aborts. Under torchrun every rank stops at the same step
+(`agree`, which also shares a rank's non-finite loss)."""
 
 from __future__ import annotations
 
