@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("vitzoo.commands.export", "write an ONNX file or a torch.export program for deployment"),
     "finetune": ("vitzoo.commands.finetune", "fine-tune a model (vitzoo.train)"),
     "eval": ("vitzoo.commands.eval", "evaluate a model: accuracy and confusion matrix"),
+    "shards": ("vitzoo.commands.shards", "write an image folder as WebDataset shards (--data wds:OUT)"),
     "features": ("vitzoo.commands.features", "embed every image of a dataset once: a safetensors file for probe"),
     "probe": ("vitzoo.commands.probe", "kNN, linear, few-shot and retrieval evaluation of cached features"),
     "segment": ("vitzoo.commands.segment", "a linear segmentation probe of a frozen backbone: mIoU, pixel accuracy"),

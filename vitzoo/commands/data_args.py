@@ -19,7 +19,9 @@ DATA_HELP = (
     "mnist-sample (the real-MNIST sample shipped with vitzoo, offline), mnist, fashion-mnist, 'folder PATH' "
     "(or a bare PATH) for an ImageNet-style folder (train/ and val/, or class folders), or hf:PATH_OR_NAME for a "
     "Hugging Face datasets image dataset, read offline: a folder written by save_to_disk, a folder of dataset "
-    "files, or a name in the local datasets cache (pip install 'vitzoo[hf]')"
+    "files, or a name in the local datasets cache (pip install 'vitzoo[hf]'), or wds:SHARDS for WebDataset shards "
+    "(a pattern dir/shard-{000000..000127}.tar, a list file or a directory; see `vitzoo shards`), or "
+    "parquet:SHARDS for a Hugging Face dataset's parquet files, streamed the same way"
 )
 
 
@@ -136,6 +138,10 @@ def load_splits(
     from ..train import load_run_info
 
     stream = args.stream
+    if spec.name in ("wds", "parquet"):
+        if stream is False:
+            raise ValueError(f"--in-memory does not apply to --data {spec.name}:...; shards are always streamed")
+        stream = None  # shards are always streamed
     if stream and spec.name != "folder":
         raise ValueError(f"--stream applies to --data folder PATH; {spec.name} is always decoded into memory")
     if stream is None and resuming is not None:

@@ -7,6 +7,8 @@ memory, decoded from disk a batch at a time by DataLoader workers (stream.py).
     splits = vitzoo.data.load_data("folder", path="pets/", store_size=256)   # streamed if too large
     splits = vitzoo.data.load_data("folder", path="imagenet/", stream=True)
     splits = vitzoo.data.load_data("hf", path="beans_saved/", store_size=256)  # Hugging Face datasets, offline
+    splits = vitzoo.data.load_data("wds", path="shards/")         # WebDataset shards, streamed (shards.py)
+    splits = vitzoo.data.load_data("parquet", path="beans/data/")  # a datasets dataset's parquet files, the same way
     train_tf = vitzoo.data.BatchTransform(spec=InputSpec.from_model(model), train=True)
     loader = vitzoo.data.make_loader(splits.train, transform=train_tf, batch_size=64, shuffle=True)
     x = vitzoo.data.eval_transform(model)(PIL.Image.open("cat.jpg"))   # the weights' preprocessing
@@ -29,6 +31,7 @@ from .mnist import (
     load_mnist,
     load_mnist_sample,
 )
+from .shards import ShardDataError, ShardSamples, load_shards
 from .spec import DATASETS, DataSpec, load_data
 from .stream import StreamLoader, default_workers, make_loader
 from .tensors import DataSplits, ImageTensors
@@ -53,6 +56,8 @@ __all__ = [
     "ImageFiles",
     "ImageTensors",
     "InputSpec",
+    "ShardDataError",
+    "ShardSamples",
     "StreamLoader",
     "convert_channels",
     "default_workers",
@@ -65,6 +70,7 @@ __all__ = [
     "load_image_folder",
     "load_mnist",
     "load_mnist_sample",
+    "load_shards",
     "make_loader",
     "read_idx",
     "store_size_for",

@@ -64,7 +64,7 @@ class CorruptImageError(FolderDataError):
     """An unreadable image under strict=True."""
 
 
-def _list_classes(directory: Path) -> tuple[list[str], list[tuple[str, int]]]:
+def list_classes(directory: Path) -> tuple[list[str], list[tuple[str, int]]]:
     """(sorted class names, [(image path, class index)]) of one split folder, images in the order of
     torchvision's make_dataset (folders, then files, sorted). Walked here rather than with
     make_dataset, which follows every symbolic link (loops included) and whose `allow_empty`
@@ -434,8 +434,8 @@ def _list_folder(root: Path, val_split: float | None) -> _Listing:
         raise FolderDataError(f"{root} has a val/ folder but no train/ folder; expected both (or class folders only)")
     val_samples: list[tuple[str, int]] = []
     if has_train and has_val:
-        classes, samples = _list_classes(root / "train")
-        val_classes, val_samples = _list_classes(root / "val")
+        classes, samples = list_classes(root / "train")
+        val_classes, val_samples = list_classes(root / "val")
         if val_classes != classes:
             missing, extra = sorted(set(classes) - set(val_classes)), sorted(set(val_classes) - set(classes))
             raise FolderDataError(
@@ -451,7 +451,7 @@ def _list_folder(root: Path, val_split: float | None) -> _Listing:
                 "or pass a validation fraction (--val-split 0.2) to split train/ with a seed"
             )
         directory = root / "train" if has_train else root
-        classes, samples = _list_classes(directory)
+        classes, samples = list_classes(directory)
         n_val = round(len(samples) * (0.2 if val_split is None else val_split))
     _check_classes(classes, directory)
     return _Listing(directory, classes, samples, val_samples, n_val, has_val)

@@ -21,11 +21,16 @@ from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 from .folder import FolderDataError, load_image_folder, store_size_for
 from .hf import hf_num_classes, load_hf_dataset
 from .mnist import load_mnist, load_mnist_sample
+from .parquet_shards import load_parquet_shards, parquet_num_classes
+from .shards import load_shards, shard_num_classes
 from .tensors import DataSplits
 
 BUILTIN = ("mnist-sample", "mnist", "fashion-mnist")
-# The names `--data` takes: the built-in datasets, "folder PATH" and "hf:PATH_OR_NAME".
-DATASETS = (*BUILTIN, "folder", "hf")
+# The names `--data` takes: the built-in datasets, "folder PATH", "hf:PATH_OR_NAME" and
+# "wds:SHARDS" (WebDataset shards: a pattern, a list file or a directory; vitzoo/data/shards.py) and
+# "parquet:SHARDS" (a `datasets` dataset's parquet files, streamed the same way; parquet_shards.py).
+DATASETS = (*BUILTIN, "folder", "hf", "wds", "parquet")
+_SHARDS = {"wds": "WebDataset .tar shards", "parquet": "parquet files of a Hugging Face dataset"}
 # The stored side of a dataset that is not fitted to a model (the digits keep their own size).
 DEFAULT_STORE_SIZE = 256
 
@@ -49,8 +54,13 @@ def load_data(
     disk (True), decoded into memory (False), or whichever its size calls for (None). "hf": a
     Hugging Face `datasets` dataset (a save_to_disk folder or a cached name, read offline), its
     splits and columns found automatically (`load_hf_dataset` names them), always in memory."""
-    if stream and name != "folder":
+    if stream and name not in ("folder", *_SHARDS):
         raise ValueError(f"stream=True applies to image folders; dataset {name!r} is always decoded into memory")
+    if name in _SHARDS:
+        if path is None or stream is False:
+            raise ValueError(f"dataset {name!r} needs shards (--data {name}:SHARDS) and is always streamed from them")
+        load = load_shards if name == "wds" else load_parquet_shards
+        return load(os.fspath(path), val_split=val_split, seed=seed, strict=strict)
     if name == "mnist-sample":
         return load_mnist_sample()
     if name in ("mnist", "fashion-mnist"):
@@ -85,7 +95,7 @@ class DataSpec:
 
     @property
     def kind(self) -> str:
-        """ "builtin", "folder" or "hf"."""
+        """ "builtin", "folder", "hf", "wds" or "parquet"."""
         return "builtin" if self.name in BUILTIN else self.name
 
     @classmethod
@@ -100,6 +110,14 @@ class DataSpec:
                     "--data hf:PATH_OR_NAME takes one argument, the dataset after 'hf:' (e.g. hf:saved_dir)"
                 )
             return cls("hf", where, **hf_options)
+        kind, _, where = name.partition(":")
+        if kind in _SHARDS:
+            if not where or rest:
+                raise ValueError(
+                    f"--data {kind}:SHARDS takes one argument, the {_SHARDS[kind]} after '{kind}:' "
+                    "(a pattern dir/shard-{000000..000127}, a glob, a list file or a directory)"
+                )
+            return cls(kind, where)
         if name not in DATASETS:
             if len(values) == 1 and Path(name).is_dir():
                 return cls("folder", name)  # a bare directory means an image folder
@@ -119,6 +137,8 @@ class DataSpec:
         Face dataset's ClassLabel feature, ten for the digit datasets."""
         if self.name == "hf" and self.path is not None:
             return hf_num_classes(self.path, train_split=self.hf_train_split, label_column=self.hf_label_column)
+        if self.name in _SHARDS and self.path is not None:
+            return (shard_num_classes if self.name == "wds" else parquet_num_classes)(self.path)
         if self.name != "folder" or self.path is None:
             return 10
         root = Path(self.path).expanduser()

@@ -20,7 +20,9 @@ training engine drives both the same way.
   mean / std, random erasing): only uint8 pixels cross between processes.
 * Order: training takes torch's `DistributedSampler` (shuffled per epoch from the seed; under
   DistributedDataParallel each rank its own slice, padded so all ranks run the same number of
-  steps); evaluation a strided slice per rank without padding (its counts are summed over ranks).
+  steps), or for shards their own seeded order (`ShardSamples.epoch_order`, shards.py: shard by
+  shard, then a shuffle buffer, split and padded the same way); evaluation a strided slice per
+  rank without padding (its counts are summed over ranks).
 * Randomness: an image's augmentation is seeded from (seed, epoch, step, rank, its place in the
   batch) and a batch's random erasing from (seed, epoch, step, rank), never from a worker's state:
   batches do not depend on the number of workers or on which worker made them, and
@@ -57,6 +59,7 @@ from .augment import BatchTransform
 from .files import ImageFiles
 from .folder import CorruptImageError, EvalStore, FolderDataError, UnreadableImageError, decode_image
 from .loader import BatchLoader, mix_seeds
+from .shards import ShardSamples
 from .tensors import ImageTensors
 
 __all__ = ["StreamLoader", "default_workers", "make_loader"]
@@ -104,6 +107,13 @@ def _read_image_file(path: str, decode: Callable[[Any], torch.Tensor]) -> torch.
         return decode_image(file, decode)
 
 
+def _read(files: ImageFiles, index: int, decode: Callable[[Any], torch.Tensor]) -> torch.Tensor:
+    """Image `index` of a listed split: a file of a folder, or a byte range of a shard."""
+    if isinstance(files, ShardSamples):
+        return files.read_image(index, decode)
+    return _read_image_file(files.paths[index], decode)
+
+
 class _Unseeded:
     """A deterministic decoder (the evaluation store) in the `Prepare` form."""
 
@@ -138,7 +148,7 @@ class _FileDataset(Dataset[Item]):
             reason = self._bad.get(candidate)
             if reason is None:
                 try:
-                    image = _read_image_file(self.files.paths[candidate], lambda img: self.prepare(img, seed))
+                    image = _read(self.files, candidate, lambda img: self.prepare(img, seed))
                     return image, label, failures
                 except UnreadableImageError as err:
                     reason = self._bad[candidate] = str(err)
@@ -159,8 +169,10 @@ def _ignore_interrupts(worker_id: int) -> None:
     """DataLoader worker start-up: leave Ctrl-C to the training process. A terminal sends SIGINT to
     the whole process group, and a worker that stopped on it would break the training process's
     "finish this step, save a checkpoint, stop" (forked workers happen to inherit that handler;
-    workers started with "spawn" would not). The workers end when the training process's loader does."""
+    workers started with "spawn" would not). A scheduler's SIGTERM to the job's processes likewise.
+    The workers end when the training process's loader does."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _collate(items: list[Item]) -> Batch:
@@ -225,6 +237,8 @@ class StreamLoader:
         """This rank's image indices for `epoch`, in order."""
         if not self.shuffle:
             return torch.arange(self.rank, len(self.files), self.world_size)
+        if isinstance(self.files, ShardSamples):  # shard by shard, then a shuffle buffer (shards.py)
+            return self.files.epoch_order(epoch, self.seed, self.rank, self.world_size)
         sampler: DistributedSampler[int] = DistributedSampler(
             self.dataset, num_replicas=self.world_size, rank=self.rank, shuffle=True, seed=self.seed
         )

@@ -1,6 +1,6 @@
-"""Ctrl-C during training: the first finishes the current step, checkpoints and stops; the
-second aborts. Under torchrun every rank stops at the same step (`agree`, which also shares a
-rank's non-finite loss)."""
+"""Ctrl-C (or a scheduler's SIGTERM) during training: the first finishes the current step,
+checkpoints and stops; the second aborts. Under torchrun every rank stops at the same step
+(`agree`, which also shares a rank's non-finite loss)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ from tqdm.auto import tqdm
 
 from . import distributed
 
+# SIGTERM is what a scheduler (Slurm, Kubernetes) sends before it kills a job: handled as Ctrl-C.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class StopFlag:
-    """First SIGINT: finish the current step, checkpoint, stop. Second: the usual KeyboardInterrupt."""
+    """First SIGINT or SIGTERM: finish the current step, checkpoint, stop. Second: the usual
+    KeyboardInterrupt."""
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -29,12 +33,12 @@ class StopFlag:
 
     def __enter__(self) -> StopFlag:
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._previous = {sig: signal.signal(sig, self._handler) for sig in _STOP_SIGNALS}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
 
 
 def should_stop(requested: bool, info: distributed.DistInfo) -> bool:
