@@ -6,6 +6,7 @@ python -m torch.distributed.run --nproc_per_node=2 _fsdp_worker.py OUT_DIR
                   and optimizer state it holds) and rank 0 full.safetensors (the gathered weights)
     OUT/cut       an FSDP run stopped mid-epoch (a copy of it: OUT/cut-copy), then resumed in 2 processes
     OUT/ddp       a DDP run stopped mid-epoch, then resumed with FSDP
+    OUT/cli       `vitzoo finetune test_tiny_vit --fsdp` on the MNIST sample
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import sys
 
 import torch
 import torch.distributed as dist
+from _worker import register_tiny
 from safetensors.torch import save_file
 
 import vitzoo
+from vitzoo import cli
 from vitzoo.data import DataSplits, load_mnist_sample
 from vitzoo.train import TrainConfig, fit
 from vitzoo.train.fsdp import full_state_dict
@@ -80,6 +83,10 @@ def main(out: str) -> int:
     from_ddp = model()
     fit(from_ddp, data, config=fsdp, out_dir=f"{out}/ddp", resume=True)
     save_full(from_ddp, f"{out}/ddp/full.safetensors")
+
+    register_tiny()  # and the command: vitzoo finetune --fsdp
+    argv = ["finetune", "test_tiny_vit", "--fsdp", "--epochs", "1", "--batch-size", "256", "--threads", "1"]
+    assert cli.main([*argv, "--no-progress", "--out", f"{out}/cli"]) == 0
     dist.destroy_process_group()
     return 0
 

@@ -110,3 +110,22 @@ def test_ddp_checkpoint_resumes_under_fsdp(runs: Path) -> None:
     _close(load_file(runs / "full" / "full.safetensors"), load_file(runs / "ddp" / "full.safetensors"), atol=1e-4)
     assert not (runs / "ddp" / "checkpoint.safetensors").exists()
     assert len(list((runs / "ddp" / "checkpoint.dcp").iterdir())) == 2  # latest.json and one step directory
+
+
+def test_finetune_command_with_fsdp(runs: Path) -> None:
+    from _worker import TINY
+
+    out = runs / "cli"
+    assert (out / "checkpoint.dcp" / "latest.json").is_file() and not (out / "checkpoint.safetensors").exists()
+    best = vitzoo.create("vit_mnist", weights=str(out / "best"), **TINY)
+    assert best.config.embed_dim == TINY["embed_dim"]
+    assert json.loads((out / "run.json").read_text())["train_config"]["fsdp"] is True
+
+
+def test_fsdp_needs_processes_and_a_recent_torch(tmp_path: Path) -> None:
+    from vitzoo.train.fsdp import FsdpUnavailableError
+
+    with pytest.raises((ValueError, FsdpUnavailableError), match=r"torchrun|torch >="):
+        fit(model(), splits(), config=TrainConfig(**CONFIG, fsdp=True), out_dir=tmp_path)
+    with pytest.raises(ValueError, match="fsdp_offload"):
+        TrainConfig(fsdp_offload=True)

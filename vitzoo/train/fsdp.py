@@ -4,8 +4,12 @@
 Each transformer block, then the whole model, becomes one FSDP unit: between steps every rank
 keeps only its slice (dim 0) of every parameter, gradient and AdamW moment; a unit's full
 weights exist only while its forward or backward runs (all-gathered, then freed), and gradients
-are reduce-scattered. With bf16 the gathered weights are bf16 and the gradients are reduced in
-fp32 (`MixedPrecisionPolicy`); the kept slices stay fp32. Optionally each block recomputes its
+are reduce-scattered. With bf16 (`amp`) the blocks' gathered weights are bf16, their gradients
+are reduced in fp32 and their outputs handed on in fp32 (`MixedPrecisionPolicy`); the kept
+slices stay fp32, and so does the rest of the model (patch embedding, its BatchNorms, the head),
+which bf16 autocast covers in training. A block computes in bf16 in evaluation too (its weights
+are gathered in bf16), unlike a DDP run, which evaluates in fp32. On the CPU (gloo) the same
+holds: gloo all-gathers bf16 and reduce-scatters fp32. Optionally each block recomputes its
 activations in the backward (activation checkpointing) and the slices live in CPU memory
 between uses (`CPUOffloadPolicy`, for CUDA runs).
 
@@ -85,10 +89,11 @@ def shard(model: nn.Module, options: ShardOptions, device: torch.device) -> nn.M
     same object, now also an FSDPModule)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
-    policy = (
-        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    plain = MixedPrecisionPolicy()
+    blocks_policy = (  # the blocks compute in bf16 and hand fp32 on; the rest (stem, head) stays fp32
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, output_dtype=torch.float32)
         if options.bf16
-        else MixedPrecisionPolicy()
+        else plain
     )
     offload = CPUOffloadPolicy() if options.offload else OffloadPolicy()
     mesh = _mesh(device)
@@ -98,8 +103,8 @@ def shard(model: nn.Module, options: ShardOptions, device: torch.device) -> nn.M
             from torch.distributed._composable import checkpoint
 
             checkpoint(block)
-        fully_shard(block, mesh=mesh, mp_policy=policy, offload_policy=offload)
-    fully_shard(model, mesh=mesh, mp_policy=policy, offload_policy=offload)
+        fully_shard(block, mesh=mesh, mp_policy=blocks_policy, offload_policy=offload)
+    fully_shard(model, mesh=mesh, mp_policy=plain, offload_policy=offload)
     return model
 
 
