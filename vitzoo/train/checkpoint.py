@@ -200,11 +200,7 @@ def load_checkpoint(
             "resume with the same model and settings the run was started with"
         )
     ema_state = {k[len("ema.") :]: v for k, v in tensors.items() if k.startswith("ema.")}
-    if (ema is None) != (not ema_state):
-        raise CheckpointError(
-            f"checkpoint {path} was written {'with' if ema_state else 'without'} a weight average (EMA) but this run "
-            f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
-        )
+    check_same_ema(path, saved=bool(ema_state), ema=ema)
     if ema is not None:
         _check_shapes(path, ema.module, ema_state, what="the weight average")
         missing, unexpected = ema.module.load_state_dict(ema_state, strict=False)
@@ -228,6 +224,16 @@ def load_checkpoint(
     if "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])
     return TrainState.from_dict(meta["state"]), meta["run"]
+
+
+def check_same_ema(path: Path, *, saved: bool, ema: WeightEma | None) -> None:
+    """Refuse a checkpoint written with (`saved`) or without a weight average into a run without
+    or with one."""
+    if saved != (ema is not None):
+        raise CheckpointError(
+            f"checkpoint {path} was written {'with' if saved else 'without'} a weight average (EMA) but this run "
+            f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
+        )
 
 
 def _check_shapes(path: Path, model: nn.Module, state: dict[str, torch.Tensor], *, what: str) -> None:

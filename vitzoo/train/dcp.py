@@ -29,7 +29,15 @@ from torch import nn
 
 from ..atomic import write_json
 from ..jsonio import JSONFileError, read_json
-from .checkpoint import CHECKPOINT_NAME, CheckpointError, TrainState, checkpoint_meta, optimizer_state, read_tensors
+from .checkpoint import (
+    CHECKPOINT_NAME,
+    CheckpointError,
+    TrainState,
+    check_same_ema,
+    checkpoint_meta,
+    optimizer_state,
+    read_tensors,
+)
 from .ema import WeightEma
 
 SHARDED_NAME = "checkpoint.dcp"
@@ -161,11 +169,7 @@ def load_sharded(
 
     meta = read_meta(path)
     saved_ema = bool((meta.get("run") or {}).get("train_config", {}).get("ema_decay"))
-    if saved_ema != (ema is not None):
-        raise CheckpointError(
-            f"checkpoint {path} was written {'with' if saved_ema else 'without'} a weight average (EMA) but this run "
-            f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
-        )
+    check_same_ema(path, saved=saved_ema, ema=ema)
     state = _state(model, optimizer, ema)
     try:
         with warnings.catch_warnings():  # one process reading whole tensors is what we mean
@@ -203,11 +207,7 @@ def load_full_into_sharded(
     full = StateDictOptions(full_state_dict=True)
     model_state: dict[str, Any] = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
     ema_state: dict[str, Any] = {k[len("ema.") :]: v for k, v in tensors.items() if k.startswith("ema.")}
-    if (ema is None) != (not ema_state):
-        raise CheckpointError(
-            f"checkpoint {path} was written {'with' if ema_state else 'without'} a weight average (EMA) but this run "
-            f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
-        )
+    check_same_ema(path, saved=bool(ema_state), ema=ema)
     names = {id(p): n for n, p in model.named_parameters()}
     order = [names[id(p)] for g in optimizer.param_groups for p in g["params"]]
     by_index = optimizer_state(tensors, meta)
