@@ -4,7 +4,8 @@ python -m torch.distributed.run --nproc_per_node=2 _fsdp_worker.py OUT_DIR
 
     OUT/full      an FSDP run, uninterrupted; every rank writes rankR.json (the bytes of parameters
                   and optimizer state it holds) and rank 0 full.safetensors (the gathered weights)
-    OUT/cut       an FSDP run stopped mid-epoch (a copy of it: OUT/cut-copy), then resumed in 2 processes
+    OUT/cut       an FSDP run stopped mid-epoch, resumed in 2 processes with activation checkpointing;
+                  copies of it: OUT/cut-copy (for one process), OUT/cut-ddp (resumed by DDP in 2 processes)
     OUT/ddp       a DDP run stopped mid-epoch, then resumed with FSDP
     OUT/cli       `vitzoo finetune test_tiny_vit --fsdp` on the MNIST sample
 """
@@ -73,12 +74,24 @@ def main(out: str) -> int:
     assert fit(model(), data, config=fsdp, out_dir=f"{out}/cut", on_step=interrupt).interrupted
     if rank == 0:
         shutil.copytree(f"{out}/cut", f"{out}/cut-copy")
+        shutil.copytree(f"{out}/cut", f"{out}/cut-ddp")
     dist.barrier()
-    resumed = model()
-    fit(resumed, data, config=fsdp, out_dir=f"{out}/cut", resume=True)
+    resumed = model()  # with activation checkpointing: it recomputes, and changes nothing
+    fit(
+        resumed,
+        data,
+        config=TrainConfig(**CONFIG, fsdp=True, activation_checkpointing=True),
+        out_dir=f"{out}/cut",
+        resume=True,
+    )
     save_full(resumed, f"{out}/cut/full.safetensors")
 
     ddp = TrainConfig(**CONFIG)
+    into_ddp = model()
+    fit(into_ddp, data, config=ddp, out_dir=f"{out}/cut-ddp", resume=True)
+    if rank == 0:
+        save_file({k: v.contiguous() for k, v in into_ddp.state_dict().items()}, f"{out}/cut-ddp/full.safetensors")
+
     assert fit(model(), data, config=ddp, out_dir=f"{out}/ddp", on_step=interrupt).interrupted
     from_ddp = model()
     fit(from_ddp, data, config=fsdp, out_dir=f"{out}/ddp", resume=True)

@@ -113,8 +113,13 @@ def test_sharded_checkpoint_resumes_into_one_process(runs: Path) -> None:
 
 @pytest.mark.slow
 @needs_fsdp
-def test_ddp_checkpoint_resumes_under_fsdp(runs: Path) -> None:
-    _close(load_file(runs / "full" / "full.safetensors"), load_file(runs / "ddp" / "full.safetensors"), atol=1e-4)
+def test_checkpoints_move_between_ddp_and_fsdp(runs: Path) -> None:
+    full = load_file(runs / "full" / "full.safetensors")
+    _close(full, load_file(runs / "ddp" / "full.safetensors"), atol=1e-4)  # DDP's, resumed under FSDP
+    _close(full, load_file(runs / "cut-ddp" / "full.safetensors"), atol=1e-4)  # FSDP's, resumed by DDP
+    assert (runs / "cut-ddp" / "checkpoint.safetensors").is_file() and not (
+        runs / "cut-ddp" / "checkpoint.dcp"
+    ).exists()
     assert not (runs / "ddp" / "checkpoint.safetensors").exists()
     assert len(list((runs / "ddp" / "checkpoint.dcp").iterdir())) == 2  # latest.json and one step directory
 

@@ -117,22 +117,45 @@ def save_sharded(
     dist.broadcast_object_list(token, src=0)
     step_dir = root / f"step-{state.global_step}-{token[0]}"
     dcp.save(_state(model, optimizer, ema), checkpoint_id=str(step_dir))
+    error: BaseException | None = None
     if dist.get_rank() == 0:
-        opt_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.state_dict()["param_groups"]]
-        meta = {
-            "format": 1,
-            "state": state.__dict__,
-            "scheduler": scheduler.state_dict(),
-            "param_groups": opt_groups,
-            "optimizer_scalars": {},
-            "run": run_info,
-        }
-        write_json(step_dir / META_NAME, meta)
-        write_json(root / LATEST_NAME, {"dir": step_dir.name})
-        remove_stale(out_dir, keep=step_dir)
-        (out_dir / CHECKPOINT_NAME).unlink(missing_ok=True)
-    dist.barrier()
+        try:
+            _finish_save(out_dir, step_dir, optimizer, scheduler, state, run_info)
+        except BaseException as err:  # the others learn of it below instead of waiting
+            error = err
+    failed = torch.tensor([0.0 if error is None else 1.0])
+    dist.all_reduce(failed)
+    if error is not None:
+        raise error
+    if failed.item():
+        raise CheckpointError(f"rank 0 could not complete the checkpoint {step_dir} (its error message says why)")
     return step_dir
+
+
+def _finish_save(
+    out_dir: Path,
+    step_dir: Path,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    state: TrainState,
+    run_info: dict[str, Any],
+) -> None:
+    """Rank 0, once every rank wrote its part: vitzoo.json, then latest.json (the checkpoint is
+    now the run's), then the older ones go."""
+    root = out_dir / SHARDED_NAME
+    opt_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.state_dict()["param_groups"]]
+    meta = {
+        "format": 1,
+        "state": state.__dict__,
+        "scheduler": scheduler.state_dict(),
+        "param_groups": opt_groups,
+        "optimizer_scalars": {},
+        "run": run_info,
+    }
+    write_json(step_dir / META_NAME, meta)
+    write_json(root / LATEST_NAME, {"dir": step_dir.name})
+    remove_stale(out_dir, keep=step_dir)
+    (out_dir / CHECKPOINT_NAME).unlink(missing_ok=True)
 
 
 def remove_stale(out_dir: Path, keep: Path | None = None) -> list[Path]:

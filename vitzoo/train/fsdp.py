@@ -95,6 +95,11 @@ def shard(model: nn.Module, options: ShardOptions, device: torch.device) -> nn.M
         if options.bf16
         else plain
     )
+    if options.offload and device.type != "cuda":
+        raise ValueError(
+            f"fsdp_offload (--fsdp-offload) keeps a GPU run's shards in CPU memory; this run is on {device.type}, "
+            "where the shards are in CPU memory already: drop it"
+        )
     offload = CPUOffloadPolicy() if options.offload else OffloadPolicy()
     mesh = _mesh(device)
     blocks = list(getattr(model, "blocks", []))
