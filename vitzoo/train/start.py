@@ -120,6 +120,7 @@ def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) ->
             if note:
                 tqdm.write(f"note: {note}", file=sys.stderr)
             removed = [p for d in (out_dir, out_dir / BEST_DIR) for p in remove_stale_temp_files(d)]
+            removed += dcp.remove_stale(out_dir)  # sharded checkpoints a crash left half-written, or older ones
             if removed:
                 tqdm.write(
                     f"removed {len(removed)} temporary file{'s' if len(removed) != 1 else ''} of interrupted writes "
@@ -127,7 +128,6 @@ def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) ->
                     + (" ..." if len(removed) > 5 else ""),
                     file=sys.stderr,
                 )
-            removed += dcp.remove_stale(out_dir)
             if dcp.has_checkpoint(out_dir) and not resume:
                 raise FileExistsError(
                     f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
