@@ -93,11 +93,10 @@ class Run:
 
     @property
     def checkpoint_path(self) -> Path:
-        """The run's checkpoint: checkpoint.safetensors, or under FSDP the current step directory
-        of checkpoint.dcp (the directory itself before the first save)."""
-        if self.config.fsdp:
-            return dcp.find_checkpoint(self.out_dir) or self.out_dir / dcp.SHARDED_NAME
-        return self.out_dir / CHECKPOINT_NAME
+        """The run's checkpoint: checkpoint.safetensors or the current step directory of
+        checkpoint.dcp (dcp.find_checkpoint); before the first save, where this run will write."""
+        found = dcp.find_checkpoint(self.out_dir)
+        return found or self.out_dir / (dcp.SHARDED_NAME if self.config.fsdp else CHECKPOINT_NAME)
 
     @property
     def steps_per_epoch(self) -> int:
