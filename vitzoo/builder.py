@@ -205,7 +205,7 @@ def require_weights_memory(name: str, meta: nn.Module, dtype: torch.dtype | None
             f"load the weights in bf16 (--dtype bf16 with --pretrained or --weights, dtype='bf16': {bf16}{later})"
         )
     ways.append(
-        "a smaller configuration or a machine with more memory; sharding the model across processes (FSDP) is planned"
+        "a smaller configuration or a machine with more memory; to fine-tune it, vitzoo finetune --fsdp shards it across processes"
     )
     require_memory(
         model_bytes(meta, dtype),

@@ -384,3 +384,16 @@ def test_finetune_with_lora_reports_trainable_parameters_and_exports_a_plain_mod
     printed = capsys.readouterr().out
     assert f"trained        {adapters + head:,} of {total + adapters:,} parameters" in printed
     assert re.search(r"peak memory [\d,]+ MiB", printed)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--fsdp-offload"], "fsdp_offload"),
+        (["--activation-checkpointing"], "activation_checkpointing"),
+        (["--fsdp", "--wise-ft", "0.5"], "--wise-ft with --fsdp"),
+    ],
+)
+def test_fsdp_arguments_are_refused_with_one_clear_error(argv: list[str], message: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=message):
+        finetune("test_tiny_vit", *argv, "--epochs", "1", "--out", str(tmp_path / "run"))

@@ -306,10 +306,29 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         "the cores other processes leave free, re-decided every few seconds",
     )
     run.add_argument("--no-progress", action="store_true", help="no progress bars (epoch lines still print)")
+    _add_fsdp_arguments(parser)
     run.add_argument(
         "--json",
         action="store_true",
         help="print the result as JSON on stdout (progress and epoch lines go to stderr)",
+    )
+
+
+def _add_fsdp_arguments(parser: argparse.ArgumentParser) -> None:
+    sharding = parser.add_argument_group("sharding across processes (torchrun; docs/fsdp.md)")
+    sharding.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="shard weights, gradients and AdamW state across the torchrun processes (FSDP2) instead of a whole "
+        "copy in each (DDP, the default); the checkpoint is sharded too (checkpoint.dcp/)",
+    )
+    sharding.add_argument(
+        "--fsdp-offload", action="store_true", help="with --fsdp: keep the shards in CPU memory between uses (GPU runs)"
+    )
+    sharding.add_argument(
+        "--activation-checkpointing",
+        action="store_true",
+        help="with --fsdp: recompute each block's activations in the backward (less memory, more time)",
     )
 
 
@@ -405,6 +424,9 @@ def _train_config(args: argparse.Namespace, data_name: str) -> Any:
         device=args.device,
         threads=args.threads,
         workers=args.workers,
+        fsdp=args.fsdp,
+        fsdp_offload=args.fsdp_offload,
+        activation_checkpointing=args.activation_checkpointing,
         **{name: getattr(args, name) for name in (*distillation, *mixing)},
         **lora,
     )
@@ -426,11 +448,13 @@ def _lora_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
+    from ..train.dcp import has_checkpoint
+
     if args.out is not None:
         return Path(args.out)
     prefix = f"{args.model.replace('.', '-')}-{data_name}"
     if args.resume:
-        candidates = sorted(p for p in RUNS_DIR.glob(f"{prefix}-*") if (p / "checkpoint.safetensors").is_file())
+        candidates = sorted(p for p in RUNS_DIR.glob(f"{prefix}-*") if has_checkpoint(p))
         if not candidates:
             raise FileNotFoundError(
                 f"--resume: no run of {prefix} with a checkpoint under {RUNS_DIR}/; pass --out RUN_DIR"
@@ -441,6 +465,8 @@ def _run_dir(args: argparse.Namespace, data_name: str) -> Path:
 
 def _image_text_model(args: argparse.Namespace) -> Any:
     """--init-head zeroshot: the whole image-text model of the weights (None for a random head)."""
+    if args.wise_ft is not None and getattr(args, "fsdp", False):
+        raise ValueError("--wise-ft with --fsdp is not supported: mix best/ with the zero-shot model instead")
     if args.wise_ft is not None and args.init_head != "zeroshot":
         raise ValueError("--wise-ft needs --init-head zeroshot: it mixes the fine-tuned and zero-shot models")
     if args.wise_ft is not None and getattr(args, "lora_rank", None):
@@ -508,6 +534,7 @@ def _build_model(args: argparse.Namespace, num_classes: int, config: Any) -> Any
 def _report(args: argparse.Namespace, out_dir: Path, data: str, result: Any) -> dict[str, Any]:
     """The --json result of a run."""
     from ..train import CURVES_NAME, METRICS_NAME
+    from ..train.dcp import find_checkpoint
 
     return {
         "run_dir": str(out_dir),
@@ -522,7 +549,7 @@ def _report(args: argparse.Namespace, out_dir: Path, data: str, result: Any) -> 
         "best_dir": str(result.best_dir) if result.best_dir is not None else None,
         "metrics": str(out_dir / METRICS_NAME),
         "curves": str(out_dir / CURVES_NAME),
-        "checkpoint": str(out_dir / "checkpoint.safetensors"),
+        "checkpoint": str(find_checkpoint(out_dir) or out_dir / "checkpoint.safetensors"),
         **_resources(out_dir, result),
     }
 

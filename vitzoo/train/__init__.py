@@ -6,6 +6,7 @@ and the example scripts. A reader starts at loop.py (`fit` and the loop); the re
     step.py        one optimizer step, its LossSpec        evaluation.py  accuracy, loss, confusion
     resume.py      same-model / same-settings checks       interrupt.py   Ctrl-C: finish, save, stop
     placement.py   device, bf16, processes, threads        checkpoint.py  the resumable state on disk
+    fsdp.py        sharding across processes (--fsdp)     dcp.py         the sharded checkpoint
     optim.py, ema.py, mix.py, distill.py, metrics.py, export.py, lock.py, distributed.py, threads.py
 
     from vitzoo.train import TrainConfig, fit

@@ -142,13 +142,40 @@ def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     except JSONFileError as err:
         raise CheckpointError(f"cannot resume from {path}: {err}") from err
+    return checkpoint_meta(meta, where=f"{path}: its {_META_KEY!r} metadata")
+
+
+def checkpoint_meta(meta: dict[str, Any], *, where: str) -> dict[str, Any]:
+    """`meta` if it has the parts resuming reads; `where` names it in the error."""
     missing = [k for k in _META_FIELDS if not isinstance(meta.get(k), dict | list)]
     if missing:
         raise CheckpointError(
-            f"cannot resume from {path}: its {_META_KEY!r} metadata lacks {', '.join(missing)}; "
+            f"cannot resume from {where}: it lacks {', '.join(missing)}; "
             "expected the checkpoint a vitzoo training run writes"
         )
     return meta
+
+
+def read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint file (a damaged one is a CheckpointError naming it)."""
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except Exception as err:  # safetensors raises its own error types
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+
+
+def optimizer_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """The optimizer state by parameter index, from a checkpoint's tensors and metadata."""
+    opt_state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            opt_state.setdefault(int(index), {})[name] = value
+    for index, scalars in meta["optimizer_scalars"].items():
+        opt_state.setdefault(int(index), {}).update(scalars)
+    return opt_state
 
 
 def load_checkpoint(
@@ -161,11 +188,9 @@ def load_checkpoint(
 ) -> tuple[TrainState, dict[str, Any]]:
     """Restore model, optimizer, scheduler, weight average and RNG from `path`; returns the
     TrainState and run info."""
-    from safetensors.torch import load_file
-
     path = Path(path)
     meta = read_checkpoint_meta(path)
-    tensors = load_file(str(path))
+    tensors = read_tensors(path)
     model_state = {k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")}
     _check_shapes(path, model, model_state, what="the model")
     missing, unexpected = model.load_state_dict(model_state, strict=False)
@@ -175,11 +200,7 @@ def load_checkpoint(
             "resume with the same model and settings the run was started with"
         )
     ema_state = {k[len("ema.") :]: v for k, v in tensors.items() if k.startswith("ema.")}
-    if (ema is None) != (not ema_state):
-        raise CheckpointError(
-            f"checkpoint {path} was written {'with' if ema_state else 'without'} a weight average (EMA) but this run "
-            f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
-        )
+    check_same_ema(path, saved=bool(ema_state), ema=ema)
     if ema is not None:
         _check_shapes(path, ema.module, ema_state, what="the weight average")
         missing, unexpected = ema.module.load_state_dict(ema_state, strict=False)
@@ -188,13 +209,7 @@ def load_checkpoint(
                 f"checkpoint {path}: the weight average does not fit this model: missing {sorted(missing)[:5]}, "
                 f"unexpected {sorted(unexpected)[:5]}"
             )
-    opt_state: dict[int, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        if key.startswith("optimizer."):
-            _, index, name = key.split(".", 2)
-            opt_state.setdefault(int(index), {})[name] = value
-    for index, scalars in meta["optimizer_scalars"].items():
-        opt_state.setdefault(int(index), {}).update(scalars)
+    opt_state = optimizer_state(tensors, meta)
     groups = meta["param_groups"]
     if len(groups) != len(optimizer.param_groups) or any(
         len(g["params"]) != len(h["params"]) for g, h in zip(groups, optimizer.param_groups, strict=True)
@@ -209,6 +224,16 @@ def load_checkpoint(
     if "rng.cuda" in tensors and torch.cuda.is_available():
         torch.cuda.set_rng_state(tensors["rng.cuda"])
     return TrainState.from_dict(meta["state"]), meta["run"]
+
+
+def check_same_ema(path: Path, *, saved: bool, ema: WeightEma | None) -> None:
+    """Refuse a checkpoint written with (`saved`) or without a weight average into a run without
+    or with one."""
+    if saved != (ema is not None):
+        raise CheckpointError(
+            f"checkpoint {path} was written {'with' if saved else 'without'} a weight average (EMA) but this run "
+            f"is {'without' if ema is None else 'with'} one; resume with the EMA setting the run was started with"
+        )
 
 
 def _check_shapes(path: Path, model: nn.Module, state: dict[str, torch.Tensor], *, what: str) -> None:

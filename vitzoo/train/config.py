@@ -93,6 +93,10 @@ class TrainConfig:
         None  # torch intra-op threads; None: "auto", the cores other processes leave free (threads.py)
     )
     workers: int | None = None  # processes decoding a streamed folder (data/stream.py); None: from the CPU count
+    # Sharding across processes (fsdp.py): instead of DDP's whole copy per process, each keeps a slice
+    fsdp: bool = False
+    fsdp_offload: bool = False  # FSDP: the kept slices live in CPU memory between uses (GPU runs)
+    activation_checkpointing: bool = False  # FSDP: each block recomputes its activations in the backward
 
     def __post_init__(self) -> None:
         if self.distill is None:
@@ -112,6 +116,8 @@ class TrainConfig:
                     "'none' without a teacher, 'hard' or 'soft' with one",
                 ),
                 *_lora_checks(self),
+                (self.fsdp or not self.fsdp_offload, "fsdp_offload", "False without fsdp"),
+                (self.fsdp or not self.activation_checkpointing, "activation_checkpointing", "False without fsdp"),
             ],
         )
         if self.lora_rank is not None:
@@ -148,7 +154,10 @@ _OPTIONAL = {f.name: "None" in str(f.type) for f in dataclasses.fields(TrainConf
 
 # How a run executes, not what it computes: these may differ on --resume without an override.
 # `workers` too: a streamed batch is the same whichever worker, and however many, prepared it.
-RUNTIME_FIELDS = frozenset({"progress", "device", "threads", "workers"})
+# So do the FSDP settings: a run moves between DDP and FSDP (dcp.py), the weights the same at the switch.
+RUNTIME_FIELDS = frozenset(
+    {"progress", "device", "threads", "workers", "fsdp", "fsdp_offload", "activation_checkpointing"}
+)
 
 # What a run's checkpoint holds that these settings shape, so that a resumed run cannot change them
 # (its tensors would not fit): any change, or (False) only one between None and a value.

@@ -20,7 +20,8 @@ is drawn from them too, and the checkpoint holds optimizer, schedule and RNG sta
 refuses a resume with another model or other settings). Every epoch writes `metrics.jsonl` +
 `curves.png` and an atomic checkpoint, also written on Ctrl-C (interrupt.py); the best model is
 exported as a loadable pretrained directory (`best/`). Under torchrun: DistributedDataParallel,
-each rank its own data slice, rank 0 writes.
+each rank its own data slice, rank 0 writes; or, with `fsdp`, the model sharded across the
+processes (fsdp.py) and a sharded checkpoint that every rank writes (dcp.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data import DataSplits
-from . import distributed
+from . import distributed, fsdp
 from .config import TrainConfig, apply_overrides
 from .evaluation import EvalResult
 from .export import BEST_DIR, export_pretrained
@@ -120,6 +121,7 @@ def _fit_loop(run: Run, on_step: Callable[[int, int], None] | None) -> FitResult
                     run.log(
                         f"stopped after epoch {epoch + 1}; checkpoint saved to {run.checkpoint_path} (continue with --resume)"
                     )
+    held = fsdp.state_bytes(run.models.module, run.optim.optimizer)  # this process's
     distributed.teardown(dist)
     progress = run.progress
     return FitResult(
@@ -131,6 +133,7 @@ def _fit_loop(run: Run, on_step: Callable[[int, int], None] | None) -> FitResult
         interrupted=interrupted,
         best_dir=progress.best_dir,
         train_seconds=progress.train_seconds,
+        extra={"state_bytes": held},
     )
 
 
@@ -208,12 +211,13 @@ def end_epoch(run: Run) -> dict[str, Any]:
     if improved:
         state.best_acc, state.best_epoch = val.accuracy, epoch
     state.start_next_epoch()
+    best = run.exportable(run.models.evaluated) if improved else None  # FSDP: gathered on rank 0
     if run.is_main:
         tqdm.write(format_epoch(record, run.config.epochs, ema=run.models.ema is not None))
         write_metrics(run.out_dir / METRICS_NAME, progress.history)
-        if improved:
+        if best is not None:
             progress.best_dir = export_pretrained(
-                run.models.evaluated,
+                best,
                 run.out_dir / BEST_DIR,
                 classes=run.splits.classes,
                 extra={"val_acc": val.accuracy, "epoch": epoch, "data": run.splits.name},
@@ -230,7 +234,7 @@ def _diverged(run: Run, what: str, lr: float) -> str:
     """Why a run stopped on a non-finite loss, where, and what on disk is still good."""
     kept = (
         f"{run.checkpoint_path} keeps the last good state"
-        if run.checkpoint_path.is_file()
+        if run.checkpoint_path.exists()
         else "no checkpoint had been written yet"
     )
     return (

@@ -4,6 +4,7 @@ resumable `TrainState` and what the finished epochs left (`Progress`). start.py 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from tqdm.auto import tqdm
 
 from ..data import BatchLoader, DataSplits
 from ..data.stream import StreamLoader
+from . import dcp, distributed, fsdp
 from .checkpoint import CHECKPOINT_NAME, TrainState, save_checkpoint
 from .config import TrainConfig
 from .ema import WeightEma
@@ -29,11 +31,13 @@ from .step import LossSpec
 class Models:
     """`module` is the plain model (checkpoints, EMA updates, exports); `wrapped` is what the
     steps call (the same module, or its DistributedDataParallel wrapper under torchrun); `ema`
-    the weight average, when the run keeps one."""
+    the weight average, when the run keeps one. Under FSDP `module` is sharded (it is also
+    `wrapped`) and `template` is its structure on the meta device, for exporting (fsdp.py)."""
 
     module: nn.Module
     wrapped: nn.Module
     ema: WeightEma | None = None
+    template: nn.Module | None = None
 
     @property
     def evaluated(self) -> nn.Module:
@@ -89,7 +93,10 @@ class Run:
 
     @property
     def checkpoint_path(self) -> Path:
-        return self.out_dir / CHECKPOINT_NAME
+        """The run's checkpoint: checkpoint.safetensors or the current step directory of
+        checkpoint.dcp (dcp.find_checkpoint); before the first save, where this run will write."""
+        found = dcp.find_checkpoint(self.out_dir)
+        return found or self.out_dir / (dcp.SHARDED_NAME if self.config.fsdp else CHECKPOINT_NAME)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -102,25 +109,56 @@ class Run:
     def evaluate(self, model: nn.Module) -> EvalResult:
         """Validation in fp32 whatever the training precision: the accuracy a run reports (and
         chooses best/ by) is the one `vitzoo eval` gives its weights by default."""
+        loader: Any = fsdp.EvenBatches(self.loaders.val, self.placement.dist) if self.config.fsdp else self.loaders.val
         return evaluate(
             model,
-            self.loaders.val,
+            loader,
             num_classes=self.splits.train.num_classes,
             device=self.placement.device,
             info=self.placement.dist,
         )
 
+    def exportable(self, model: nn.Module) -> nn.Module | None:
+        """`model` as best/ is written from it: under FSDP gathered into an ordinary model on
+        rank 0 (None on the others; every rank calls this)."""
+        if self.models.template is None:
+            return model
+        return fsdp.gathered_model(model, self.models.template)
+
     def save_checkpoint(self) -> None:
-        if self.is_main:
-            save_checkpoint(
-                self.checkpoint_path,
-                model=self.models.module,
-                optimizer=self.optim.optimizer,
-                scheduler=self.optim.scheduler,
-                state=self.state,
-                run_info=self.info,
-                ema=self.models.ema,
-            )
+        """Write the checkpoint: sharded under FSDP (every rank writes), else rank 0's one file;
+        a checkpoint of the other kind left by an earlier part of the run is removed."""
+        parts: dict[str, Any] = {
+            "model": self.models.module,
+            "optimizer": self.optim.optimizer,
+            "scheduler": self.optim.scheduler,
+            "state": self.shared_state(),
+            "run_info": self.info,
+            "ema": self.models.ema,
+        }
+        if self.config.fsdp:
+            dcp.save_sharded(self.out_dir, **parts)
+        elif self.is_main:
+            save_checkpoint(self.out_dir / CHECKPOINT_NAME, **parts)
+            dcp.remove_sharded(self.out_dir)
+
+    def shared_state(self) -> TrainState:
+        """The state a checkpoint stores: the epoch's partial sums of every rank added up (each
+        rank counted only its own batches; a resumed run gives them to rank 0). Every rank calls it."""
+        state = self.state
+        sums = torch.tensor(
+            [state.epoch_loss_sum, state.epoch_correct, state.epoch_seen, state.epoch_distill_loss_sum],
+            dtype=torch.float64,
+        )
+        distributed.all_reduce_sum(sums, self.placement.dist)
+        loss, correct, seen, distill = sums.tolist()
+        return dataclasses.replace(
+            state,
+            epoch_loss_sum=loss,
+            epoch_correct=round(correct),
+            epoch_seen=round(seen),
+            epoch_distill_loss_sum=distill,
+        )
 
     def log(self, message: str) -> None:
         """Print on rank 0 only, above any progress bar."""

@@ -6,6 +6,7 @@ model for DDP, into a `Run` (run.py)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,8 @@ from ..data import BatchTransform, DataSplits, InputSpec, make_loader
 from ..data.tensors import DataKind
 from ..jsonio import JSONFileError
 from ..memory import human_bytes, model_bytes, processes_per_machine, require_memory
-from . import distributed
-from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint, read_checkpoint_meta
+from . import dcp, distributed, fsdp
+from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from .config import TrainConfig
 from .distill import Teacher, build_teacher
 from .ema import WeightEma
@@ -74,7 +75,8 @@ def check_training_memory(name: str, meta: nn.Module, config: TrainConfig) -> No
     autocast computes in): the weights, the gradients and AdamW's two moments of the parameters
     that train (all; the head of a linear probe; LoRA's adapters and the head), the EMA copy; once
     per process of the run on this machine. Not counted: activations (they depend on the batch),
-    a distillation teacher, the data."""
+    a distillation teacher, the data. With `config.fsdp` each process keeps 1/WORLD_SIZE of it
+    (fsdp.py)."""
     with torch.device("meta"):
         if config.linear_probe:
             freeze_backbone(meta)
@@ -92,11 +94,14 @@ def check_training_memory(name: str, meta: nn.Module, config: TrainConfig) -> No
         if config.linear_probe or config.lora_rank
         else ["--linear-probe or --lora RANK (gradients and AdamW state for the trained parameters only)"]
     )
-    ways.append("a smaller model or a machine with more memory; sharding the model across processes (FSDP) is planned")
+    if not config.fsdp:
+        ways.append("--fsdp under torchrun (each process keeps 1/N of the weights, gradients and AdamW state)")
+    ways.append("a smaller model or a machine with more memory")
+    shards = max(1, int(os.environ.get("WORLD_SIZE", "1"))) if config.fsdp else 1
     require_memory(
-        (weights + 3 * grads + ema) * processes,
+        -(-(weights + 3 * grads + ema) // shards) * processes,
         f"fine-tuning model {name!r} ({sum(p.numel() for p in meta.parameters()):,} parameters{each}: "
-        f"{', '.join(parts)}, in fp32; activations not counted)",
+        f"{', '.join(parts)}, in fp32{f', sharded {shards} ways' if shards > 1 else ''}; activations not counted)",
         "ways out: " + ", ".join(ways),
     )
 
@@ -115,6 +120,7 @@ def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) ->
             if note:
                 tqdm.write(f"note: {note}", file=sys.stderr)
             removed = [p for d in (out_dir, out_dir / BEST_DIR) for p in remove_stale_temp_files(d)]
+            removed += dcp.remove_stale(out_dir)  # sharded checkpoints a crash left half-written, or older ones
             if removed:
                 tqdm.write(
                     f"removed {len(removed)} temporary file{'s' if len(removed) != 1 else ''} of interrupted writes "
@@ -122,7 +128,7 @@ def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) ->
                     + (" ..." if len(removed) > 5 else ""),
                     file=sys.stderr,
                 )
-            if (out_dir / CHECKPOINT_NAME).exists() and not resume:
+            if dcp.has_checkpoint(out_dir) and not resume:
                 raise FileExistsError(
                     f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
                 )
@@ -153,7 +159,7 @@ def _build_run(
     run_info: dict[str, Any] | None,
 ) -> Run:
     _check_fit_arguments(model, splits, config, dist=dist)
-    meta: dict[str, Any] = read_checkpoint_meta(out_dir / CHECKPOINT_NAME) if resume else {}
+    meta: dict[str, Any] = dcp.read_meta(dcp.find_checkpoint(out_dir) or out_dir / CHECKPOINT_NAME) if resume else {}
     previous: dict[str, Any] = meta.get("run") or {}
     if resume:
         check_same_model(out_dir, previous, model, (run_info or {}).get("model"), splits)
@@ -176,11 +182,12 @@ def _build_run(
             dropout=config.lora_dropout,
         )
     model.to(device)
-    ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
     bf16, precision = choose_bf16(config.amp, device, model)
     if resume and config.amp == "auto" and isinstance(previous.get("bf16"), bool) and previous["bf16"] != bf16:
         # "auto" decided at the start; a resume elsewhere keeps it, so the run stays the same computation
         bf16, precision = previous["bf16"], f"auto, as the run started ({previous.get('precision') or 'bf16'})"
+    ema = WeightEma(model, decay=config.ema_decay) if config.ema_decay is not None else None
+    template = _shard(model, ema, config, dist, device, bf16) if config.fsdp else None
     loaders = _make_loaders(model, splits, config, dist, device)
     optim = _make_optimization(model, config, len(loaders.train), teacher, splits.train.num_classes, device)
     # On a busy machine OpenMP threads that share contested cores wait for each other at every
@@ -192,7 +199,7 @@ def _build_run(
         out_dir=out_dir,
         info={},
         placement=Placement(dist=dist, device=device, bf16=bf16, auto_threads=auto_threads, precision=precision),
-        models=Models(module=model, wrapped=model, ema=ema),
+        models=Models(module=model, wrapped=model, ema=ema, template=template),
         optim=optim,
         loaders=loaders,
     )
@@ -206,13 +213,41 @@ def _build_run(
     run.progress.train_seconds = sum(r.get("epoch_time_s", 0.0) for r in run.progress.history)
     if dist.is_main:
         write_json(out_dir / RUN_INFO_NAME, run.info)
-    if dist.enabled:
+    if dist.enabled and not config.fsdp:
         from torch.nn.parallel import DistributedDataParallel
 
         run.models.wrapped = DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None
         )
     return run
+
+
+def _shard(
+    model: nn.Module,
+    ema: WeightEma | None,
+    config: TrainConfig,
+    dist: distributed.DistInfo,
+    device: torch.device,
+    bf16: bool,
+) -> nn.Module:
+    """FSDP: rank 0's weights on every rank, then the model (and its weight average) sharded;
+    returns the model's structure on the meta device (fsdp.meta_template), for exporting."""
+    fsdp.require_fsdp()
+    if not dist.enabled:
+        raise ValueError(
+            "fsdp shards the model across processes, but this run has one: launch it with torchrun "
+            "--nproc_per_node N (N >= 2), or train without --fsdp (a sharded checkpoint resumes into either)"
+        )
+    template = fsdp.meta_template(model)
+    options = fsdp.ShardOptions(
+        bf16=bf16, offload=config.fsdp_offload, activation_checkpointing=config.activation_checkpointing
+    )
+    fsdp.broadcast_from_rank0(model)
+    fsdp.shard(model, options, device)
+    if ema is not None:
+        fsdp.broadcast_from_rank0(ema.module)
+        fsdp.shard(ema.module, dataclasses.replace(options, activation_checkpointing=False), device)
+    return template
 
 
 def _make_optimization(
@@ -279,13 +314,22 @@ def _parameter_counts(model: nn.Module) -> dict[str, int]:
 def _restore(run: Run) -> None:
     """Resuming: the checkpoint's weights, optimizer, schedule, RNG and state, and the metrics of
     the epochs it finished."""
-    run.state, _ = load_checkpoint(
-        run.checkpoint_path,
-        model=run.models.module,
-        optimizer=run.optim.optimizer,
-        scheduler=run.optim.scheduler,
-        ema=run.models.ema,
-    )
+    path = dcp.find_checkpoint(run.out_dir) or run.checkpoint_path
+    parts: dict[str, Any] = {
+        "model": run.models.module,
+        "optimizer": run.optim.optimizer,
+        "scheduler": run.optim.scheduler,
+        "ema": run.models.ema,
+    }
+    if dcp.is_sharded(path):
+        run.state = dcp.load_sharded(path, **parts)
+    elif run.config.fsdp:
+        run.state = dcp.load_full_into_sharded(path, **parts)
+    else:
+        run.state, _ = load_checkpoint(path, **parts)
+    if not run.is_main:  # the checkpoint's partial sums are every rank's together (Run.shared_state)
+        state = run.state
+        state.epoch_loss_sum, state.epoch_correct, state.epoch_seen, state.epoch_distill_loss_sum = 0.0, 0, 0, 0.0
     try:
         records = read_metrics(run.out_dir / METRICS_NAME)
     except JSONFileError as err:
