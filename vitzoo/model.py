@@ -60,14 +60,14 @@ from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.layer_scale import LayerScale
 from .layers.naflex import (
-    POS_RESAMPLE,
     PATCH_COORD,
     PATCH_VALID,
     PATCHES,
-    PosResample,
+    POS_RESAMPLE,
     PatchBatch,
     PatchBatchError,
     PatchSequence,
+    PosResample,
     add_positions,
     embed_patches,
     is_patch_batch,

@@ -114,7 +114,9 @@ def timm_batch(sizes: list[tuple[int, int]], length: int, seed: int = 0) -> dict
         p, (rows, cols) = batch_patchify(torch.randn(1, 3, h, w, generator=g), (16, 16))
         n = rows * cols
         patches[i, :n], valid[i, :n] = p[0], True
-        coord[i, :n] = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), -1).reshape(n, 2)
+        coord[i, :n] = torch.stack(torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij"), -1).reshape(
+            n, 2
+        )
     return {PATCHES: patches, PATCH_COORD: coord, PATCH_VALID: valid}
 
 
