@@ -28,8 +28,12 @@ REPO = "google/siglip2-base-patch16-naflex"
 def published(tmp_path, fake_hub, hf_cache):
     """A tiny Siglip2Model with random weights and its processor config, as the registered repo."""
     config = transformers.Siglip2Config(
-        text_config=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2),
-        vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_patches=16),
+        text_config=dict(
+            vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2, num_patches=16
+        ),
     )
     g = torch.Generator().manual_seed(0)
     ref = transformers.Siglip2Model(config)
