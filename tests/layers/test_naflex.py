@@ -98,17 +98,8 @@ def test_masked_mean():
 def test_patches_are_placed_by_coordinate_not_by_order():
     """The same patches in another order (and interleaved with padding) give the same pooled
     output and, token by token, the same features: positions come from the coordinates."""
-    model = VisionTransformer(
-        img_size=16,
-        patch_size=4,
-        in_chans=1,
-        embed_dim=16,
-        depth=2,
-        num_heads=2,
-        num_classes=3,
-        rope="cat",
-        global_pool="avg",
-    ).eval()
+    tiny = dict(img_size=16, patch_size=4, in_chans=1, embed_dim=16, depth=2, num_heads=2, num_classes=3)
+    model = VisionTransformer(**tiny, rope="cat", global_pool="avg").eval()
     batch = two_images()
     order = torch.tensor([[5, 2, 6, 0, 4, 1, 3], [6, 1, 3, 2, 0, 4, 5]])
     shuffled = {key: torch.stack([value[i, order[i]] for i in range(2)]) for key, value in batch.items()}
