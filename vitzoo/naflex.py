@@ -50,7 +50,7 @@ Budgets and inputs (each refusal a `NaFlexError` naming the argument or the imag
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,9 +69,12 @@ __all__ = [
     "DEFAULT_MAX_PATCHES",
     "MAX_PATCHES",
     "NaFlexError",
+    "NaFlexLoader",
     "NaFlexResize",
     "NaFlexSpec",
     "assemble",
+    "batch_to",
+    "check_model",
     "preprocess",
     "size_for_budget",
 ]
@@ -237,3 +240,84 @@ def preprocess(
     spec = NaFlexSpec.from_model(model, max_patches)
     resize = NaFlexResize(spec)
     return assemble([resize(img) for img in images], spec, pad_to_budget=pad_to_budget)
+
+
+def check_model(model: nn.Module) -> None:
+    """Refuse, as one NaFlexError, a model that cannot take patch sequences (a model of another
+    library, a convolutional stem): one forward of a one-patch batch runs the model's own checks
+    before any image is read."""
+    spec = NaFlexSpec.from_model(model, 1)
+    probe = assemble([torch.zeros(spec.input.channels, *spec.patch, dtype=torch.uint8)], spec)
+    weight = next(iter(model.parameters()), None)
+    if weight is not None:
+        probe = batch_to(probe, weight.device, weight.dtype)
+    try:
+        with torch.inference_mode():
+            model(probe)
+    except (VitzooError, TypeError, AttributeError, KeyError, ValueError, IndexError) as err:
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise NaFlexError(f"{type(model).__name__} cannot take patch sequences (NaFlex): {reason}") from None
+
+
+def batch_to(batch: Mapping[str, torch.Tensor], device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
+    """A NaFlex batch on `device`, its float tensors (the patches) in `dtype` where given."""
+    return {
+        key: t.to(device, dtype if dtype is not None and t.is_floating_point() else t.dtype, non_blocking=True)
+        for key, t in batch.items()
+    }
+
+
+class _Prepare:
+    """NaFlexResize in the (image, seed) form of vitzoo.data.stream's workers (evaluation: no seed)."""
+
+    def __init__(self, resize: NaFlexResize) -> None:
+        self.resize = resize
+
+    def __call__(self, img: Any, seed: int) -> torch.Tensor:
+        return self.resize(img)
+
+
+class NaFlexLoader:
+    """Evaluation batches of a split as NaFlex batches, in order: `iterate_indexed` yields (step,
+    image indices, batch, labels) as vitzoo.data's loaders do. Listed files are decoded and resized
+    by `workers` processes (vitzoo.data.stream, unreadable ones left out), images in memory (uint8
+    (N, C, H, W), e.g. MNIST) resized here; `assemble` finishes each batch, so a batch equals
+    `preprocess` of its images."""
+
+    def __init__(self, data: Any, spec: NaFlexSpec, *, batch_size: int, workers: int = 0) -> None:
+        from .data import ImageFiles
+        from .data.stream import StreamLoader
+
+        self.data, self.spec, self.batch_size = data, spec, batch_size
+        self.resize = NaFlexResize(spec)
+        self.stream: StreamLoader | None = None
+        if isinstance(data, ImageFiles):
+            self.stream = StreamLoader(
+                data,
+                batch_size=batch_size,
+                prepare=_Prepare(self.resize),
+                finish=lambda images, _: assemble(images, spec),
+                shuffle=False,
+                workers=workers,
+                stack=False,
+            )
+        elif batch_size < 1 or len(data) == 0:
+            raise ValueError(f"batch_size={batch_size} with {len(data)} images; expected >= 1 of each")
+
+    def __len__(self) -> int:
+        return -(-len(self.data) // self.batch_size)
+
+    def iterate_indexed(
+        self, epoch: int = 0, start_step: int = 0
+    ) -> Iterator[tuple[int, torch.Tensor, Any, torch.Tensor]]:
+        if self.stream is not None:
+            yield from self.stream.iterate_indexed(epoch, start_step)
+            return
+        for step in range(start_step, len(self)):
+            index = torch.arange(step * self.batch_size, min(len(self.data), (step + 1) * self.batch_size))
+            images = [self.resize(img) for img in self.data.images[index]]
+            yield step, index, assemble(images, self.spec), self.data.labels[index]
+
+    def iterate(self, epoch: int = 0, start_step: int = 0) -> Iterator[tuple[Any, torch.Tensor]]:
+        for _, _, x, y in self.iterate_indexed(epoch, start_step):
+            yield x, y
