@@ -197,3 +197,18 @@ def test_a_batch_beyond_memory_is_refused_before_allocation(memory_cap):
     images = [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 64
     with pytest.raises(InsufficientMemoryError, match="NaFlex batch of 64 images x 65536 patches"):
         naflex.preprocess(_model(), images, max_patches=naflex.MAX_PATCHES, pad_to_budget=True)
+
+
+def test_loader_batches_of_images_in_memory_equal_preprocess():
+    """NaFlexLoader over uint8 images in memory (the digits): each batch is `preprocess` of its images."""
+    from vitzoo.data.tensors import ImageTensors
+
+    images = torch.randint(0, 256, (5, 1, 28, 28), dtype=torch.uint8)
+    data = ImageTensors(images, torch.tensor([0, 1, 0, 1, 1]), ("a", "b"), "digits")
+    model = _model()
+    loader = naflex.NaFlexLoader(data, naflex.NaFlexSpec.from_model(model, 9), batch_size=2)
+    batches = list(loader.iterate_indexed())
+    assert len(loader) == 3 and [b[1].tolist() for b in batches] == [[0, 1], [2, 3], [4]]
+    for _, index, batch, labels in batches:
+        expected = naflex.preprocess(model, list(images[index]), 9)
+        assert torch.equal(batch["patches"], expected["patches"]) and torch.equal(labels, data.labels[index])

@@ -49,6 +49,7 @@ Budgets and inputs (each refusal a `NaFlexError` naming the argument or the imag
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from .checks import MAX_TOKENS
 from .data.transforms import InputSpec, ReadAs8Bit, eval_finish
 from .errors import VitzooError
 from .layers.helpers import to_2tuple
+from .layers.naflex import PATCH_COORD, PATCH_VALID, PATCHES
 from .memory import require_memory
 from .pretrained_cfg import pretrained_cfg_of
 
@@ -75,11 +77,12 @@ __all__ = [
     "assemble",
     "batch_to",
     "check_model",
+    "naflex_settings",
     "preprocess",
     "size_for_budget",
 ]
 
-PATCHES, PATCH_COORD, PATCH_VALID, SPATIAL_SHAPES = "patches", "patch_coord", "patch_valid", "spatial_shapes"
+SPATIAL_SHAPES = "spatial_shapes"  # transformers' name; the model ignores it
 DEFAULT_MAX_PATCHES = 576  # timm's NaFlex default (max_seq_len: 24 x 24 patches of 16)
 MAX_PATCHES = MAX_TOKENS
 RULES = ("siglip2", "timm")
@@ -259,12 +262,26 @@ def check_model(model: nn.Module) -> None:
         raise NaFlexError(f"{type(model).__name__} cannot take patch sequences (NaFlex): {reason}") from None
 
 
-def batch_to(batch: Mapping[str, torch.Tensor], device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
-    """A NaFlex batch on `device`, its float tensors (the patches) in `dtype` where given."""
+def naflex_settings(spec: NaFlexSpec) -> dict[str, Any]:
+    """The spec as plain data, for run records and resume keys."""
     return {
-        key: t.to(device, dtype if dtype is not None and t.is_floating_point() else t.dtype, non_blocking=True)
-        for key, t in batch.items()
+        "naflex": {
+            **dataclasses.asdict(spec.input),
+            "patch": list(spec.patch),
+            "max_patches": spec.max_patches,
+            "rule": spec.rule,
+        }
     }
+
+
+def batch_to(x: Any, device: torch.device | str, dtype: torch.dtype | None = None) -> Any:
+    """An image batch (tensor) or a NaFlex batch (dict) on `device`, its floating tensors in
+    `dtype` where given (the patches; coordinates and masks keep theirs)."""
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device, dtype if dtype is not None and t.is_floating_point() else t.dtype, non_blocking=True)
+
+    return {key: move(t) for key, t in x.items()} if isinstance(x, Mapping) else move(x)
 
 
 class _Prepare:
@@ -280,13 +297,13 @@ class _Prepare:
 class NaFlexLoader:
     """Evaluation batches of a split as NaFlex batches, in order: `iterate_indexed` yields (step,
     image indices, batch, labels) as vitzoo.data's loaders do. Listed files are decoded and resized
-    by `workers` processes (vitzoo.data.stream, unreadable ones left out), images in memory (uint8
+    by `workers` processes (vitzoo.data.stream, unreadable ones left out; None: its default), images in memory (uint8
     (N, C, H, W), e.g. MNIST) resized here; `assemble` finishes each batch, so a batch equals
     `preprocess` of its images."""
 
-    def __init__(self, data: Any, spec: NaFlexSpec, *, batch_size: int, workers: int = 0) -> None:
+    def __init__(self, data: Any, spec: NaFlexSpec, *, batch_size: int, workers: int | None = 0) -> None:
         from .data import ImageFiles
-        from .data.stream import StreamLoader
+        from .data.stream import StreamLoader, default_workers
 
         self.data, self.spec, self.batch_size = data, spec, batch_size
         self.resize = NaFlexResize(spec)
@@ -298,7 +315,7 @@ class NaFlexLoader:
                 prepare=_Prepare(self.resize),
                 finish=lambda images, _: assemble(images, spec),
                 shuffle=False,
-                workers=workers,
+                workers=default_workers() if workers is None else workers,
                 stack=False,
             )
         elif batch_size < 1 or len(data) == 0:
