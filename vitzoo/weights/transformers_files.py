@@ -131,7 +131,7 @@ FAMILIES: dict[str, Family] = {
     "siglip_vision_model": Family(_SIGLIP_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
     # NaFlex: each image's grid gets the table resized bilinearly (layers/naflex.py)
     "siglip2_vision_model": Family(
-        _SIGLIP2_DEFAULTS, fixed=dict(class_token=False, global_pool="map", naflex_pos="siglip2")
+        _SIGLIP2_DEFAULTS, fixed=dict(class_token=False, global_pool="map", pos_resample="siglip2")
     ),
     # transformers computes DINOv3's rotary embedding for every input size, as dynamic_img_size does.
     "dinov3_vit": Family(
