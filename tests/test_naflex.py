@@ -128,10 +128,10 @@ def test_default_budget_is_the_weights_then_timms():
 
 
 def test_the_rule_follows_the_models_position_rule():
-    """SigLIP 2's position rule (naflex_pos="siglip2") takes transformers' resize, the others timm's."""
+    """SigLIP 2's position rule (pos_resample="siglip2") takes transformers' resize, the others timm's."""
     for pos, rule in (("siglip2", "siglip2"), ("timm", "timm"), ("timm_square", "timm")):
         model = VisionTransformer(
-            ViTConfig(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, naflex_pos=pos)
+            ViTConfig(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, pos_resample=pos)
         )
         assert naflex.NaFlexSpec.from_model(model).rule == rule
     with pytest.raises(naflex.NaFlexError, match="has no ViT config"):

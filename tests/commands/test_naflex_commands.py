@@ -59,8 +59,8 @@ def _spm(directory):
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("naflex_cmd")
     vitzoo.register(
-        NAME, base="siglip2_b16", override=True, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
-        mlp_ratio=2.0, naflex_pos="siglip2",
+        NAME, base="siglip2_b16_naflex", override=True, img_size=32, patch_size=8, embed_dim=32, depth=2,
+        num_heads=2, mlp_ratio=2.0,
     )  # fmt: skip
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
     text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=300)
