@@ -172,11 +172,16 @@ def memory(args: dict[str, Any], env: dict[str, str]) -> dict[str, dict[str, flo
 def report(args: dict[str, Any], speed: dict[str, dict[str, float]], mem: dict[str, dict[str, float]]) -> dict:
     ratio = {key: speed["naflex"][key] / speed["square"][key] for key in speed["naflex"]}
     print(f"{'':>8}{'images/s':>10}{'tokens/s':>11}{'positions/s':>13}{'tokens/img':>12}{'prep img/s':>12}")
-    for mode, row in [*speed.items(), ("ratio", ratio)]:
+    for mode, row in speed.items():
         print(
             f"{mode:>8}{row['images_per_s']:>10.1f}{row['tokens_per_s']:>11.0f}{row['positions_per_s']:>13.0f}"
             f"{row['tokens_per_image']:>12.1f}{row['preprocess_images_per_s']:>12.1f}"
         )
+    widths = zip(
+        ("images_per_s", "tokens_per_s", "positions_per_s", "tokens_per_image", "preprocess_images_per_s"),
+        (10, 11, 13, 12, 12),
+    )
+    print(f"{'ratio':>8}" + "".join(f"{ratio[key]:>{width}.2f}" for key, width in widths))
     print("(ratio = naflex / square; tokens: the image's own, positions: with the padding computed)\n")
     print(f"{'':>14}{'batch MiB':>11}{'growth MiB':>12}   (peak RSS growth: preprocessing + forward)")
     for case, row in mem.items():

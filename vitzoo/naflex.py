@@ -144,7 +144,7 @@ class NaFlexSpec:
             raise NaFlexError(f"{type(model).__name__} has no ViT config (patch_size); NaFlex needs a vitzoo ViT")
         if max_patches is None:
             cfg = pretrained_cfg_of(model)
-            max_patches = getattr(cfg, "max_patches", None) or DEFAULT_MAX_PATCHES
+            max_patches = (cfg.max_patches if cfg is not None else None) or DEFAULT_MAX_PATCHES
         rule = "siglip2" if getattr(config, "pos_resample", None) == "siglip2" else "timm"
         patch = to_2tuple(config.patch_size, "patch_size")
         return cls(InputSpec.from_model(model), patch, check_max_patches(max_patches), rule)
