@@ -28,6 +28,10 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      learned table or alone (pos_embed="none"); class and register tokens not rotated
     qkv_fused, k_bias  EVA's attention layouts: separate q/k/v projections, no bias on k
 
+Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
+their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
+dispatches): per-image positions, padding masked out of attention and pooling.
+
 A disabled option is absent or an nn.Identity: it does no tensor work, and today's models compute
 what they always did. As a backbone the model speaks timm's API: `forward_intermediates`,
 `prune_intermediate_layers`, `dynamic_img_size` / `set_input_size` (any input size: the learned

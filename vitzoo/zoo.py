@@ -256,7 +256,7 @@ _CLIP_L14 = ViTConfig(
     act_layer="quick_gelu",
     num_classes=768,
 )
-# timm's NaFlexVit: no class token, a learned table of the patches only (16 x 16), resized per image
+# timm's NaFlexVit: no class token, a learned table of the patches only (a square grid), resized per image
 # (patch-sequence batches) or per input size (dynamic_img_size).
 _NAFLEX = ViTConfig(
     img_size=256, class_token=False, no_embed_class=True, dynamic_img_size=True, init_values=1e-5, global_pool="avg"
@@ -950,7 +950,7 @@ MODELS: tuple[ZooModel, ...] = (
     ),
     # ------------------------------------------------------------------------- SigLIP 2 NaFlex
     # Native resolution: images of any aspect ratio as patch sequences (docs/naflex_model.md), the
-    # 16 x 16 table resized bilinearly to each image's grid, as transformers does.
+    # square table resized bilinearly to each image's grid, as transformers does.
     ZooModel(
         "siglip2_b16_naflex",
         _NAFLEX_SIGLIP,
