@@ -130,8 +130,13 @@ def test_ranks_split_the_epoch_and_step_together() -> None:
 def test_evaluation_is_in_order_at_the_longest_length_unpadded() -> None:
     data = _images(37)
     loader = NaFlexLoader(
-        data, transform=NaFlexTransform(SPEC, patch_size=8, train=False), seq_lens=(4, 16), max_tokens=64,
-        shuffle=False, rank=1, world_size=2,
+        data,
+        transform=NaFlexTransform(SPEC, patch_size=8, train=False),
+        seq_lens=(4, 16),
+        max_tokens=64,
+        shuffle=False,
+        rank=1,
+        world_size=2,
     )
     batches = loader.epoch_batches(0)
     assert {s for s, _ in batches} == {16} and torch.equal(torch.cat([i for _, i in batches]), torch.arange(1, 37, 2))

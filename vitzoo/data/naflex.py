@@ -166,9 +166,7 @@ class NaFlexTransform:
             patch_size = config.patch_size
         self.patch = to_2tuple(patch_size, "patch_size")
         self.train, self.hflip, self.scale, self.ratio = train, hflip, scale, ratio
-        self.interpolation = TF.InterpolationMode(
-            "bicubic" if self.spec.interpolation == "bicubic" else "bilinear"
-        )
+        self.interpolation = TF.InterpolationMode("bicubic" if self.spec.interpolation == "bicubic" else "bilinear")
 
     def __call__(self, image: torch.Tensor, max_patches: int, generator: torch.Generator | None = None) -> Patched:
         _, height, width = image.shape
@@ -212,6 +210,17 @@ def check_budget(seq_lens: Sequence[int], max_tokens: int) -> None:
             f"max_tokens={max_tokens} is below the longest sequence length {max(seq_lens)}; "
             "expected a token budget that holds at least one image of each length"
         )
+
+
+def parse_seq_lens(text: str, field: str = "seq_lens") -> tuple[int, ...]:
+    """ "64,128,256" -> (64, 128, 256); anything but positive ints is a NaFlexDataError naming `field`."""
+    try:
+        lengths = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        lengths = ()
+    if not lengths or min(lengths) < 1:
+        raise NaFlexDataError(f"{field}={text!r}: expected comma-separated sequence lengths >= 1, e.g. 64,128,256")
+    return tuple(sorted(set(lengths)))
 
 
 def read_image(data: ImageTensors | ImageFiles, index: int) -> torch.Tensor:

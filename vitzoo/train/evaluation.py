@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import BatchLoader, BatchTransform, ImageFiles, ImageTensors, InputSpec, make_loader
+from ..data.naflex import NaFlexLoader, batch_to
 from ..data.stream import StreamLoader
 from ..data.tensors import DataKind
 from ..precision import check_outputs
@@ -29,7 +30,7 @@ class EvalResult:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    loader: BatchLoader | StreamLoader,
+    loader: BatchLoader | StreamLoader | NaFlexLoader,
     *,
     num_classes: int,
     device: torch.device | str = "cpu",
@@ -43,7 +44,7 @@ def evaluate(
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.float64)
     loss_sum = torch.zeros(1, dtype=torch.float64)
     for x, y in loader.iterate(0):
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        x, y = batch_to(x, device), y.to(device, non_blocking=True)
         logits = merged_logits(model(x))
         check_outputs(logits)
         logits = logits.float()

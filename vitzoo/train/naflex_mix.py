@@ -150,7 +150,9 @@ class NaFlexMixer:
             cutmix = switch_draw < self.switch_prob
         else:
             cutmix = self.cutmix_alpha > 0
-        lam = beta_sample(self.cutmix_alpha if cutmix else self.mixup_alpha, int(torch.randint(2**62, (1,), generator=generator)))
+        lam = beta_sample(
+            self.cutmix_alpha if cutmix else self.mixup_alpha, int(torch.randint(2**62, (1,), generator=generator))
+        )
         coord, valid = batch[PATCH_COORD].cpu(), batch[PATCH_VALID].cpu()
         shapes = [grid_shape(coord[i], valid[i]) for i in range(len(labels))]
         pairs = pair_by_aspect(shapes, generator, self.local_shuffle)

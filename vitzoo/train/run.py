@@ -13,6 +13,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data import BatchLoader, DataSplits
+from ..data.naflex import NaFlexLoader
 from ..data.stream import StreamLoader
 from .checkpoint import CHECKPOINT_NAME, TrainState, save_checkpoint
 from .config import TrainConfig
@@ -20,6 +21,7 @@ from .ema import WeightEma
 from .evaluation import EvalResult, evaluate
 from .lock import RunLock
 from .mix import Mixer
+from .naflex_mix import NaFlexMixer
 from .optim import WarmupCosine
 from .placement import Placement
 from .step import LossSpec
@@ -50,13 +52,13 @@ class Optimization:
     scheduler: WarmupCosine
     params: list[torch.Tensor]
     loss: LossSpec
-    mixer: Mixer | None = None
+    mixer: Mixer | NaFlexMixer | None = None
 
 
 @dataclass
 class Loaders:
-    train: BatchLoader | StreamLoader
-    val: BatchLoader | StreamLoader
+    train: BatchLoader | StreamLoader | NaFlexLoader
+    val: BatchLoader | StreamLoader | NaFlexLoader
 
 
 @dataclass
