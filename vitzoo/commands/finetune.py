@@ -279,9 +279,9 @@ def _seq_lens_arg(value: str) -> str:
     from ..data.naflex import parse_seq_lens
 
     try:
-        return ",".join(map(str, parse_seq_lens(value, field="expected")))
+        return ",".join(map(str, parse_seq_lens(value)))
     except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err).split(": ", 1)[1]) from None
+        raise argparse.ArgumentTypeError(f"{value!r}: {str(err).split(': ', 1)[1]}") from None
 
 
 def _add_naflex_arguments(parser: argparse.ArgumentParser) -> None:
@@ -333,7 +333,7 @@ def _naflex_settings(args: argparse.Namespace) -> dict[str, Any]:
     if args.teacher is not None:
         raise ValueError("--naflex and --teacher: a distillation teacher takes square images; choose one")
     if getattr(args, "stream", None) is False:
-        raise ValueError("--naflex and --no-stream: NaFlex reads each file at its own size from disk; drop --no-stream")
+        raise ValueError("--naflex and --in-memory: NaFlex reads each file at its own size from disk; drop --in-memory")
     return {"naflex": True, **{name: value for name, value in given.items() if value is not None}}
 
 
