@@ -25,7 +25,10 @@ from vitzoo.data.naflex import (
 )
 from vitzoo.data.transforms import InputSpec
 
-naflex_transforms = pytest.importorskip("timm.data.naflex_transforms", reason="needs timm >= 1.0.16 (NaFlex)")
+
+def _timm_naflex():
+    return pytest.importorskip("timm.data.naflex_transforms", reason="needs timm >= 1.0.16 (its NaFlex transforms)")
+
 
 SPEC = InputSpec(channels=3, size=(32, 32), mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3), interpolation="bicubic")
 
@@ -38,6 +41,7 @@ def _images(n: int = 37, seed: int = 0) -> ImageTensors:
 
 
 def test_size_for_budget_is_timms() -> None:
+    naflex_transforms = _timm_naflex()
     rng = random.Random(0)
     for _ in range(200):
         h, w, p, budget = rng.randint(1, 900), rng.randint(1, 900), rng.choice([4, 14, 16]), rng.randint(1, 700)
@@ -46,6 +50,7 @@ def test_size_for_budget_is_timms() -> None:
 
 
 def test_patchify_is_timms() -> None:
+    naflex_transforms = _timm_naflex()
     image = torch.randn(3, 24, 40)
     patches, coord = patchify(image, (8, 8))
     theirs, their_coord, _ = naflex_transforms.patchify_image(image, (8, 8))

@@ -11,7 +11,6 @@ import torch
 from vitzoo.data.naflex import PATCH_COORD, PATCH_VALID, PATCHES, collate, patchify
 from vitzoo.train.naflex_mix import NaFlexMixer, PatchErasing, grid_shape, mix_patches, mixed_targets
 
-naflex_mixup = pytest.importorskip("timm.data.naflex_mixup", reason="needs timm >= 1.0.16 (NaFlex)")
 
 P, C = 4, 5
 # grids whose differences are even: the centred overlap is whole patches in pixels too
@@ -30,6 +29,7 @@ def _batch(images: list[torch.Tensor], seq_len: int = 70) -> dict[str, torch.Ten
 
 
 def test_mixup_is_timms_on_the_same_pairs_and_weight() -> None:
+    naflex_mixup = pytest.importorskip("timm.data.naflex_mixup", reason="needs timm >= 1.0.16 (its NaFlex Mixup)")
     images = _images()
     torch.manual_seed(3)
     mixed, kept, pairs = naflex_mixup.mix_batch_variable_size(images, mixup_alpha=0.8, cutmix_alpha=0.0)
