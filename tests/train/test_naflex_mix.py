@@ -11,7 +11,6 @@ import torch
 from vitzoo.data.naflex import PATCH_COORD, PATCH_VALID, PATCHES, collate, patchify
 from vitzoo.train.naflex_mix import NaFlexMixer, PatchErasing, grid_shape, mix_patches, mixed_targets
 
-
 P, C = 4, 5
 # grids whose differences are even: the centred overlap is whole patches in pixels too
 GRIDS = [(4, 6), (6, 4), (2, 8), (4, 4), (6, 6), (2, 2), (8, 2)]
