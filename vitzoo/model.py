@@ -59,6 +59,24 @@ from .checks import check_fields, check_heads, check_types
 from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.layer_scale import LayerScale
+from .layers.naflex import (
+    NAFLEX_POS,
+    PATCH_COORD,
+    PATCH_VALID,
+    PATCHES,
+    NaflexPos,
+    PatchBatch,
+    PatchBatchError,
+    PatchSequence,
+    add_positions,
+    embed_patches,
+    is_patch_batch,
+    key_mask,
+    masked_mean,
+    read_patch_batch,
+    resample_table,
+    rope_for_sequence,
+)
 from .layers.norm import NORMS, NormName, RMSNorm, make_norm
 from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
@@ -119,6 +137,10 @@ class ViTConfig:
     head_bias: bool = True  # bias of the classifier / projection head
     norm_eps: float = 1e-6  # transformers' ViT checkpoints use 1e-12, CLIP 1e-5
     dynamic_img_size: bool = False  # any input size, multiples of the patch; positions resampled per call
+    # Patch-sequence batches (layers/naflex.py): how the learned table is resampled to each image's
+    # grid: "timm" (NaFlexVit: bicubic), "timm_square" (its aspect-preserving square, cropped) or
+    # "siglip2" (transformers' SigLIP 2: bilinear); all antialiased.
+    naflex_pos: NaflexPos = "timm"
     # 2D rotary position embedding in every block (layers/rope.py); "" is none. timm's names.
     rope: Literal["", "cat", "mixed", "dinov3"] = ""
     rope_temperature: float = 10000.0  # the frequency base ("dinov3": of the periods)
@@ -184,6 +206,7 @@ class ViTConfig:
                     f"None or a divisor of embed_dim {self.embed_dim}",
                 ),
                 (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos' or 'none'"),
+                (self.naflex_pos in NAFLEX_POS, "naflex_pos", "one of " + ", ".join(map(repr, NAFLEX_POS))),
                 (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
                 (
                     self.representation_size is None or self.representation_size > 0,
@@ -792,18 +815,66 @@ class VisionTransformer(nn.Module):
             return self.rope.embed_for_image(image_size, self.patch_embed.patch_size)
         return self.rope.get_embed()
 
-    def _run_block(self, i: int, x: torch.Tensor, rope: torch.Tensor | None) -> torch.Tensor:
+    def _run_block(
+        self, i: int, x: torch.Tensor, rope: torch.Tensor | None, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         block = self.blocks[i]
         if rope is not None and self.rope is not None:
             rope = self.rope.for_block(rope, i)  # "mixed": block i's own frequencies
         if self.grad_checkpointing and torch.is_grad_enabled():
             # Keep only the block's input; its inside is recomputed during backward (dropout and
             # DropPath draw the same random numbers again: the RNG state is saved with it).
-            return checkpoint(block, x, rope, use_reentrant=False)
-        return block(x, rope)
+            return checkpoint(block, x, rope, attn_mask, use_reentrant=False)
+        return block(x, rope, attn_mask)
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, prefix + N, D) normalised tokens."""
+    # ----------------------------------------------------------------------------- patch sequences
+    def _patch_sequence(self, batch: PatchBatch) -> PatchSequence:
+        """A patch-sequence batch checked against this model (layers/naflex.py)."""
+        if self.config.conv_stem:
+            raise PatchBatchError(
+                f"this model has a convolutional stem (conv_stem={self.config.conv_stem}): its tokens are not a "
+                "linear map of each patch, so it cannot take a patch-sequence batch; expected a (B, C, H, W) image"
+            )
+        return read_patch_batch(batch, self.patch_embed.patch_size, self.config.in_chans)
+
+    def _naflex_rows(self, grid: tuple[int, int]) -> torch.Tensor:
+        """The position table's patch rows for one image's grid, by `config.naflex_pos`."""
+        assert self.pos_embed is not None  # the caller checks
+        if self.config.pos_embed != "learned":  # sinusoids: computed for the grid's token count
+            return self._pos_embed_for_grid(grid)[0, self._embedded_prefix_tokens() :]
+        rows = self.pos_embed[0, self._embedded_prefix_tokens() :]
+        return resample_table(rows, self.patch_embed.grid_size, grid, self.config.naflex_pos)
+
+    def _embed_sequence(self, seq: PatchSequence) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Patches -> (B, prefix + L, D) tokens with each image's positions, and its rotary embedding."""
+        x = embed_patches(seq, self.patch_embed.proj.weight, self.patch_embed.proj.bias)
+        prefix = [t for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
+        table, embedded = self.pos_embed, self._embedded_prefix_tokens()
+        prefix_rows = table[0, :embedded] if table is not None and embedded else None
+        x = add_positions(seq, x, None if table is None else self._naflex_rows, prefix, prefix_rows)
+        rope = None if self.rope is None else rope_for_sequence(self.rope, seq)
+        return self.norm_pre(self.pos_drop(x)), rope
+
+    def _sequence_features(self, batch: PatchBatch) -> dict[str, torch.Tensor]:
+        seq = self._patch_sequence(batch)
+        x, rope = self._embed_sequence(seq)
+        mask = seq.attn_mask(self.num_prefix_tokens)
+        for i in range(len(self.blocks)):
+            x = self._run_block(i, x, rope, mask)
+        return {PATCHES: self.norm(x), PATCH_VALID: seq.valid, PATCH_COORD: seq.coord}
+
+    # ----------------------------------------------------------------------------- forward
+    @typing.overload
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor: ...
+    @typing.overload
+    def forward_features(self, x: PatchBatch) -> dict[str, torch.Tensor]: ...
+    def forward_features(self, x: torch.Tensor | PatchBatch) -> torch.Tensor | dict[str, torch.Tensor]:
+        """(B, C, H, W) -> (B, prefix + N, D) normalised tokens. A patch-sequence batch (a dict,
+        layers/naflex.py) -> timm's NaFlexVit dict: "patches" the (B, prefix + L, D) tokens,
+        "patch_valid" and "patch_coord" the batch's (padding's coordinates set to 0)."""
+        if is_patch_batch(x):
+            return self._sequence_features(typing.cast(PatchBatch, x))
+        x = typing.cast(torch.Tensor, x)  # (a torch.fx Proxy while tracing)
         rope = self._rope_embed(x.shape[-2:])
         x = self._embed(x)
         if self.grad_checkpointing or rope is not None:
@@ -813,14 +884,20 @@ class VisionTransformer(nn.Module):
             x = self.blocks(x)
         return self.norm(x)
 
-    def pool(self, x: torch.Tensor, pool_type: str | None = None) -> torch.Tensor:
+    def pool(
+        self, x: torch.Tensor, pool_type: str | None = None, patch_valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, tokens, D) -> (B, D) by `config.global_pool`, or by `pool_type` ("token", "avg" or ""
-        for the tokens unchanged) on a model without attention pooling (timm's signature)."""
+        for the tokens unchanged) on a model without attention pooling (timm's signature).
+        `patch_valid` (B, patches): the padding of a patch-sequence batch, left out of "avg" and "map"."""
+        p = self.num_prefix_tokens
         if self.attn_pool is not None:  # patch tokens only, as timm's ViT; all of them as its Eva (PE)
-            return self.attn_pool(x if self.config.pool_include_prefix else x[:, self.num_prefix_tokens :])
+            every = self.config.pool_include_prefix
+            mask = None if patch_valid is None else key_mask(patch_valid, p if every else 0)
+            return self.attn_pool(x if every else x[:, p:], mask)
         pool_type = self.config.global_pool if pool_type is None else pool_type
         if pool_type == "avg":
-            return x[:, self.num_prefix_tokens :].mean(dim=1)
+            return x[:, p:].mean(dim=1) if patch_valid is None else masked_mean(x[:, p:], patch_valid)
         if pool_type == "token":
             return x[:, 0]
         if pool_type == "":
@@ -828,10 +905,16 @@ class VisionTransformer(nn.Module):
         raise ValueError(f"pool_type={pool_type!r} is invalid; expected 'token', 'avg' or '' (no pooling)")
 
     def forward_head(
-        self, x: torch.Tensor, pre_logits: bool = False
+        self, x: torch.Tensor | PatchBatch, pre_logits: bool = False, patch_valid: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """Tokens -> logits. With `pre_logits=True`, the pooled feature fed to the classifier."""
-        feature = self.pre_logits(self.fc_norm(self.pool(x)))
+        """Tokens -> logits. With `pre_logits=True`, the pooled feature fed to the classifier.
+        The tokens of a patch-sequence batch come with `patch_valid` (timm's NaFlexVit signature),
+        or as the dict `forward_features` gives."""
+        if is_patch_batch(x):
+            features = typing.cast(PatchBatch, x)
+            x, patch_valid = features[PATCHES], features[PATCH_VALID]
+        x = typing.cast(torch.Tensor, x)
+        feature = self.pre_logits(self.fc_norm(self.pool(x, patch_valid=patch_valid)))
         if not self.config.distilled or self.head_dist is None:  # head_dist exists iff distilled
             return feature if pre_logits else self.head(feature)
         dist_feature = self.pre_logits(x[:, 1])
@@ -842,12 +925,13 @@ class VisionTransformer(nn.Module):
             return logits, dist_logits  # trained against labels and teacher separately
         return (logits + dist_logits) / 2  # DeiT's inference: average the two classifiers
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor | PatchBatch) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """(B, C, H, W) images, or a patch-sequence batch (layers/naflex.py) -> logits."""
         return self.forward_head(self.forward_features(x))
 
     def forward_intermediates(
         self,
-        x: torch.Tensor,
+        x: torch.Tensor | PatchBatch,
         indices: int | Sequence[int] | None = None,
         return_prefix_tokens: bool = False,
         norm: bool = False,
@@ -865,42 +949,71 @@ class VisionTransformer(nn.Module):
             tokens, which `return_prefix_tokens=True` adds as (map, (B, prefix, D)) pairs.
         stop_early: skip the blocks after the last one taken.
         Returns (final normalised tokens as forward_features gives them, intermediates), only the
-        intermediates with `intermediates_only`, or timm's dict with `output_dict`."""
+        intermediates with `intermediates_only`, or timm's dict with `output_dict`.
+        A patch-sequence batch (layers/naflex.py), as timm's NaFlexVit: "NLC" only (each image has
+        its own grid, and padding belongs to none: `patch_coord` places the tokens), the final
+        tokens are forward_features' "patches", and the dict adds "patch_valid"."""
         if output_fmt not in ("NCHW", "NLC"):
             raise ValueError(
                 f"output_fmt={output_fmt!r} is invalid; expected 'NCHW' (feature maps) or 'NLC' (token sequences)"
             )
         taken, last = feature_take_indices(len(self.blocks), indices)
-        take = set(taken)
-        image_size = x.shape[-2:]
-        rope = self._rope_embed(image_size)
-        x = self._embed(x)
+        valid, mask, grid = None, None, (0, 0)
+        if is_patch_batch(x):
+            if output_fmt == "NCHW":
+                raise ValueError(
+                    "output_fmt='NCHW' is invalid for a patch-sequence batch: its images have grids of their own; "
+                    "expected 'NLC' (patch_coord places each token)"
+                )
+            seq = self._patch_sequence(typing.cast(PatchBatch, x))
+            x, rope = self._embed_sequence(seq)
+            valid, mask = seq.valid, seq.attn_mask(self.num_prefix_tokens)
+        else:
+            x = typing.cast(torch.Tensor, x)
+            grid = self.patch_embed.dynamic_feat_size(x.shape[-2:])
+            rope = self._rope_embed(x.shape[-2:])
+            x = self._embed(x)
         intermediates = []
         for i in range(last + 1 if stop_early else len(self.blocks)):
-            x = self._run_block(i, x, rope)
-            if i in take:
+            x = self._run_block(i, x, rope, mask)
+            if i in taken:
                 intermediates.append(self.norm(x) if norm else x)
+        final = None if intermediates_only else self.norm(x)
+        return self._intermediates_out(intermediates, final, grid, output_fmt, return_prefix_tokens, output_dict, valid)
 
+    def _intermediates_out(
+        self,
+        intermediates: list[torch.Tensor],
+        final: torch.Tensor | None,
+        grid: tuple[int, int],
+        output_fmt: str,
+        return_prefix_tokens: bool,
+        output_dict: bool,
+        patch_valid: torch.Tensor | None,
+    ) -> Intermediates | tuple[torch.Tensor, Intermediates] | dict[str, Any]:
+        """forward_intermediates' result in the form asked for (`final` None: intermediates only)."""
         p = self.num_prefix_tokens
         prefix_tokens = [y[:, :p] for y in intermediates] if p else None
         maps = [y[:, p:] for y in intermediates]
         if output_fmt == "NCHW":
-            rows, cols = self.patch_embed.dynamic_feat_size(image_size)
+            rows, cols = grid
             maps = [y.reshape(y.shape[0], rows, cols, -1).permute(0, 3, 1, 2).contiguous() for y in maps]
 
         if output_dict:
             result: dict[str, Any] = {"image_intermediates": maps}
             if prefix_tokens is not None and return_prefix_tokens:
                 result["image_intermediates_prefix"] = prefix_tokens
-            if not intermediates_only:
-                result["image_features"] = self.norm(x)
+            if patch_valid is not None:
+                result[PATCH_VALID] = patch_valid
+            if final is not None:
+                result["image_features"] = final
             return result
         out: Intermediates = maps
         if return_prefix_tokens and prefix_tokens is not None:
             out = list(zip(maps, prefix_tokens))
-        if intermediates_only:
+        if final is None:
             return out
-        return self.norm(x), out
+        return final, out
 
     def get_intermediate_layers(
         self,

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .checks import MAX_IMAGE_SIDE, check_types
+from .checks import MAX_IMAGE_SIDE, MAX_TOKENS, check_types
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -59,6 +59,9 @@ class PretrainedCfg:
     # model is built for it; the user's own overrides still win.
     model_args: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Patch-sequence (NaFlex) weights: the patch budget per image they were trained with
+    # (transformers' max_num_patches), the default of their preprocessing; None: fixed-size input.
+    max_patches: int | None = None
 
     def replace(self, **changes: Any) -> PretrainedCfg:
         return dataclasses.replace(self, **changes)
@@ -74,6 +77,7 @@ class PretrainedCfg:
             crop_pct=self.crop_pct,
             crop_mode=self.crop_mode,
             num_classes=self.num_classes,
+            max_patches=self.max_patches,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,6 +159,9 @@ def check_pretrained_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         problems.append((0 < values["crop_pct"] <= 1, "crop_pct", "a number in (0, 1]"))
     if "num_classes" in values:
         problems.append((values["num_classes"] >= 0, "num_classes", "an int >= 0"))
+    if values.get("max_patches") is not None:
+        ok = 0 < values["max_patches"] <= MAX_TOKENS
+        problems.append((ok, "max_patches", f"None or a number of patches from 1 to {MAX_TOKENS}"))
     if values.get("label_names") is not None and "num_classes" in values:
         expected = f"one name per class: num_classes={values['num_classes']}, {len(values['label_names'])} names given"
         problems.append((len(values["label_names"]) == values["num_classes"], "label_names", expected))

@@ -90,17 +90,25 @@ class Attention(nn.Module):
             device = "cpu" if self.k_bias.is_meta else self.k_bias.device
             self.k_bias = torch.zeros(self.q_bias.shape, device=device, dtype=self.k_bias.dtype)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`attn_mask`: a bool mask broadcast to (B, heads, N, N), True where a query may attend a
+        key (patch-sequence batches mask their padding keys: layers/naflex.py)."""
         B, N, D = x.shape
         q, k, v = self._project(x)
-        if rope is not None:  # (N, 2 * head_dim) or per head (heads, N, 2 * head_dim), [sin | cos]
+        if rope is not None:  # (N, 2 * head_dim), per head (heads, N, ...) or per image (B, 1 | heads, N, ...)
             q = apply_rope(q, rope, self.rope_rotate_half).type_as(v)
             k = apply_rope(k, rope, self.rope_rotate_half).type_as(v)
         if self.attn_sink is not None or explicit_is_faster(q):
-            x = self._explicit_attention(q, k, v, self.attn_sink)
-        else:  # softmax(q k^T / sqrt(head_dim)) v, fused.
+            x = self._explicit_attention(q, k, v, self.attn_sink, attn_mask)
+        elif attn_mask is None:  # softmax(q k^T / sqrt(head_dim)) v, fused.
             x = F.scaled_dot_product_attention(
                 q, k, v, dropout_p=self.attn_drop if self.training else 0.0, is_causal=self.is_causal
+            )
+        else:
+            x = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop if self.training else 0.0
             )
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
         return self.proj_drop(linear_module(self.proj, x))
@@ -131,7 +139,12 @@ class Attention(nn.Module):
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
     def _explicit_attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink: list[torch.Tensor] | None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        sink: list[torch.Tensor] | None,
+        attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The same computation as the fused kernel, written out (so that the weights can be kept
         in `sink`, or where it is faster: `explicit_is_faster`). The weights handed out are the
@@ -141,6 +154,8 @@ class Attention(nn.Module):
             n = scores.shape[-1]
             future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
         weights = torch.softmax(scores, dim=-1)
         if sink is not None:
             sink.append(weights)

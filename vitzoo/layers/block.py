@@ -3,7 +3,8 @@
 x = x + DropPath(LayerScale(Attention(LayerNorm(x))))
 x = x + DropPath(LayerScale(Mlp(LayerNorm(x))))
 
-`rope` is the rotary embedding of the tokens (rope.py), None without one.
+`rope` is the rotary embedding of the tokens (rope.py), None without one; `attn_mask` the keys each
+query may attend (padding masked out of patch-sequence batches, naflex.py), None for all.
 LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2); otherwise, like a
 zero stochastic-depth rate, it is an nn.Identity that does no tensor work. The norms are LayerNorm
 or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request.
@@ -73,7 +74,9 @@ class Block(nn.Module):
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope)))
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope, attn_mask)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x

@@ -57,14 +57,15 @@ class AttentionPool(nn.Module):
         std = 1 / math.sqrt(self.latent.shape[-1])
         nn.init.trunc_normal_(self.latent, std=std, a=-2 * std, b=2 * std)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`attn_mask`: (B, 1, 1, N) bool, True for the tokens the query may attend (None: all)."""
         B, N, D = x.shape
         # The query is the same for every image: project it once, then broadcast over the batch.
         q = self.q(self.latent).reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(B, -1, -1, -1)
         # (B, N, 2, heads, head_dim) split on dim 2 into k and v, each (B, heads, N, head_dim)
         k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).unbind(2)
         k, v = k.transpose(1, 2), v.transpose(1, 2)
-        pooled = F.scaled_dot_product_attention(q, k, v)  # (B, heads, 1, head_dim)
+        pooled = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, heads, 1, head_dim)
         pooled = self.proj(pooled.transpose(1, 2).reshape(B, 1, D))
         pooled = pooled + self.mlp(self.norm(pooled))
         return pooled[:, 0]

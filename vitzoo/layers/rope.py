@@ -226,20 +226,27 @@ class RotaryEmbedding2d(nn.Module):
             return self.freqs.device
         return None if self.embed is None else self.embed.device
 
-    def from_coords(self, coords: torch.Tensor) -> torch.Tensor:
+    def from_coords(self, coords: torch.Tensor, batched: bool = False) -> torch.Tensor:
         """The [sin | cos] embedding of (N, 2) positions, augmented while training with coordinate
-        augmentation: float32, "mixed" in its frequencies' dtype."""
+        augmentation: (prefix + N, 2 * head_dim) float32, "mixed" (depth, heads, prefix + N,
+        2 * head_dim) in its frequencies' dtype. `batched`: (B, N, 2) positions, each image's own
+        (patch-sequence batches, naflex.py), a B axis after "mixed"'s depth or in front."""
         if self.augmenting:
             coords = augment_coords(coords, *self.augment)
         if self.kind == "mixed":
+            # angles (depth, [B,] heads, N, head_dim / 2)
             freqs = self.freqs.float()
-            angles = coords[:, 0, None] * freqs[0].unsqueeze(-2) + coords[:, 1, None] * freqs[1].unsqueeze(-2)
+            if not batched:
+                angles = coords[:, 0, None] * freqs[0].unsqueeze(-2) + coords[:, 1, None] * freqs[1].unsqueeze(-2)
+            else:
+                f0, f1 = freqs[0][:, None, :, None], freqs[1][:, None, :, None]
+                angles = coords[None, :, None, :, 0, None] * f0 + coords[None, :, None, :, 1, None] * f1
             return _sin_cos(angles, self.rotate_half, self.num_prefix_tokens).to(self.freqs.dtype)
         bands = self.bands().to(coords.device)  # made where the device is known, also while tracing
         if self.kind == "dinov3":
-            angles = (2 * math.pi * coords[:, :, None] / bands[None, None, :]).flatten(1)
+            angles = (2 * math.pi * coords[..., None] / bands).flatten(-2)
         else:
-            angles = (coords[:, :, None] * bands).flatten(1)
+            angles = (coords[..., None] * bands).flatten(-2)
         return _sin_cos(angles, self.rotate_half, self.num_prefix_tokens)
 
     # ------------------------------------------------------------------ what the model calls

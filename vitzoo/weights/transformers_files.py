@@ -129,7 +129,10 @@ FAMILIES: dict[str, Family] = {
     ),
     "clip_vision_model": Family(_CLIP_DEFAULTS, fixed=dict(pre_norm=True, patch_bias=False)),
     "siglip_vision_model": Family(_SIGLIP_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
-    "siglip2_vision_model": Family(_SIGLIP2_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
+    # NaFlex: each image's grid gets the table resized bilinearly (layers/naflex.py)
+    "siglip2_vision_model": Family(
+        _SIGLIP2_DEFAULTS, fixed=dict(class_token=False, global_pool="map", naflex_pos="siglip2")
+    ),
     # transformers computes DINOv3's rotary embedding for every input size, as dynamic_img_size does.
     "dinov3_vit": Family(
         _DINOV3_DEFAULTS,
@@ -382,7 +385,8 @@ PROCESSORS: dict[str, Processor] = {
     "Siglip": Processor(dict(_VIT_PROCESSOR, resample=3)),
     # NaFlex resizes each image to the most patches that fit max_num_patches at its aspect ratio;
     # vitzoo's tower is built for the square its position table covers, which the resize squashes to.
-    "Siglip2": Processor(dict(_VIT_PROCESSOR, resample=2)),
+    # max_num_patches: the patch budget of its patch-sequence batches (PretrainedCfg.max_patches).
+    "Siglip2": Processor(dict(_VIT_PROCESSOR, resample=2, max_num_patches=256)),
     "DINOv3ViT": Processor(dict(_VIT_PROCESSOR, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD))),
 }
 
@@ -418,6 +422,8 @@ def transformers_preprocessing(proc: dict[str, Any], where: str) -> dict[str, An
     if isinstance(resample, bool) or resample not in PIL_FILTERS:
         raise refuse("resample", "a PIL filter code: " + ", ".join(f"{k} ({v})" for k, v in PIL_FILTERS.items()))
     out: dict[str, Any] = {"interpolation": PIL_FILTERS[resample]}
+    if "max_num_patches" in processor.defaults:
+        out["max_patches"] = values["max_num_patches"]
     if values["do_normalize"] is True:
         out["mean"], out["std"] = values["image_mean"], values["image_std"]
         for key in ("mean", "std"):
