@@ -23,7 +23,7 @@ pytest.importorskip("skimage", reason="the photos are scikit-image's")
 
 TINY_RGB = dict(img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
 CONFIG = dict(
-    epochs=2, batch_size=6, lr=3e-3, progress=False, seed=7, threads=1, naflex=True, seq_lens="4,8,16",
+    epochs=2, lr=3e-3, progress=False, seed=7, threads=1, naflex=True, seq_lens="4,8,16", max_tokens=32,
     mixup=0.8, cutmix=1.0, erase=0.5,
 )  # fmt: skip
 
@@ -85,7 +85,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 def test_ctrl_c_then_resume_reaches_the_weights_of_an_uninterrupted_run(crops: DataSplits, tmp_path: Path) -> None:
     reference = _model()
     expected = fit(reference, crops, config=TrainConfig(**CONFIG), out_dir=tmp_path / "ref")
-    assert len(expected.history) == 2 and all(r["val_acc"] >= 0 for r in expected.history)
+    assert len(expected.history) == 2 and expected.history[0]["step"] >= 4  # several steps an epoch
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 1):

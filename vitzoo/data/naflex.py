@@ -32,13 +32,13 @@ from torch import nn
 from torchvision.transforms.v2 import functional as TF
 
 from ..layers.helpers import to_2tuple
+from ..layers.naflex import PATCH_COORD, PATCH_VALID, PATCHES
 from .files import ImageFiles
 from .folder import UnreadableImageError, decode_image
 from .loader import mix_seeds
 from .tensors import ImageTensors
 from .transforms import InputSpec, convert_channels
 
-PATCHES, PATCH_COORD, PATCH_VALID = "patches", "patch_coord", "patch_valid"
 NaFlexBatch = dict[str, torch.Tensor]
 # One image as patches: (N, p*p*C) float and (N, 2) int64 (row, column).
 Patched = tuple[torch.Tensor, torch.Tensor]
