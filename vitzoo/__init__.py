@@ -12,7 +12,7 @@ The package's layers import downwards only (tests/test_layering.py checks it):
     weights/                                                   checkpoints: read, convert, adapt, export
     builder                                                    create / from_pretrained: registry + weights
     text/                                                      whole image-text models (create(..., text=True))
-    data/, dense, predict, probe/, train/, viz/, commands/, cli   applications on top
+    data/, dense, naflex, predict, probe/, train/, viz/, commands/, cli   applications on top
 
 The names below are imported on first use, so `import vitzoo.model` (or `vitzoo.layers`) loads
 only the model, not the registry, the zoo or the checkpoint machinery.
@@ -100,7 +100,13 @@ if TYPE_CHECKING:
     from .weights import export
 
 
+# public modules imported on first use as attributes (`vitzoo.naflex.preprocess(...)`)
+_MODULES = ("naflex",)
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)  # the import sets the attribute
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'vitzoo' has no attribute {name!r}")
@@ -110,4 +116,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, *_MODULES})

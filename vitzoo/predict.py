@@ -180,6 +180,11 @@ class _ImageFiles(Dataset):
             return i, torch.zeros(self.shape), str(err)
 
 
+def _collate_list(items: list[tuple[int, torch.Tensor, str]]) -> tuple[torch.Tensor, list[torch.Tensor], list[str]]:
+    """NaFlex: the images of a batch differ in size, so they stay a list."""
+    return torch.tensor([i for i, _, _ in items]), [x for _, x, _ in items], [e for _, _, e in items]
+
+
 def predict_images(
     model: nn.Module,
     paths: Sequence[str],
@@ -192,13 +197,18 @@ def predict_images(
     skipped: list[tuple[str, str]] | None = None,
     streams: Mapping[str, bytes] | None = None,
     activation: str = "softmax",
+    naflex: bool = False,
+    max_patches: int | None = None,
 ) -> Iterator[Record]:
     """Yield one record per readable image, in the order of `paths`; unreadable ones are appended
     to `skipped` as (path, reason) and warned about once at the end (or raise under `strict`).
     "-" and pipes are read once (read_streams; `streams`: what the caller already read of them).
     `activation` turns logits into probabilities: "softmax" (classes compete) or "sigmoid" (SigLIP's
-    zero-shot: each class on its own)."""
+    zero-shot: each class on its own). `naflex`: each image at its own aspect ratio within
+    `max_patches` patches (vitzoo.naflex: a batch is `preprocess` of its images)."""
     from tqdm.auto import tqdm
+
+    from .naflex import NaFlexResize, NaFlexSpec, assemble, check_model
 
     if activation not in ("softmax", "sigmoid"):
         raise ValueError(f"activation={activation!r} is invalid; expected 'softmax' or 'sigmoid'")
@@ -209,8 +219,15 @@ def predict_images(
     spec = InputSpec.from_model(model)
     if streams is None:
         streams = read_streams(paths)
-    dataset = _ImageFiles(paths, eval_transform(model), (spec.channels, *spec.size), streams)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
+    flex = NaFlexSpec.from_model(model, max_patches) if naflex else None
+    if flex is not None:
+        check_model(model)
+    if flex is None:
+        dataset = _ImageFiles(paths, eval_transform(model), (spec.channels, *spec.size), streams)
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
+    else:
+        dataset = _ImageFiles(paths, NaFlexResize(flex), (0,), streams)
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=_collate_list)
     lost = skipped if skipped is not None else []
     start = len(lost)
     model.eval()
@@ -224,8 +241,9 @@ def predict_images(
                         raise UnreadableImageError(f"cannot read image {path!r}: {e} (--strict)")
                     lost.append((path, e))
             if ok:
+                x = batch[ok] if flex is None else assemble([batch[j] for j in ok], flex)
                 with torch.inference_mode():
-                    logits = model(batch[ok])
+                    logits = model(x)
                     check_outputs(logits)
                     logits = logits.float()
                     probs = torch.sigmoid(logits) if activation == "sigmoid" else torch.softmax(logits, dim=-1)

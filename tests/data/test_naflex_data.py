@@ -1,36 +1,21 @@
-"""vitzoo/data/naflex.py: image sizes for a patch budget and patches as timm computes them; the
-token-budget batches hold at most the budget, every image once per epoch, the same order for the
-same seed, the ranks' shares, and a pass resumed at step k yields the batches an uninterrupted
-pass yields from k on."""
+"""vitzoo/data/naflex.py: random crops keep area and aspect (relative to the image's) in range; a
+whole-image crop is exactly `vitzoo.naflex.preprocess`; the token-budget batches hold at most the
+budget, every image once per epoch, the same order for the same seed, the ranks' shares, and a
+pass resumed at step k yields the batches an uninterrupted pass yields from k on."""
 
 from __future__ import annotations
-
-import random
 
 import pytest
 import torch
 
+import vitzoo
 from vitzoo.data import ImageTensors
-from vitzoo.data.naflex import (
-    PATCH_COORD,
-    PATCH_VALID,
-    PATCHES,
-    NaFlexDataError,
-    NaFlexLoader,
-    NaFlexTransform,
-    collate,
-    patchify,
-    size_for_budget,
-    token_schedule,
-)
-from vitzoo.data.transforms import InputSpec
+from vitzoo.data.naflex import NaFlexCrop, NaFlexTrainLoader, random_crop_box, token_schedule
+from vitzoo.layers.naflex import PATCH_VALID, PATCHES
+from vitzoo.naflex import NaFlexError, NaFlexSpec, preprocess
 
-
-def _timm_naflex():
-    return pytest.importorskip("timm.data.naflex_transforms", reason="needs timm >= 1.0.16 (its NaFlex transforms)")
-
-
-SPEC = InputSpec(channels=3, size=(32, 32), mean=(0.5, 0.4, 0.3), std=(0.2, 0.25, 0.3), interpolation="bicubic")
+MODEL = vitzoo.create("deit_ti16", num_classes=3, img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
+SPEC = NaFlexSpec.from_model(MODEL, 16)
 
 
 def _images(n: int = 37, seed: int = 0) -> ImageTensors:
@@ -40,45 +25,31 @@ def _images(n: int = 37, seed: int = 0) -> ImageTensors:
     return ImageTensors(images, torch.arange(n) % 3, ("a", "b", "c"), "test")
 
 
-def test_size_for_budget_is_timms() -> None:
-    naflex_transforms = _timm_naflex()
-    rng = random.Random(0)
-    for _ in range(200):
-        h, w, p, budget = rng.randint(1, 900), rng.randint(1, 900), rng.choice([4, 14, 16]), rng.randint(1, 700)
-        expected = naflex_transforms.get_image_size_for_seq((h, w), patch_size=p, max_seq_len=budget)[1]
-        assert size_for_budget(h, w, (p, p), budget) == expected, (h, w, p, budget)
+def test_random_crops_keep_area_and_aspect_in_range() -> None:
+    generator = torch.Generator().manual_seed(0)
+    for height, width in [(30, 90), (90, 30), (64, 64)]:
+        for _ in range(50):
+            top, left, h, w = random_crop_box(height, width, generator, scale=(0.2, 1.0), ratio=(3 / 4, 4 / 3))
+            assert 0 <= top and top + h <= height and 0 <= left and left + w <= width
+            assert 0.2 * 0.85 <= h * w / (height * width) <= 1.0
+            relative = (w / h) / (width / height)  # to the image's own aspect: a wide image stays wide
+            assert 3 / 4 * 0.85 <= relative <= 4 / 3 / 0.85
 
 
-def test_patchify_is_timms() -> None:
-    naflex_transforms = _timm_naflex()
-    image = torch.randn(3, 24, 40)
-    patches, coord = patchify(image, (8, 8))
-    theirs, their_coord, _ = naflex_transforms.patchify_image(image, (8, 8))
-    assert torch.equal(patches, theirs) and torch.equal(coord, their_coord)
-
-
-def test_transform_keeps_the_budget_and_normalises() -> None:
-    image = torch.randint(0, 256, (3, 30, 90), dtype=torch.uint8)
-    evaluate = NaFlexTransform(SPEC, patch_size=8, train=False)
-    patches, coord = evaluate(image, 24)
-    rows, cols = int(coord[:, 0].max()) + 1, int(coord[:, 1].max()) + 1
-    assert rows * cols == len(patches) <= 24 and cols > rows  # the image's aspect, about 1:3
-    train = NaFlexTransform(SPEC, patch_size=8, train=True)
-    for seed in range(20):
-        patches, coord = train(image, 24, torch.Generator().manual_seed(seed))
-        assert len(patches) <= 24 and patches.shape[1] == 8 * 8 * 3
-    # a uniform grey image normalises to (grey - mean) / std in every pixel's channel slot
-    grey = torch.full((3, 16, 16), 128, dtype=torch.uint8)
-    patches, _ = evaluate(grey, 4)
-    expected = (128 / 255 - torch.tensor(SPEC.mean)) / torch.tensor(SPEC.std)
-    assert torch.allclose(patches.view(len(patches), -1, 3), expected.expand(len(patches), 64, 3), atol=1e-5)
-
-
-def test_collate_pads_invalid_zeros() -> None:
-    a, b = patchify(torch.randn(3, 8, 16), (8, 8)), patchify(torch.randn(3, 16, 8), (8, 8))
-    batch = collate([a, b], 5)
-    assert batch[PATCHES].shape == (2, 5, 192) and batch[PATCH_VALID].sum(1).tolist() == [2, 2]
-    assert not batch[PATCHES][~batch[PATCH_VALID]].any() and not batch[PATCH_COORD][~batch[PATCH_VALID]].any()
+def test_a_whole_image_crop_is_exactly_the_evaluation_preprocessing() -> None:
+    """Training differs from `vitzoo.naflex.preprocess` only by its crop and flip."""
+    data = _images(6)
+    whole = NaFlexCrop(SPEC, hflip=False, scale=(1.0, 1.0), ratio=(1.0, 1.0))
+    loader = NaFlexTrainLoader(data, crop=whole, seq_lens=(4, 9), max_tokens=18, seed=1)
+    for (seq_len, idx), (batch, labels) in zip(loader.epoch_batches(0), loader.iterate(0)):
+        expected = preprocess(MODEL, list(data.images[idx]), seq_len, pad_to_budget=True)
+        assert batch.keys() == expected.keys() and all(torch.equal(batch[k], expected[k]) for k in batch)
+        assert torch.equal(labels, data.labels[idx])
+    tall = torch.randint(0, 256, (3, 90, 30), dtype=torch.uint8)
+    for seed in range(10):  # random crops and flips stay within the budget, the image's aspect kept
+        image = NaFlexCrop(SPEC)(tall, 16, torch.Generator().manual_seed(seed))
+        rows, cols = image.shape[1] // 8, image.shape[2] // 8
+        assert rows * cols <= 16 and rows > cols
 
 
 def test_schedule_covers_every_image_within_the_token_budget() -> None:
@@ -89,9 +60,9 @@ def test_schedule_covers_every_image_within_the_token_budget() -> None:
     assert {seq_len for seq_len, _ in schedule} == {16, 32, 64}
 
 
-def _loader(data: ImageTensors, **kwargs) -> NaFlexLoader:
-    options = dict(seq_lens=(4, 9, 16), max_tokens=64, shuffle=True, seed=5)
-    return NaFlexLoader(data, transform=NaFlexTransform(SPEC, patch_size=8, train=True), **{**options, **kwargs})
+def _loader(data: ImageTensors, **kwargs) -> NaFlexTrainLoader:
+    options = dict(seq_lens=(4, 9, 16), max_tokens=64, seed=5)
+    return NaFlexTrainLoader(data, crop=NaFlexCrop(SPEC), **{**options, **kwargs})
 
 
 def test_each_epoch_sees_every_image_once_in_a_seeded_order() -> None:
@@ -132,23 +103,8 @@ def test_ranks_split_the_epoch_and_step_together() -> None:
     assert torch.equal(shares[0], single[0::2]) and torch.equal(shares[1][:-1], single[1::2])
 
 
-def test_evaluation_is_in_order_at_the_longest_length_unpadded() -> None:
-    data = _images(37)
-    loader = NaFlexLoader(
-        data,
-        transform=NaFlexTransform(SPEC, patch_size=8, train=False),
-        seq_lens=(4, 16),
-        max_tokens=64,
-        shuffle=False,
-        rank=1,
-        world_size=2,
-    )
-    batches = loader.epoch_batches(0)
-    assert {s for s, _ in batches} == {16} and torch.equal(torch.cat([i for _, i in batches]), torch.arange(1, 37, 2))
-
-
 def test_bad_budgets_are_refused() -> None:
-    with pytest.raises(NaFlexDataError, match="max_tokens=8 is below the longest sequence length 16"):
+    with pytest.raises(NaFlexError, match="max_tokens=8 is below the longest sequence length 16"):
         _loader(_images(), seq_lens=(4, 16), max_tokens=8)
-    with pytest.raises(NaFlexDataError, match="seq_lens"):
+    with pytest.raises(NaFlexError, match="seq_lens"):
         _loader(_images(), seq_lens=(0,))

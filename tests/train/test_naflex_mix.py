@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vitzoo.data.naflex import PATCH_COORD, PATCH_VALID, PATCHES, collate, patchify
+from vitzoo.layers.naflex import PATCH_COORD, PATCH_VALID, PATCHES
 from vitzoo.train.naflex_mix import NaFlexMixer, PatchErasing, grid_shape, mix_patches, mixed_targets
 
 P, C = 4, 5
@@ -22,8 +22,19 @@ def _images(seed: int = 0) -> list[torch.Tensor]:
 
 
 def _batch(images: list[torch.Tensor], seq_len: int = 70) -> dict[str, torch.Tensor]:
-    batch = collate([patchify(im, (P, P)) for im in images], seq_len)
-    batch[PATCHES][~batch[PATCH_VALID]] = 7.0  # padding that must stay as it is
+    """Float images (C, H, W) as a NaFlex batch: row-major patches, each (row, column, channel)."""
+    batch = {
+        PATCHES: torch.full((len(images), seq_len, P * P * 3), 7.0),  # padding that must stay as it is
+        PATCH_COORD: torch.zeros(len(images), seq_len, 2, dtype=torch.int64),
+        PATCH_VALID: torch.zeros(len(images), seq_len, dtype=torch.bool),
+    }
+    for i, image in enumerate(images):
+        rows, cols = image.shape[1] // P, image.shape[2] // P
+        n = rows * cols
+        batch[PATCHES][i, :n] = image.reshape(3, rows, P, cols, P).permute(1, 3, 2, 4, 0).reshape(n, -1)
+        grid = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+        batch[PATCH_COORD][i, :n] = torch.stack([g.flatten() for g in grid], dim=1)
+        batch[PATCH_VALID][i, :n] = True
     return batch
 
 

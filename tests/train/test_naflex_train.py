@@ -14,7 +14,9 @@ import torch
 
 import vitzoo
 from vitzoo.data import DataSplits, load_data
-from vitzoo.data.naflex import PATCH_VALID, PATCHES, NaFlexDataError, NaFlexLoader
+from vitzoo.data.naflex import NaFlexTrainLoader
+from vitzoo.layers.naflex import PATCH_VALID, PATCHES
+from vitzoo.naflex import NaFlexError, NaFlexLoader
 from vitzoo.train import TrainConfig, fit
 from vitzoo.train.distributed import DistInfo
 from vitzoo.train.naflex import NaFlexLengths, naflex_loaders
@@ -47,7 +49,7 @@ def test_the_budget_defaults_to_the_models_grid_and_its_fractions() -> None:
     assert lengths == NaFlexLengths(seq_lens=(4, 8, 16), max_patches=16, max_tokens=8 * 16)
     given = NaFlexLengths.from_config(TrainConfig(naflex=True, seq_lens="9,3", max_tokens=30), model, world_size=2)
     assert given == NaFlexLengths(seq_lens=(3, 9), max_patches=16, max_tokens=30)
-    with pytest.raises(NaFlexDataError, match="max_tokens=10 is below the longest sequence length 16"):
+    with pytest.raises(NaFlexError, match="max_tokens=10 is below the longest sequence length 16"):
         NaFlexLengths.from_config(TrainConfig(naflex=True, max_tokens=10), model)
 
 
@@ -69,12 +71,14 @@ def test_settings_that_do_not_go_together_are_refused(settings: dict, message: s
 def test_the_loaders_split_the_epoch_across_ranks(crops: DataSplits) -> None:
     config = TrainConfig(**CONFIG)
     ranks = [naflex_loaders(_model(), crops, config, DistInfo(rank=r, world_size=2)) for r in range(2)]
-    assert all(isinstance(loader, NaFlexLoader) for pair in ranks for loader in pair)
+    assert all(isinstance(train, NaFlexTrainLoader) and isinstance(val, NaFlexLoader) for train, val in ranks)
     assert len(ranks[0][0]) == len(ranks[1][0])  # training ranks step together
     assert ranks[0][0].num_images() + ranks[1][0].num_images() == len(crops.train)  # 20 images: no padding
-    assert ranks[0][1].num_images() + ranks[1][1].num_images() == len(crops.val)
+    shares = [torch.cat([y for _, y in val.iterate(0)]) for _, val in ranks]  # validation: each image once
+    assert len(shares[0]) + len(shares[1]) == len(crops.val)
+    assert torch.equal(shares[1], crops.val.labels[1::2])
     batch, _ = next(ranks[0][1].iterate(0))
-    assert batch[PATCHES].shape[1] == 16 and int(batch[PATCH_VALID].sum(1).max()) <= 16
+    assert int(batch[PATCH_VALID].sum(1).max()) <= 16 and batch[PATCHES].shape[1] <= 16
 
 
 def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:

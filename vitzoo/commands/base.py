@@ -53,6 +53,34 @@ def add_dtype_option(parser: argparse.ArgumentParser, *, auto: bool, help: str |
     parser.add_argument("--dtype", choices=CHOICES if auto else tuple(DTYPES), default="fp32", help=help)
 
 
+def add_naflex_options(parser: argparse.ArgumentParser) -> None:
+    """--naflex [--max-patches N]: each image at its own aspect ratio within a patch budget
+    (vitzoo.naflex; docs/naflex.md). `naflex_budget` reads them."""
+    from ..naflex import DEFAULT_MAX_PATCHES, MAX_PATCHES
+
+    group = parser.add_argument_group("native resolution (NaFlex)")
+    group.add_argument(
+        "--naflex",
+        action="store_true",
+        help="keep each image's aspect ratio: resize it to the most whole patches that fit --max-patches and "
+        "give the model patch sequences instead of square crops (models that take patch sequences)",
+    )
+    group.add_argument(
+        "--max-patches",
+        type=number(int, low=1, high=MAX_PATCHES),
+        default=None,
+        metavar="N",
+        help=f"with --naflex: patches per image (default: the weights' trained budget, else {DEFAULT_MAX_PATCHES})",
+    )
+
+
+def naflex_budget(args: argparse.Namespace) -> int | None:
+    """--max-patches, refused without --naflex (a UsageError)."""
+    if args.max_patches is not None and not args.naflex:
+        raise UsageError("--max-patches applies to --naflex (patch sequences); add --naflex or drop --max-patches")
+    return args.max_patches
+
+
 def number(
     kind: type = float,
     *,

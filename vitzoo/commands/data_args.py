@@ -120,6 +120,25 @@ def data_spec(args: argparse.Namespace) -> Any:
     return DataSpec.parse(args.data, **hf)
 
 
+def naflex_data(args: argparse.Namespace, spec: Any) -> None:
+    """--naflex needs each image as it is: a folder is streamed (the in-memory store crops squares),
+    a Hugging Face dataset (decoded into memory, cropped) is refused; digits stay in memory."""
+    from .base import UsageError, naflex_budget
+
+    naflex_budget(args)
+    if not args.naflex:
+        return
+    if spec.name == "hf":
+        raise UsageError(
+            "--naflex needs each image at its own aspect ratio, and --data hf:... is decoded into memory as "
+            "square crops; save the images as a folder (--data folder PATH) to evaluate them with --naflex"
+        )
+    if spec.name == "folder":
+        if args.stream is False:
+            raise UsageError("--naflex with --in-memory: the in-memory store crops squares; drop --in-memory")
+        args.stream = True
+
+
 def load_splits(
     args: argparse.Namespace,
     spec: Any,

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .base import add_dtype_option, in_range, printable, require_vit
-from .data_args import add_data_arguments, data_spec, load_splits
+from .base import add_dtype_option, add_naflex_options, in_range, printable, require_vit
+from .data_args import add_data_arguments, data_spec, load_splits, naflex_data
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +27,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto")
     add_dtype_option(parser, auto=True, help="the default, the numbers training reported")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_naflex_options(parser)
 
 
 def _saved_overrides(weights: str) -> dict[str, Any]:
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from ..train import evaluate_split, format_confusion, resolve_device
 
     spec = data_spec(args)
+    naflex_data(args, spec)
     overrides = _saved_overrides(args.weights) or {"num_classes": spec.num_classes()}
     dtype, why = parse_dtype(args.dtype, resolve_device(args.device))
     if args.dtype == "auto":
@@ -63,7 +65,14 @@ def run(args: argparse.Namespace) -> int:
             f"{splits.val.num_classes}; evaluate on the data the model was trained for"
         )
     result = evaluate_split(
-        model, splits.val, kind=splits.kind, batch_size=args.batch_size, device=args.device, workers=args.workers
+        model,
+        splits.val,
+        kind=splits.kind,
+        batch_size=args.batch_size,
+        device=args.device,
+        workers=args.workers,
+        naflex=args.naflex,
+        max_patches=args.max_patches,
     )
     if args.json:
         from ..jsonio import to_json

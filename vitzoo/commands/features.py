@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .base import UsageError, add_weights_option, bounded_int, create_model, printable, require_vit
-from .data_args import add_data_arguments, data_spec, load_splits
+from .base import UsageError, add_naflex_options, add_weights_option, bounded_int, create_model, printable, require_vit
+from .data_args import add_data_arguments, data_spec, load_splits, naflex_data
 
 SPLIT_CHOICES = ("all", "train", "val")
 
@@ -58,6 +58,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-resume", action="store_true", help="start afresh, ignoring the shards of a stopped run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_naflex_options(parser)
 
 
 def _model(args: argparse.Namespace) -> Any:
@@ -72,6 +73,7 @@ def _model(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Write the features of `DATA` to `--out`."""
+    from ..naflex import NaFlexSpec
     from ..precision import name_of, parse_dtype
     from ..probe.extract import check_output, extract_to_file
     from ..train.placement import resolve_device
@@ -79,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     if Path(args.out).is_dir():
         raise UsageError(f"--out {args.out} is a directory; expected a file name (e.g. features.safetensors)")
     spec = data_spec(args)
+    naflex_data(args, spec)
     if args.stream is False:
         raise UsageError("--in-memory: features stream image folders, so that every split gets the evaluation crop")
     model = _model(args)
@@ -95,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         "weights": args.weights or "pretrained",
         "dataset": {"name": spec.name, "path": spec.path, "seed": args.seed},
     }
+    if args.naflex:  # the file records the budget used: the flag's, else the weights' or the default
+        settings["naflex"] = {"max_patches": NaFlexSpec.from_model(model, args.max_patches).max_patches}
     feats = extract_to_file(
         model,
         splits,
@@ -109,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         dtype=dtype,
         workers=args.workers,
         progress=not args.no_progress,
+        naflex=args.naflex,
+        max_patches=args.max_patches,
     )
     counts = ", ".join(f"{n} {name}" for name, n in feats.settings["counts"].items())
     print(printable(f"wrote {args.out}: {feats.features.shape[1]}-dim {args.output} features of {counts} images"))

@@ -7,7 +7,17 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .base import UsageError, add_dtype_option, add_weights_option, create_model, describe, emit, table
+from .base import (
+    UsageError,
+    add_dtype_option,
+    add_naflex_options,
+    add_weights_option,
+    create_model,
+    describe,
+    emit,
+    naflex_budget,
+    table,
+)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +57,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="with --output, an unreadable image is an error")
     add_dtype_option(parser, auto=True, help="default")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_naflex_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         args.workers = predict.default_workers()
     if args.workers < 0:
         raise UsageError(f"--workers must be >= 0, got {args.workers}")
+    naflex_budget(args)
     if args.output is not None:
         return _predict_to_file(args)
     # A few files for a person: every image is read first (an unreadable one is an error, before
@@ -80,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
             strict=True,
             progress=False,
             streams=streams,
+            naflex=args.naflex,
+            max_patches=args.max_patches,
         )
     )
     rows = [
@@ -112,6 +126,8 @@ def _predict_to_file(args: argparse.Namespace) -> int:
         strict=args.strict,
         progress=not args.no_progress,
         skipped=skipped,
+        naflex=args.naflex,
+        max_patches=args.max_patches,
     )
     count = predict.write_predictions(records, args.output, topk=topk, fmt=fmt)
     data = {"output": args.output, "format": fmt, "images": count, "skipped": [p for p, _ in skipped]}

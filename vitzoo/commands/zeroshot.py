@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .base import UsageError, add_weights_option, describe, emit, table
+from .base import UsageError, add_naflex_options, add_weights_option, describe, emit, naflex_budget, table
 
 TEMPLATE_HELP = (
     "prompt templates, '{}' standing for the class name, or a built-in set: 'openai' (CLIP's 80 ImageNet "
@@ -39,6 +39,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["csv", "jsonl"], help="format of --output (default: from its suffix)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per forward pass (default: 32)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_naflex_options(parser)
 
 
 def read_labels(args: argparse.Namespace) -> list[str]:
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     for option in ("topk", "batch_size"):
         if getattr(args, option) < 1:
             raise UsageError(f"--{option.replace('_', '-')} must be >= 1, got {getattr(args, option)}")
+    naflex_budget(args)
     labels, prompts = read_labels(args), read_templates(args.templates)
     fmt = None
     if args.output is not None:
@@ -114,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         strict=args.output is None,
         progress=args.output is not None and not args.no_progress,
         activation=classifier.activation,
+        naflex=args.naflex,
+        max_patches=args.max_patches,
     )
     if args.output is not None:
         count = predict.write_predictions(records, args.output, topk=topk, fmt=fmt)

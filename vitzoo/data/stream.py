@@ -165,10 +165,15 @@ def _ignore_interrupts(worker_id: int) -> None:
 
 def _collate(items: list[Item]) -> Batch:
     """Stack the images that could be read; pass every failure on to the training process."""
+    images, labels, failures = _collate_list(items)
+    return (torch.stack(images) if images else None), labels, failures
+
+
+def _collate_list(items: list[Item]) -> tuple[list[torch.Tensor], torch.Tensor, list[tuple[int, str]]]:
+    """The images that could be read as a list (they may differ in size), their labels, every failure."""
     kept = [(image, label) for image, label, _ in items if image is not None]
-    images = torch.stack([image for image, _ in kept]) if kept else None
     labels = torch.tensor([label for _, label in kept], dtype=torch.int64)
-    return images, labels, [failure for _, _, failures in items for failure in failures]
+    return [image for image, _ in kept], labels, [failure for _, _, failures in items for failure in failures]
 
 
 class _EpochKeys(Sampler[list[tuple[int, int]]]):
@@ -191,7 +196,8 @@ class StreamLoader:
 
     `shuffle=True` is a training loader (shuffled, padded under DDP, unreadable images replaced);
     `shuffle=False` an evaluation one (listing order, no padding, unreadable images left out).
-    `finish(uint8 batch, generator)` turns the workers' uint8 batch into the model's input."""
+    `finish(uint8 batch, generator)` turns the workers' uint8 batch into the model's input; with
+    `stack=False` the batch is a list of uint8 images, which may differ in size (NaFlex)."""
 
     def __init__(
         self,
@@ -199,13 +205,14 @@ class StreamLoader:
         *,
         batch_size: int,
         prepare: Prepare,
-        finish: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+        finish: Callable[[Any, torch.Generator], Any],
         shuffle: bool,
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
         workers: int = 0,
         pin_memory: bool = False,
+        stack: bool = True,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} is invalid; expected an int >= 1")
@@ -215,7 +222,7 @@ class StreamLoader:
             raise ValueError(f"{files.source} is empty; expected at least one image")
         self.files, self.batch_size, self.finish = files, batch_size, finish
         self.shuffle, self.seed, self.rank, self.world_size = shuffle, seed, rank, world_size
-        self.workers, self.pin_memory = workers, pin_memory
+        self.workers, self.pin_memory, self.stack = workers, pin_memory, stack
         self.dataset = _FileDataset(files, prepare, replace=shuffle)
         self.skipped: dict[str, str] = {}  # unreadable files met so far: path -> why
         self._class_sizes = files.class_counts()
@@ -258,7 +265,7 @@ class StreamLoader:
             self.dataset,
             batch_sampler=keys,
             num_workers=self.workers,
-            collate_fn=_collate,
+            collate_fn=_collate if self.stack else _collate_list,
             worker_init_fn=_ignore_interrupts,
             pin_memory=self.pin_memory,
             # its own generator: DataLoader draws a base seed for its workers, which must not
@@ -268,7 +275,7 @@ class StreamLoader:
         found = 0
         for step, (images, labels, failures) in zip(steps, loader):
             found += self._report(failures)
-            if images is None:  # evaluation: every image of this batch was unreadable
+            if images is None or len(images) == 0:  # evaluation: every image of this batch was unreadable
                 continue
             generator = torch.Generator().manual_seed(mix_seeds(self.seed, epoch, step, self.rank, 1))
             chunk = order[step * self.batch_size : (step + 1) * self.batch_size]

@@ -48,6 +48,8 @@ from ..atomic import write_json, write_safetensors
 from ..data import BatchTransform, DataSplits, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.tensors import DataKind
 from ..jsonio import JSONFileError, read_json, to_json
+from ..layers.naflex import PATCH_VALID, PATCHES, is_patch_batch, masked_mean
+from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model, naflex_settings
 from ..precision import PrecisionRangeError, cast_model, check_outputs, name_of, parse_dtype
 from .featurefile import Features, save_features
 
@@ -73,13 +75,16 @@ def check_output(model: nn.Module, output: str, block: int | None) -> None:
         raise ValueError(f"block={block} is out of range for a model of {depth} blocks (0..{depth - 1}, or negative)")
 
 
-def embed(model: nn.Module, x: torch.Tensor, output: str = "pooled", block: int | None = None) -> torch.Tensor:
-    """(B, C, H, W) -> (B, D): the embedding `output` of one batch (see the module docstring)."""
+def embed(model: nn.Module, x: Any, output: str = "pooled", block: int | None = None) -> torch.Tensor:
+    """(B, C, H, W), or a NaFlex batch (vitzoo.naflex), -> (B, D): the embedding `output` of one
+    batch (see the module docstring); "mean" leaves a NaFlex batch's padding out."""
     prefix = int(getattr(model, "num_prefix_tokens", 1))
+    valid = x[PATCH_VALID] if is_patch_batch(x) else None
     if block is None:
         tokens = model.forward_features(x)  # type: ignore[operator]
         if output == "pooled":
             return model.forward_head(tokens, pre_logits=True)  # type: ignore[operator]
+        tokens = tokens[PATCHES] if valid is not None else tokens
     else:
         patches, prefix_tokens = model.forward_intermediates(  # type: ignore[operator]
             x, indices=[block], norm=True, output_fmt="NLC", intermediates_only=True, return_prefix_tokens=True
@@ -87,7 +92,7 @@ def embed(model: nn.Module, x: torch.Tensor, output: str = "pooled", block: int 
         tokens = torch.cat([prefix_tokens, patches], dim=1)
     if output == "cls":
         return tokens[:, 0]
-    return tokens[:, prefix:].mean(dim=1)
+    return tokens[:, prefix:].mean(dim=1) if valid is None else masked_mean(tokens[:, prefix:], valid)
 
 
 def _split_data(data: DataSplits | ImageTensors | ImageFiles, splits: Sequence[str]) -> list[tuple[str, Any]]:
@@ -114,11 +119,14 @@ def extract_features(
     progress: bool = False,
     shard_dir: str | os.PathLike[str] | None = None,
     on_batch: Callable[[str, int], None] | None = None,
+    naflex: bool = False,
+    max_patches: int | None = None,
 ) -> Features:
     """The embeddings of every image of `data` (the `splits` of a DataSplits, or one split) as a
     Features (see the module docstring). `dtype` "auto" picks bf16 where `device` multiplies it
     natively. `on_batch(split, step)` is called after each batch (a progress hook; raising there
-    stops the extraction, which `shard_dir` lets a later call resume)."""
+    stops the extraction, which `shard_dir` lets a later call resume). `naflex`: each image at its
+    own aspect ratio within `max_patches` patches (vitzoo.naflex; a listed or digit split)."""
     from ..train.placement import resolve_device
 
     check_output(model, output, block)
@@ -129,11 +137,18 @@ def extract_features(
     transform = BatchTransform(spec=spec, train=False, kind=kind)
     was_training = model.training
     model = cast_model(model, torch_dtype).to(device).eval()
+    flex = NaFlexSpec.from_model(model, max_patches) if naflex else None
+    if flex is not None:
+        check_model(model)
     parts: list[Features] = []
     parted = _split_data(data, splits)
     try:
         for number, (name, split) in enumerate(parted):
-            loader = make_loader(split, transform=transform, batch_size=batch_size, shuffle=False, workers=workers)
+            loader: Any = (
+                make_loader(split, transform=transform, batch_size=batch_size, shuffle=False, workers=workers)
+                if flex is None
+                else NaFlexLoader(split, flex, batch_size=batch_size, workers=workers)
+            )
             batches = _resumed_batches(loader, name, shard_dir)
             rows = _run_split(model, batches, output, block, (device, torch_dtype), progress, len(loader), name)
             if shard_dir is not None:
@@ -148,7 +163,7 @@ def extract_features(
         "output": output,
         "block": block,
         "dtype": name_of(torch_dtype),
-        "preprocessing": asdict(spec),
+        "preprocessing": asdict(spec) if flex is None else naflex_settings(flex),
         "splits": [name for name, _ in parted],
         "counts": {name: len(p) for (name, _), p in zip(parted, parts)},
         "sources": {name: split.source for name, split in parted},
@@ -207,7 +222,7 @@ def _run_split(
         for step, index, x, y in batches:
             if bar.n == 0 and step:
                 bar.update(step)  # resumed: the shards hold the steps before
-            feats = embed(model, x.to(device, dtype, non_blocking=True), output, block)
+            feats = embed(model, batch_to(x, device, dtype), output, block)
             check_outputs(feats)
             feats = feats.float().cpu()
             bar.update(1)

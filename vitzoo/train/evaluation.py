@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import BatchLoader, BatchTransform, ImageFiles, ImageTensors, InputSpec, make_loader
-from ..data.naflex import NaFlexLoader, batch_to
 from ..data.stream import StreamLoader
 from ..data.tensors import DataKind
+from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model
 from ..precision import check_outputs
 from . import distributed
 from .placement import resolve_device
@@ -44,7 +44,8 @@ def evaluate(
     confusion = torch.zeros(num_classes * num_classes, dtype=torch.float64)
     loss_sum = torch.zeros(1, dtype=torch.float64)
     for x, y in loader.iterate(0):
-        x, y = batch_to(x, device), y.to(device, non_blocking=True)
+        x = batch_to(x, device)  # an image tensor or a NaFlex batch
+        y = y.to(device, non_blocking=True)
         logits = merged_logits(model(x))
         check_outputs(logits)
         logits = logits.float()
@@ -78,13 +79,26 @@ def evaluate_split(
     batch_size: int = 500,
     device: str = "auto",
     workers: int | None = None,
+    naflex: bool = False,
+    max_patches: int | None = None,
 ) -> EvalResult:
     """Evaluate `model` on one split with the eval transform its pretrained_cfg implies (a
-    streamed split: decoded by `workers` processes, None: from the CPU count)."""
+    streamed split: decoded by `workers` processes, None: from the CPU count). `naflex`: each
+    image at its own aspect ratio within `max_patches` patches instead (vitzoo.naflex)."""
     dev = resolve_device(device)
     model.to(dev)
-    transform = BatchTransform(spec=InputSpec.from_model(model), train=False, kind=kind)
-    loader = make_loader(
-        data, transform=transform, batch_size=batch_size, shuffle=False, workers=workers, pin_memory=dev.type == "cuda"
-    )
+    loader: BatchLoader | StreamLoader | NaFlexLoader
+    if naflex:
+        check_model(model)
+        loader = NaFlexLoader(data, NaFlexSpec.from_model(model, max_patches), batch_size=batch_size, workers=workers)
+    else:
+        transform = BatchTransform(spec=InputSpec.from_model(model), train=False, kind=kind)
+        loader = make_loader(
+            data,
+            transform=transform,
+            batch_size=batch_size,
+            shuffle=False,
+            workers=workers,
+            pin_memory=dev.type == "cuda",
+        )
     return evaluate(model, loader, num_classes=data.num_classes, device=dev)

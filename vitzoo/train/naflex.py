@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from ..data import DataSplits
-from ..data.naflex import NaFlexLoader, NaFlexTransform, check_budget, parse_seq_lens
+from ..data.naflex import NaFlexCrop, NaFlexTrainLoader, check_budget, parse_seq_lens
 from ..layers.helpers import to_2tuple
+from ..naflex import NaFlexLoader, NaFlexSpec, check_model
 from .config import TrainConfig
 from .distributed import DistInfo
 from .naflex_mix import NaFlexMixer, PatchErasing
@@ -55,32 +57,28 @@ class NaFlexLengths:
 
 def naflex_loaders(
     model: nn.Module, splits: DataSplits, config: TrainConfig, dist: DistInfo
-) -> tuple[NaFlexLoader, NaFlexLoader]:
+) -> tuple[NaFlexTrainLoader, NaFlexLoader]:
     """(train, validation) loaders of a NaFlex run; each rank its share (`config.max_tokens` is per
-    process). Photos are flipped; digits are not (they are not mirror-symmetric)."""
+    process). Photos are flipped; digits are not (they are not mirror-symmetric). Validation is
+    `vitzoo.naflex.preprocess` of every image at `max_patches`, each rank every world_size-th image
+    (not padded: the counts are summed over ranks), batches of the training budget's patches."""
+    check_model(model)  # one clear error for a model that cannot take patch sequences
     lengths = NaFlexLengths.from_config(config, model, dist.world_size)
+    spec = NaFlexSpec.from_model(model, lengths.max_patches)
     hflip = splits.kind != "digits" or splits.name == "fashion-mnist"
-    train = NaFlexLoader(
+    train = NaFlexTrainLoader(
         splits.train,
-        transform=NaFlexTransform(model, train=True, hflip=hflip),
+        crop=NaFlexCrop(spec, hflip=hflip),
         seq_lens=lengths.seq_lens,
         max_tokens=lengths.max_tokens,
-        shuffle=True,
         seed=config.seed,
         rank=dist.rank,
         world_size=dist.world_size,
         hook=PatchErasing(prob=config.erase) if config.erase > 0 else None,
     )
-    val = NaFlexLoader(
-        splits.val,
-        transform=NaFlexTransform(model, train=False),
-        seq_lens=(lengths.max_patches,),
-        max_tokens=max(lengths.max_tokens, lengths.max_patches),  # the batches training takes, or one image
-        shuffle=False,
-        rank=dist.rank,
-        world_size=dist.world_size,
-    )
-    return train, val
+    share = splits.val.subset(torch.arange(dist.rank, len(splits.val), dist.world_size))
+    batch_size = max(1, max(lengths.max_tokens, lengths.max_patches) // lengths.max_patches)
+    return train, NaFlexLoader(share, spec, batch_size=batch_size, workers=config.workers)
 
 
 def naflex_mixer(config: TrainConfig, num_classes: int) -> NaFlexMixer:

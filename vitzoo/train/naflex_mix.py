@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data.naflex import PATCH_COORD, PATCH_VALID, PATCHES, NaFlexBatch
+from ..data.naflex import NaFlexBatch
+from ..layers.naflex import PATCH_COORD, PATCH_VALID, PATCHES
 from .mix import smooth_one_hot
 
 

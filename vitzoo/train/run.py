@@ -13,8 +13,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data import BatchLoader, DataSplits
-from ..data.naflex import NaFlexLoader
+from ..data.naflex import NaFlexTrainLoader
 from ..data.stream import StreamLoader
+from ..naflex import NaFlexLoader
 from .checkpoint import CHECKPOINT_NAME, TrainState, save_checkpoint
 from .config import TrainConfig
 from .ema import WeightEma
@@ -57,7 +58,7 @@ class Optimization:
 
 @dataclass
 class Loaders:
-    train: BatchLoader | StreamLoader | NaFlexLoader
+    train: BatchLoader | StreamLoader | NaFlexTrainLoader
     val: BatchLoader | StreamLoader | NaFlexLoader
 
 
