@@ -59,23 +59,16 @@ def test_flags_that_do_not_go_together_are_refused(
     assert not out.exists()
 
 
-def test_a_tiny_vit_learns_the_photos_from_mixed_aspect_crops(crops: Path, tmp_path: Path) -> None:
+def test_a_tiny_vit_learns_the_photos_from_mixed_aspect_crops(crops: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     argv = ["--data", "folder", str(crops), "--naflex", "--seq-lens", "4,8,16", "--epochs", "6", "--batch-size", "8"]
-    argv += [
-        "--lr",
-        "3e-3",
-        "--warmup-epochs",
-        "1",
-        "--seed",
-        "0",
-        "--threads",
-        "1",
-        "--out",
-        str(out),
-        "--no-progress",
-    ]
-    assert finetune("test_tiny_rgb", *argv) == 0
+    argv += ["--lr", "3e-3", "--warmup-epochs", "1", "--seed", "0", "--threads", "1", "--out", str(out)]
+    assert finetune("test_tiny_rgb", *argv, "--no-progress") == 0
+    command = re.search(r"evaluate with  (vitzoo eval .*)", capsys.readouterr().out).group(1).split()
+    assert command[-3:] == ["--naflex", "--max-patches", "16"]  # as the run evaluated: the model's grid
+    assert cli.main(command[1:]) == 0
+    best = max(json.loads(line)["val_acc"] for line in (out / "metrics.jsonl").read_text().splitlines())
+    assert f"{100 * best:.2f}%" in capsys.readouterr().out  # best/ evaluates as the run did
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(history) == 6
     assert history[-1]["train_loss"] < history[0]["train_loss"]

@@ -443,7 +443,7 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
         _write_wise_ft(model, zero_shot_state, args.wise_ft, out_dir, splits.classes)
     if report is not None:
         report.update(_report(args, out_dir, splits.name, result))
-    return _print_summary(args, out_dir, spec.name, result)
+    return _print_summary(args, out_dir, spec.name, result, _eval_flags(config, model))
 
 
 def _train_config(args: argparse.Namespace, data_name: str) -> Any:
@@ -608,7 +608,16 @@ def _resources(out_dir: Path, result: Any) -> dict[str, Any]:
     }
 
 
-def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, result: Any) -> int:
+def _eval_flags(config: Any, model: Any) -> str:
+    """The `vitzoo eval` flags that evaluate best/ as the run did: a NaFlex run's budget."""
+    if not config.naflex:
+        return ""
+    from ..train.naflex import NaFlexLengths
+
+    return f" --naflex --max-patches {NaFlexLengths.from_config(config, model).max_patches}"
+
+
+def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, result: Any, eval_flags: str = "") -> int:
     """Where the results went (or how to resume an interrupted run); the exit code."""
     from ..train import BEST_DIR, CURVES_NAME, METRICS_NAME
 
@@ -635,5 +644,6 @@ def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, resu
         f"  curves         {out_dir / CURVES_NAME}\n"
         f"  evaluate with  vitzoo eval {args.model.split('.')[0]} --weights {out_dir / BEST_DIR}"
         + (f" --data {' '.join(args.data)}" if data_name != "mnist-sample" else "")
+        + eval_flags
     )
     return 0
