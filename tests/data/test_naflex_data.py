@@ -108,3 +108,22 @@ def test_bad_budgets_are_refused() -> None:
         _loader(_images(), seq_lens=(4, 16), max_tokens=8)
     with pytest.raises(NaFlexError, match="seq_lens"):
         _loader(_images(), seq_lens=(0,))
+
+
+def test_files_are_read_at_their_own_size_and_an_unreadable_one_is_named(tmp_path) -> None:
+    from PIL import Image
+
+    from vitzoo.data.files import ImageFiles
+
+    Image.new("RGB", (48, 16), (200, 10, 10)).save(tmp_path / "wide.png")
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    files = ImageFiles.from_samples([(str(tmp_path / "wide.png"), 0), (str(tmp_path / "broken.png"), 1)], "ab", "t")
+    loader = NaFlexTrainLoader(
+        files, crop=NaFlexCrop(SPEC, scale=(1.0, 1.0), ratio=(1.0, 1.0)), seq_lens=(12,), max_tokens=12
+    )
+    with pytest.raises(NaFlexError, match=r"cannot decode image .*broken\.png: cannot identify image file"):
+        list(loader.iterate(0))
+    good = NaFlexTrainLoader(files.subset(torch.tensor([0])), crop=loader.crop, seq_lens=(12,), max_tokens=12)
+    batch, _ = next(good.iterate(0))
+    rows, cols = (int(batch["patch_coord"][0, :, k].max()) + 1 for k in (0, 1))
+    assert (rows, cols) == (2, 6)  # 48 x 16 at 12 patches of 8: the file's own 3:1 aspect

@@ -1,5 +1,5 @@
 """vitzoo/train/naflex.py and fit with `naflex=True`: the budget a config implies, the settings
-refused, and a NaFlex run on a folder of mixed-aspect photo crops (Mixup, CutMix, erasing on)
+refused, and a NaFlex run on a folder of mixed-aspect photo crops (Mixup, CutMix, erasing, EMA on)
 that Ctrl-C stops mid-epoch and `resume` finishes with the weights and metrics of an
 uninterrupted run, bit for bit."""
 
@@ -26,7 +26,7 @@ pytest.importorskip("skimage", reason="the photos are scikit-image's")
 TINY_RGB = dict(img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
 CONFIG = dict(
     epochs=2, lr=3e-3, progress=False, seed=7, threads=1, naflex=True, seq_lens="4,8,16", max_tokens=32,
-    mixup=0.8, cutmix=1.0, erase=0.5,
+    mixup=0.8, cutmix=1.0, erase=0.5, ema_decay=0.9,
 )  # fmt: skip
 
 
