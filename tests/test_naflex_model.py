@@ -1,7 +1,7 @@
 """A ViT fed a patch-sequence batch (vitzoo/layers/naflex.py through model.py).
 
 Images of different grids, padded into one batch, give what each image gives alone as a tensor
-(a dynamic-size model with naflex_pos="timm", whose table rule is the tensor path's), in every
+(a dynamic-size model with pos_resample="timm", whose table rule is the tensor path's), in every
 family: class / register tokens, no_embed_class, "avg" / "map" / "token" pooling, the three
 rotary kinds, no table, sinusoids. Padding changes nothing, also not the gradients; a convolutional
 stem and NCHW intermediates are refused; bad batches get one PatchBatchError each.

@@ -28,6 +28,10 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      learned table or alone (pos_embed="none"); class and register tokens not rotated
     qkv_fused, k_bias  EVA's attention layouts: separate q/k/v projections, no bias on k
 
+Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
+their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
+dispatches): per-image positions, padding masked out of attention and pooling.
+
 A disabled option is absent or an nn.Identity: it does no tensor work, and today's models compute
 what they always did. As a backbone the model speaks timm's API: `forward_intermediates`,
 `prune_intermediate_layers`, `dynamic_img_size` / `set_input_size` (any input size: the learned
@@ -60,14 +64,14 @@ from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.layer_scale import LayerScale
 from .layers.naflex import (
-    NAFLEX_POS,
     PATCH_COORD,
     PATCH_VALID,
     PATCHES,
-    NaflexPos,
+    POS_RESAMPLE,
     PatchBatch,
     PatchBatchError,
     PatchSequence,
+    PosResample,
     add_positions,
     embed_patches,
     is_patch_batch,
@@ -137,10 +141,10 @@ class ViTConfig:
     head_bias: bool = True  # bias of the classifier / projection head
     norm_eps: float = 1e-6  # transformers' ViT checkpoints use 1e-12, CLIP 1e-5
     dynamic_img_size: bool = False  # any input size, multiples of the patch; positions resampled per call
-    # Patch-sequence batches (layers/naflex.py): how the learned table is resampled to each image's
-    # grid: "timm" (NaFlexVit: bicubic), "timm_square" (its aspect-preserving square, cropped) or
-    # "siglip2" (transformers' SigLIP 2: bilinear); all antialiased.
-    naflex_pos: NaflexPos = "timm"
+    # How the learned table is resized to another grid (each image's of a patch-sequence batch,
+    # dynamic_img_size, set_input_size; layers/naflex.py): "timm" (bicubic), "timm_square" (NaFlexVit's
+    # aspect-preserving square, cropped) or "siglip2" (transformers' SigLIP 2: bilinear); antialiased.
+    pos_resample: PosResample = "timm"
     # 2D rotary position embedding in every block (layers/rope.py); "" is none. timm's names.
     rope: Literal["", "cat", "mixed", "dinov3"] = ""
     rope_temperature: float = 10000.0  # the frequency base ("dinov3": of the periods)
@@ -206,7 +210,7 @@ class ViTConfig:
                     f"None or a divisor of embed_dim {self.embed_dim}",
                 ),
                 (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos' or 'none'"),
-                (self.naflex_pos in NAFLEX_POS, "naflex_pos", "one of " + ", ".join(map(repr, NAFLEX_POS))),
+                (self.pos_resample in POS_RESAMPLE, "pos_resample", "one of " + ", ".join(map(repr, POS_RESAMPLE))),
                 (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
                 (
                     self.representation_size is None or self.representation_size > 0,
@@ -383,10 +387,19 @@ def fit_pretrained_cfg(cfg: PretrainedCfg, config: ViTConfig) -> PretrainedCfg:
 
 
 def pos_embed_for_grid(
-    pos_embed: torch.Tensor, grid: tuple[int, int], old_grid: tuple[int, int], prefix: int, learned: bool
+    pos_embed: torch.Tensor,
+    grid: tuple[int, int],
+    old_grid: tuple[int, int],
+    prefix: int,
+    learned: bool,
+    rule: str = "timm",
 ) -> torch.Tensor:
-    """The position table for a (rows, columns) grid of patches: a learned table resampled
-    (layers/pos_embed.py), the sinusoidal one computed for that many tokens."""
+    """The position table for a (rows, columns) grid of patches: a learned table resampled by
+    `rule` (ViTConfig.pos_resample; "timm": layers/pos_embed.py, the others: layers/naflex.py),
+    the sinusoidal one computed for that many tokens."""
+    if learned and rule != "timm":
+        rows = resample_table(pos_embed[0, prefix:], old_grid, grid, rule)
+        return torch.cat([pos_embed[:, :prefix], rows.unsqueeze(0)], dim=1)
     if learned:
         return resample_abs_pos_embed(pos_embed, new_grid=grid, old_grid=old_grid, num_prefix_tokens=prefix)
     table = sincos_1d(grid[0] * grid[1] + prefix, pos_embed.shape[-1]).unsqueeze(0)
@@ -401,6 +414,7 @@ def pos_embed_for_image(
     prefix: int,
     learned: bool,
     round_up: bool = True,
+    rule: str = "timm",
 ) -> torch.Tensor:
     """`dynamic_img_size`: the table for an image of `image_size` (the table itself for the model's
     own grid): `round_up` counts a partial cell (a conv stem pads), otherwise whole patches only.
@@ -414,7 +428,7 @@ def pos_embed_for_image(
     symbolic = any(isinstance(side, torch.SymInt) for side in grid)
     if not symbolic and grid == tuple(old_grid):
         return pos_embed
-    return pos_embed_for_grid(pos_embed, grid, old_grid, prefix, learned)
+    return pos_embed_for_grid(pos_embed, grid, old_grid, prefix, learned, rule)
 
 
 torch.fx.wrap("pos_embed_for_image")
@@ -772,6 +786,7 @@ class VisionTransformer(nn.Module):
             self.patch_embed.grid_size,
             self._embedded_prefix_tokens(),
             self.config.pos_embed == "learned",  # static: under torch.fx the table is a Proxy
+            self.config.pos_resample,
         )
 
     def _embed(self, x: torch.Tensor) -> torch.Tensor:
@@ -790,6 +805,7 @@ class VisionTransformer(nn.Module):
                 self._embedded_prefix_tokens(),
                 self.config.pos_embed == "learned",  # static: under torch.fx the table is a Proxy
                 bool(self.config.conv_stem),
+                self.config.pos_resample,
             )
         prefix = [
             t.expand(x.shape[0], -1, -1) for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None
@@ -838,12 +854,12 @@ class VisionTransformer(nn.Module):
         return read_patch_batch(batch, self.patch_embed.patch_size, self.config.in_chans)
 
     def _naflex_rows(self, grid: tuple[int, int]) -> torch.Tensor:
-        """The position table's patch rows for one image's grid, by `config.naflex_pos`."""
+        """The position table's patch rows for one image's grid, by `config.pos_resample`."""
         assert self.pos_embed is not None  # the caller checks
         if self.config.pos_embed != "learned":  # sinusoids: computed for the grid's token count
             return self._pos_embed_for_grid(grid)[0, self._embedded_prefix_tokens() :]
         rows = self.pos_embed[0, self._embedded_prefix_tokens() :]
-        return resample_table(rows, self.patch_embed.grid_size, grid, self.config.naflex_pos)
+        return resample_table(rows, self.patch_embed.grid_size, grid, self.config.pos_resample)
 
     def _embed_sequence(self, seq: PatchSequence) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Patches -> (B, prefix + L, D) tokens with each image's positions, and its rotary embedding."""

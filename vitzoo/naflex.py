@@ -19,7 +19,7 @@ L is the longest sequence of the batch (`pad_to_budget=True`: `max_patches`, as 
 collator and transformers' processor pad). The model masks the padding, so its outputs do not
 depend on L; the shortest L is the least work.
 
-Two resize rules, from the model's config (`naflex_pos`, the position rule of its weights):
+Two resize rules, from the model's config (`pos_resample`, the position rule of its weights):
 
 * "siglip2" (SigLIP 2 NaFlex): transformers' `Siglip2ImageProcessor` (its torchvision backend, the
   default in transformers 5): a PIL image becomes a uint8 tensor first and torchvision resizes the
@@ -144,8 +144,8 @@ class NaFlexSpec:
             raise NaFlexError(f"{type(model).__name__} has no ViT config (patch_size); NaFlex needs a vitzoo ViT")
         if max_patches is None:
             cfg = pretrained_cfg_of(model)
-            max_patches = getattr(cfg, "max_patches", None) or DEFAULT_MAX_PATCHES
-        rule = "siglip2" if getattr(config, "naflex_pos", "timm") == "siglip2" else "timm"
+            max_patches = (cfg.max_patches if cfg is not None else None) or DEFAULT_MAX_PATCHES
+        rule = "siglip2" if getattr(config, "pos_resample", None) == "siglip2" else "timm"
         patch = to_2tuple(config.patch_size, "patch_size")
         return cls(InputSpec.from_model(model), patch, check_max_patches(max_patches), rule)
 

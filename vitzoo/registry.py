@@ -382,7 +382,15 @@ def weightless_cfg(entry: ModelEntry, config: ViTConfig, named: PretrainedCfg | 
     that of the `named` source (a tag built untrained), else the entry's, fitted to the model
     (input size, class count); None where there is none."""
     cfg = named.without_weights() if named is not None else entry.default_cfg
-    return fit_pretrained_cfg(cfg, config) if cfg is not None else None
+    if cfg is None:
+        return None
+    fitted = fit_pretrained_cfg(cfg, config)
+    own_table = entry.config is not None and config.img_size == entry.config.img_size
+    if entry.pretrained and config.dynamic_img_size and own_table:
+        # Any input size, at the table of the name's own releases: their evaluation size stays
+        # (timm's NaFlexVit evaluates at a larger size than its table's grid).
+        fitted = fitted.replace(input_size=(config.in_chans, *cfg.input_size[1:]))
+    return fitted
 
 
 def _timm_cfg(

@@ -71,8 +71,11 @@ def _deit(timm_name: str) -> PretrainedCfg:
 
 
 _IN1K = "ImageNet-21k pretrain, ImageNet-1k fine-tune (AugReg, Steiner et al. 2021)"
+_NAFLEX_IN1K = "timm's NaFlexVit, ImageNet-1k, 300 epochs at a budget of 576 patches"
+_NAFLEX_SIGLIP2 = "SigLIP 2 (Tschannen et al. 2025) NaFlex image tower, WebLI"
 _IMAGENET_CFG = PretrainedCfg()  # preprocessing for models without weights: 224, [-1, 1]
 _DEIT_CFG = _IMAGENET_CFG.replace(mean=IMAGENET_MEAN, std=IMAGENET_STD, crop_pct=0.9)
+_NAFLEX_CFG = PretrainedCfg(input_size=(3, 384, 384), crop_pct=1.0)  # timm's NaFlexVit without weights
 _MNIST_CFG = PretrainedCfg(
     input_size=(1, 28, 28),
     mean=MNIST_MEAN,
@@ -253,6 +256,49 @@ _CLIP_L14 = ViTConfig(
     act_layer="quick_gelu",
     num_classes=768,
 )
+# timm's NaFlexVit: no class token, a learned table of the patches only (a square grid), resized per image
+# (patch-sequence batches) or per input size (dynamic_img_size).
+_NAFLEX = ViTConfig(
+    img_size=256, class_token=False, no_embed_class=True, dynamic_img_size=True, init_values=1e-5, global_pool="avg"
+)
+_NAFLEX_SIGLIP = _SIGLIP.replace(img_size=256, act_layer="gelu_tanh", dynamic_img_size=True, pos_resample="siglip2")
+
+
+def _naflex_release(timm_name: str, description: str, num_classes: int = 1000) -> PretrainedCfg:
+    """A timm NaFlexVit release: evaluated at 384 px (any size: its table is resized), [-1, 1]."""
+    label = {"label_set": "imagenet-1k"} if num_classes == 1000 else {}
+    return _timm_release(
+        timm_name,
+        description,
+        mean=INCEPTION_MEAN,
+        std=INCEPTION_STD,
+        crop_pct=1.0,
+        img_size=384,
+        num_classes=num_classes,
+        **label,
+    )
+
+
+def _siglip2_naflex(repo: str, size: str) -> dict[str, PretrainedCfg]:
+    """Google's SigLIP 2 NaFlex release (transformers' Siglip2Model, text tower included): a patch
+    budget of 256 per image, each image resized to the most patches that fit at its aspect ratio."""
+    return {
+        "v2_webli": PretrainedCfg(
+            source=f"hf-hub:google/{repo}",
+            input_size=(3, 256, 256),
+            mean=INCEPTION_MEAN,
+            std=INCEPTION_STD,
+            interpolation="bilinear",
+            crop_pct=1.0,
+            crop_mode="squash",
+            num_classes=0,
+            license="apache-2.0",
+            description=f"SigLIP 2 (Tschannen et al. 2025) NaFlex {size}, WebLI: native aspect ratio, 256 patches",
+            max_patches=256,
+        )
+    }
+
+
 # RADIO: the first of its summary tokens is the class token, the others are registers; no final norm.
 _RADIO = ViTConfig(img_size=512, num_classes=0, reg_tokens=7, no_embed_class=True, final_norm=False)
 
@@ -901,6 +947,62 @@ MODELS: tuple[ZooModel, ...] = (
         "vit_so400m_patch16_siglip_256",
         _siglip2_tags("vit_so400m_patch16_siglip", (256, 384, 512)),
         "SigLIP 2 So400m/16 image tower (tanh GELU): attention pooling (1152-d embedding); 256-512 px tags",
+    ),
+    # ------------------------------------------------------------------------- SigLIP 2 NaFlex
+    # Native resolution: images of any aspect ratio as patch sequences (docs/naflex_model.md), the
+    # square table resized bilinearly to each image's grid, as transformers does.
+    ZooModel(
+        "siglip2_b16_naflex",
+        _NAFLEX_SIGLIP,
+        next(iter(_siglip2_naflex("siglip2-base-patch16-naflex", "B/16").values())).without_weights(),
+        _siglip2_naflex("siglip2-base-patch16-naflex", "B/16"),
+        "SigLIP 2 NaFlex ViT-B/16 image tower (transformers' layout, text tower with text=True): any aspect "
+        "ratio, 256 patches; attention pooling (768-d embedding)",
+    ),
+    ZooModel(
+        "siglip2_so400m16_naflex",
+        _NAFLEX_SIGLIP.replace(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=4304 / 1152),
+        next(iter(_siglip2_naflex("siglip2-so400m-patch16-naflex", "So400m/16").values())).without_weights(),
+        _siglip2_naflex("siglip2-so400m-patch16-naflex", "So400m/16"),
+        "SigLIP 2 NaFlex So400m/16 image tower (transformers' layout, text tower with text=True): any aspect "
+        "ratio, 256 patches; attention pooling (1152-d embedding)",
+    ),
+    # ------------------------------------------------------------------------- timm's NaFlexVit
+    # timm's architectures for patch-sequence batches (its `embeds.*` names: weights/keymaps.py).
+    _released(
+        "naflexvit_b16_gap",
+        _NAFLEX.replace(reg_tokens=4, fc_norm=True, num_classes=1000),
+        "naflexvit_base_patch16_gap",
+        {"e300_s576_in1k": _naflex_release("naflexvit_base_patch16_gap.e300_s576_in1k", _NAFLEX_IN1K)},
+        "timm's NaFlexVit-B/16: 4 registers, LayerScale, mean of the patches (fc_norm); any aspect ratio",
+    ),
+    _released(
+        "naflexvit_b16_par_gap",
+        _NAFLEX.replace(reg_tokens=4, fc_norm=True, num_classes=1000, pos_resample="timm_square"),
+        "naflexvit_base_patch16_par_gap",
+        {"e300_s576_in1k": _naflex_release("naflexvit_base_patch16_par_gap.e300_s576_in1k", _NAFLEX_IN1K)},
+        "timm's NaFlexVit-B/16, aspect-preserving table (a square of the longer side, cropped); any aspect ratio",
+    ),
+    ZooModel(
+        "naflexvit_b16_map",
+        _NAFLEX.replace(reg_tokens=1, global_pool="map", num_classes=1000),
+        _NAFLEX_CFG,
+        description="timm's NaFlexVit-B/16 with attention pooling, 1 register (no released weights)",
+        timm_name="naflexvit_base_patch16_map",
+    ),
+    _released(
+        "naflexvit_b16_siglip",
+        _NAFLEX_SIGLIP,
+        "naflexvit_base_patch16_siglip",
+        {"v2_webli": _naflex_release("naflexvit_base_patch16_siglip.v2_webli", _NAFLEX_SIGLIP2, 0)},
+        "SigLIP 2 NaFlex ViT-B/16 image tower in timm's NaFlexVit layout: any aspect ratio",
+    ),
+    _released(
+        "naflexvit_so400m16_siglip",
+        _NAFLEX_SIGLIP.replace(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362),
+        "naflexvit_so400m_patch16_siglip",
+        {"v2_webli": _naflex_release("naflexvit_so400m_patch16_siglip.v2_webli", _NAFLEX_SIGLIP2, 0)},
+        "SigLIP 2 NaFlex So400m/16 image tower in timm's NaFlexVit layout: any aspect ratio",
     ),
     # ------------------------------------------------------------------------- RADIO
     # NVIDIA's C-RADIO as timm releases it: a ViT whose summary tokens are the class token and

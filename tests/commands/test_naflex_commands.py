@@ -19,7 +19,7 @@ from .helpers import run
 
 transformers = pytest.importorskip("transformers")
 skimage_data = pytest.importorskip("skimage.data")
-pytestmark = pytest.mark.skipif(
+needs_siglip2 = pytest.mark.skipif(
     not hasattr(transformers, "Siglip2Model"), reason="needs transformers >= 4.49 (Siglip2Model)"
 )
 
@@ -59,8 +59,8 @@ def _spm(directory):
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("naflex_cmd")
     vitzoo.register(
-        NAME, base="siglip2_b16", override=True, img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2,
-        mlp_ratio=2.0, naflex_pos="siglip2",
+        NAME, base="siglip2_b16_naflex", override=True, img_size=32, patch_size=8, embed_dim=32, depth=2,
+        num_heads=2, mlp_ratio=2.0,
     )  # fmt: skip
     vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
     text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, vocab_size=300)
@@ -97,6 +97,7 @@ def _direct(model, paths, max_patches=None):
         return model(naflex.preprocess(model, [Image.open(p) for p in paths], max_patches)).float()
 
 
+@needs_siglip2
 def test_predict(setup, capsys):
     weights = str(setup / "classifier")
     code, out, err = run(capsys, "predict", NAME, str(setup / "images"), "--weights", weights, "--naflex", "--json")
@@ -112,6 +113,7 @@ def test_predict(setup, capsys):
     assert json.loads(square) != records  # square crops: other numbers
 
 
+@needs_siglip2
 def test_zeroshot(setup, capsys):
     from vitzoo.text.model import ZeroShotClassifier
 
@@ -127,6 +129,7 @@ def test_zeroshot(setup, capsys):
         assert max(abs(got[i] - expected[i].item()) for i in range(3)) <= 1e-6
 
 
+@needs_siglip2
 def test_features(setup, capsys, tmp_path):
     from vitzoo.probe import load_features
 
@@ -145,6 +148,7 @@ def test_features(setup, capsys, tmp_path):
     assert (feats.features - expected).abs().max() <= 1e-5
 
 
+@needs_siglip2
 def test_eval(setup, capsys):
     from vitzoo.data import load_data
 
@@ -161,23 +165,36 @@ def test_eval(setup, capsys):
     assert result["accuracy"] == (logits.argmax(-1) == val.labels).float().mean().item()
 
 
-def test_refusals(setup, capsys, tmp_path):
-    images, weights = str(setup / "images"), str(setup / "classifier")
-    code, _, err = run(capsys, "predict", NAME, images, "--weights", weights, "--max-patches", "12")
-    assert code == 2 and "--max-patches applies to --naflex" in err
-    for bad in ("0", "-1", "2.5", "65537"):
-        code, _, err = run(capsys, "predict", NAME, images, "--weights", weights, "--naflex", "--max-patches", bad)
-        assert code == 2 and "--max-patches" in err and "expected an int in [1, 65536]" in err
-    argv = ["eval", NAME, "--weights", weights, "--data", "folder", images, "--naflex", "--in-memory"]
-    code, _, err = run(capsys, *argv)
-    assert code == 2 and "--naflex with --in-memory" in err
+def test_refusals(capsys, tmp_path):
+    images = tmp_path / "images"
+    for i, (name, array) in enumerate(_photos().items()):
+        (images / f"class{i % 2}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.ascontiguousarray(array)).save(images / f"class{i % 2}" / name)
+    vitzoo.register(
+        "test_naflex_plain", base="vit_ti16", override=True, img_size=32, patch_size=8, depth=1, num_classes=2
+    )
     vitzoo.register("test_hybrid_tiny", base="vit_mnist", override=True, depth=1, num_classes=2)
     try:
-        vitzoo.save_pretrained(vitzoo.create("test_hybrid_tiny"), tmp_path / "hybrid")
+        for name in ("test_naflex_plain", "test_hybrid_tiny"):
+            vitzoo.save_pretrained(vitzoo.create(name), tmp_path / name)
+        weights = str(tmp_path / "test_naflex_plain")
         code, _, err = run(
-            capsys, "predict", "test_hybrid_tiny", images, "--weights", str(tmp_path / "hybrid"), "--naflex"
+            capsys, "predict", "test_naflex_plain", str(images), "--weights", weights, "--max-patches", "12"
         )
+        assert code == 2 and "--max-patches applies to --naflex" in err
+        for bad in ("0", "-1", "2.5", "65537"):
+            argv = ["predict", "test_naflex_plain", str(images), "--weights", weights, "--naflex", "--max-patches", bad]
+            code, _, err = run(capsys, *argv)
+            assert code == 2 and "--max-patches" in err and "expected an int in [1, 65536]" in err
+        argv = ["eval", "test_naflex_plain", "--weights", weights, "--data", "folder", str(images), "--naflex"]
+        code, _, err = run(capsys, *argv, "--in-memory")
+        assert code == 2 and "--naflex with --in-memory" in err
+        code, out, err = run(capsys, *argv, "--max-patches", "9", "--val-split", "0.5", "--json")
+        assert code == 0 and json.loads(out)["count"] == 2, err  # a plain ViT (timm's rule) evaluates too
+        hybrid = str(tmp_path / "test_hybrid_tiny")
+        code, _, err = run(capsys, "predict", "test_hybrid_tiny", str(images), "--weights", hybrid, "--naflex")
     finally:
+        registry.unregister("test_naflex_plain")
         registry.unregister("test_hybrid_tiny")
     lines = err.strip().splitlines()
     assert code == 1 and "cannot take patch sequences (NaFlex)" in lines[-1] and "convolutional stem" in lines[-1]

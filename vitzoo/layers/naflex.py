@@ -15,14 +15,14 @@ What the model does with such a batch (vitzoo/model.py dispatches here):
     tokens     Linear(patches) with the patch convolution's kernel, reordered to (row, column,
                channel) (`linear_patch_weight`): the same map as the convolution
     positions  the learned table resampled to each image's grid, once per distinct grid size
-               (`resample_table`, rules in NAFLEX_POS), then gathered by each patch's coordinate;
+               (`resample_table`, rules in POS_RESAMPLE), then gathered by each patch's coordinate;
                a rotary embedding from each patch's position in its grid (`rope_for_sequence`)
     attention  padding masked out as keys (`PatchSequence.attn_mask`: (B, 1, 1, prefix + L),
                True = attend); padding tokens still compute, their outputs mean nothing
     pooling    "avg" over the valid patches (`masked_mean`), "map" with the same key mask,
                "token" unchanged
 
-The table rules (`ViTConfig.naflex_pos`):
+The table rules (`ViTConfig.pos_resample`):
 
     "timm"         timm's NaFlexEmbeds default: bicubic, antialiased, align_corners=False, the
                    table resized to the image's (rows, columns)
@@ -50,8 +50,8 @@ BATCH_KEYS = (PATCHES, PATCH_COORD, PATCH_VALID)
 # A patch-sequence batch: the three keys above (and any others, ignored).
 PatchBatch = Mapping[str, torch.Tensor]
 
-NaflexPos = Literal["timm", "timm_square", "siglip2"]
-NAFLEX_POS: tuple[str, ...] = ("timm", "timm_square", "siglip2")
+PosResample = Literal["timm", "timm_square", "siglip2"]
+POS_RESAMPLE: tuple[str, ...] = ("timm", "timm_square", "siglip2")
 _MODES = {"timm": "bicubic", "timm_square": "bicubic", "siglip2": "bilinear"}
 
 
@@ -175,7 +175,7 @@ def resample_table(table: torch.Tensor, old_grid: tuple[int, int], grid: tuple[i
     """A learned table's patch rows (old_grid[0] * old_grid[1], D) for another grid, by `rule`
     (see the module docstring): (grid[0] * grid[1], D), the table itself for its own grid."""
     if rule not in _MODES:
-        raise ValueError(f"naflex_pos={rule!r} is invalid; expected one of {', '.join(map(repr, NAFLEX_POS))}")
+        raise ValueError(f"pos_resample={rule!r} is invalid; expected one of {', '.join(map(repr, POS_RESAMPLE))}")
     if tuple(grid) == tuple(old_grid):
         return table
     size = (max(grid), max(grid)) if rule == "timm_square" else grid

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..layers.naflex import PatchBatch
 from ..model import VisionTransformer
 from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, pretrained_cfg_of
 from ..weights.errors import WeightsMismatchError
@@ -77,8 +78,9 @@ class ImageTextModel(nn.Module):
         """ "softmax" (CLIP: the texts compete) or "sigmoid" (SigLIP: each pair on its own)."""
         return "softmax" if self.logit_bias is None else "sigmoid"
 
-    def encode_image(self, images: torch.Tensor, normalize: bool = False) -> torch.Tensor:
-        """(B, 3, H, W) -> (B, E) image embeddings, unit length with `normalize`."""
+    def encode_image(self, images: torch.Tensor | PatchBatch, normalize: bool = False) -> torch.Tensor:
+        """(B, 3, H, W) images or a patch-sequence batch (layers/naflex.py: SigLIP 2 NaFlex) ->
+        (B, E) image embeddings, unit length with `normalize`."""
         x = self.visual(images)
         return l2_normalize(x) if normalize else x
 
@@ -92,8 +94,9 @@ class ImageTextModel(nn.Module):
         logits = self.logit_scale.exp() * image_features @ text_features.T
         return logits if self.logit_bias is None else logits + self.logit_bias
 
-    def forward(self, images: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """logits_per_image: (B images, T texts); its transpose is logits_per_text."""
+    def forward(self, images: torch.Tensor | PatchBatch, ids: torch.Tensor) -> torch.Tensor:
+        """logits_per_image: (B images, T texts); its transpose is logits_per_text. `images` as
+        `encode_image` takes them."""
         return self.logits(self.encode_image(images, normalize=True), self.encode_text(ids, normalize=True))
 
     def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
@@ -158,5 +161,6 @@ class ZeroShotClassifier(nn.Module):
             self, cfg.replace(num_classes=len(classnames), label_names=tuple(classnames), label_set=None)
         )
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(self, images: torch.Tensor | PatchBatch) -> torch.Tensor:
+        """Images, or a patch-sequence batch -> (B, C) logits."""
         return self.head(l2_normalize(self.visual(images)))

@@ -53,6 +53,7 @@ ARCHITECTURE_FIELDS = (
     "pos_embed",
     "init_values",
     "dynamic_img_size",
+    "pos_resample",  # how the table is resized to another grid (timm's NaFlexVit variants)
     "drop_remainder",  # an input no multiple of the patch (SigLIP So400m/14 at 384)
     *UNSHOWN_FIELDS,
 )

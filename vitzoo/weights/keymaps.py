@@ -6,6 +6,9 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
     layout        detected by the key                                   source
     timm/vitzoo   patch_embed.proj.weight                               timm (its Eva: gamma_1/2 renamed),
                                                                         vitzoo save_pretrained
+                  embeds.proj.weight                                    timm's NaFlexVit (its `embeds`: a Linear
+                                                                        over (row, column, channel) patches, a
+                                                                        (1, rows, columns, D) table of the patches)
     transformers  [vit.|deit.]embeddings.patch_embeddings.projection.weight
                                                                         ViTModel, ViTForImageClassification,
                                                                         DeiTForImageClassificationWithTeacher,
@@ -161,12 +164,57 @@ def _from_vitzoo(state: StateDict, file: str) -> Converted:
     # Identical names (timm's Eva differs in its LayerScale only); the representation layer of old
     # timm checkpoints is `pre_logits.fc` too.
     eva = [re.compile(p) for p, _ in EVA_RULES]
+    hints: dict[str, Any] = {}
+    if NAFLEX_PATCH_KEY in state:
+        state, hints = _from_timm_naflex(state, file)
     out: StateDict = {}
     for key, value in state.items():
         for pattern, (_, repl) in zip(eva, EVA_RULES):
             key = pattern.sub(repl, key) if pattern.fullmatch(key) else key
         out[key] = value
-    return Converted(out, "vitzoo")
+    return Converted(out, "vitzoo", hints)
+
+
+# timm's NaFlexVit keeps its patch projection, tokens and position table in `embeds`; the blocks,
+# norms, pool and head have the names of its VisionTransformer (or Eva, with a rotary embedding).
+NAFLEX_PATCH_KEY = "embeds.proj.weight"
+_NAFLEX_EMBEDS = {"embeds.proj.bias": "patch_embed.proj.bias", "embeds.cls_token": "cls_token"}
+_NAFLEX_EMBEDS["embeds.reg_token"] = "reg_token"
+
+
+def _from_timm_naflex(state: StateDict, file: str) -> tuple[StateDict, dict[str, Any]]:
+    """NaFlexVit's `embeds.*` in ViT names: the Linear patch projection as the convolution, the
+    (1, rows, columns, D) table flattened row-major. Its table covers the patches only (the prefix
+    tokens have none: no_embed_class) and states the grid the model is built for."""
+    out: StateDict = {}
+    hints: dict[str, Any] = {}
+    grid: tuple[int, int] | None = None
+    unknown = [k for k in state if k.startswith("embeds.") and k not in (NAFLEX_PATCH_KEY, "embeds.pos_embed")]
+    unknown = [k for k in unknown if k not in _NAFLEX_EMBEDS]
+    if unknown:  # factorized tables, input / projection norms
+        raise WeightsMismatchError(
+            f"{file}: timm NaFlexVit key(s) {', '.join(sorted(unknown)[:8])} have no vitzoo counterpart; vitzoo "
+            "reads NaFlexVit with a learned (rows, columns) table or none, and no embedding norms"
+        )
+    for key, value in state.items():
+        if key == NAFLEX_PATCH_KEY:
+            out["patch_embed.proj.weight"] = value if value.dim() == 4 else _linear_patch_kernel(value, file=file)
+        elif key == "embeds.pos_embed":
+            if value.dim() != 4 or value.shape[0] != 1:
+                raise WeightsMismatchError(
+                    f"{file}: embeds.pos_embed has shape {tuple(value.shape)}; expected (1, rows, columns, D)"
+                )
+            out["pos_embed"] = value.reshape(1, value.shape[1] * value.shape[2], value.shape[3])
+            grid = (int(value.shape[1]), int(value.shape[2]))
+        else:
+            out[_NAFLEX_EMBEDS.get(key, key)] = value
+    if "cls_token" in out or "reg_token" in out:
+        hints["no_embed_class"] = True
+    if grid is not None:  # the model is built for the table's grid
+        ph, pw = out["patch_embed.proj.weight"].shape[2:]
+        size = (grid[0] * int(ph), grid[1] * int(pw))
+        hints["img_size"] = size[0] if size[0] == size[1] else size
+    return out, hints
 
 
 # ----------------------------------------------------------------------------- transformers
@@ -311,22 +359,24 @@ def _from_transformers_clip(state: StateDict, file: str) -> Converted:
             out[f"attn_pool.q.{kind}"], out[f"attn_pool.kv.{kind}"] = packed[:dim], packed[dim:]
     patch = out.get("patch_embed.proj.weight")
     if patch is not None and patch.dim() == 2:  # SigLIP 2 NaFlex: a Linear over flattened patches
-        out["patch_embed.proj.weight"] = _naflex_patch_kernel(patch, file=file)
+        out["patch_embed.proj.weight"] = _linear_patch_kernel(patch, file=file)
     eps = CLIP_EPS if "cls_token" in out else SIGLIP_EPS  # SigLIP has no class token
     # NaFlex resizes its table per image, bilinear and antialiased: at load, so does vitzoo
     mode = "bilinear" if patch is not None and patch.dim() == 2 else "bicubic"
     return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": eps}, pos_mode=mode)
 
 
-def _naflex_patch_kernel(w: torch.Tensor, *, file: str) -> torch.Tensor:
-    """SigLIP 2's patch Linear (D, p * p * 3), its input a patch's pixels in (row, column, channel)
-    order, as the equivalent convolution kernel (D, 3, p, p)."""
-    side = math.isqrt(w.shape[1] // 3)
-    if side * side * 3 != w.shape[1]:
+def _linear_patch_kernel(w: torch.Tensor, *, file: str) -> torch.Tensor:
+    """A NaFlex patch Linear (D, p * p * C) (SigLIP 2's, timm's NaFlexVit's), its input a patch's
+    pixels in (row, column, channel) order, as the equivalent convolution kernel (D, C, p, p):
+    three channels where the width allows a square patch of them, else one."""
+    channels = 3 if w.dim() == 2 and w.shape[1] % 3 == 0 and math.isqrt(w.shape[1] // 3) ** 2 * 3 == w.shape[1] else 1
+    side = math.isqrt(w.shape[1] // channels) if w.dim() == 2 else 0
+    if w.dim() != 2 or side * side * channels != w.shape[1]:
         raise WeightsMismatchError(
-            f"{file}: embeddings.patch_embedding.weight has shape {tuple(w.shape)}; expected (D, 3 * p * p)"
+            f"{file}: the patch projection has shape {tuple(w.shape)}; expected (D, p * p * channels), a square patch"
         )
-    return w.reshape(w.shape[0], side, side, 3).permute(0, 3, 1, 2).contiguous()
+    return w.reshape(w.shape[0], side, side, channels).permute(0, 3, 1, 2).contiguous()
 
 
 # ----------------------------------------------------------------------------- RADIO

@@ -81,6 +81,8 @@ def timm_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[s
         fields["act_layer"] = _TIMM_ACTIVATIONS[act]
     if cfg.get("global_pool") in ("token", "avg", "map"):
         fields["global_pool"] = cfg["global_pool"]
+    if name.startswith("naflexvit_"):
+        fields.update(naflex_model_args(args, where))
     pretrained = timm_pretrained(pcfg, where)
     if "label_names" not in pretrained and cfg.get("label_names"):
         pretrained["label_names"] = cfg["label_names"]
@@ -113,6 +115,84 @@ def timm_pretrained(pcfg: dict[str, Any], where: str) -> dict[str, Any]:
     return pretrained
 
 
+# timm's NaFlexVit: its rotary kinds (NaFlexVitCfg.rope_type) -> ViTConfig.rope, and how its table
+# is resized (pos_embed_interp_mode, pos_embed_ar_preserving) -> ViTConfig.pos_resample.
+_NAFLEX_ROPES = {"": "", "none": "", "axial": "cat", "mixed": "mixed", "dinov3": "dinov3"}
+_NAFLEX_RESAMPLE = {("bicubic", False): "timm", ("bicubic", True): "timm_square", ("bilinear", False): "siglip2"}
+_NAFLEX_TABLE_ARGS = (
+    "pos_embed_interp_mode",
+    "pos_embed_ar_preserving",
+    "pos_embed_antialias",
+    "pos_embed_align_corners",
+    "pos_embed_use_grid_sample",
+)
+_NAFLEX_ROPE_ARGS = ("rope_temperature", "rope_grid_indexing", "rope_grid_offset", "rope_rotate_half")
+
+
+def naflex_model_args(args: dict[str, Any], where: str) -> dict[str, Any]:
+    """The ViTConfig fields of NaFlexVitCfg's model_args that a timm NaFlexVit config may state:
+    its rotary embedding, a missing table, the table's resizing rule and grid."""
+    fields: dict[str, Any] = {}
+    rope = args.get("rope_type")
+    if rope is not None:
+        if rope not in _NAFLEX_ROPES:
+            raise WeightsFileError(
+                f"{where!r}: model_args rope_type={rope!r} is not supported; expected one of "
+                + ", ".join(map(repr, _NAFLEX_ROPES))
+            )
+        fields["rope"] = _NAFLEX_ROPES[rope]
+        fields.update({k: args[k] for k in _NAFLEX_ROPE_ARGS if args.get(k) is not None})
+    if args.get("pos_embed") in ("none", ""):
+        fields["pos_embed"] = "none"
+    if any(k in args for k in _NAFLEX_TABLE_ARGS):  # else the architecture's rule
+        fields.update(_naflex_table_fields(args, where))
+    grid, patch = args.get("pos_embed_grid_size"), args.get("patch_size", 16)
+    if isinstance(grid, list | tuple) and len(grid) == 2 and isinstance(patch, int):
+        fields["img_size"] = grid[0] * patch if grid[0] == grid[1] else (grid[0] * patch, grid[1] * patch)
+    return fields
+
+
+def _naflex_table_fields(settings: dict[str, Any], where: str) -> dict[str, Any]:
+    """pos_resample from NaFlexVitCfg's table settings (_NAFLEX_TABLE_ARGS)."""
+    fields: dict[str, Any] = {}
+    key = (settings.get("pos_embed_interp_mode", "bicubic"), bool(settings.get("pos_embed_ar_preserving", False)))
+    exact = settings.get("pos_embed_antialias", True) is True and not settings.get("pos_embed_align_corners", False)
+    if key not in _NAFLEX_RESAMPLE or not exact or settings.get("pos_embed_use_grid_sample"):
+        raise WeightsFileError(
+            f"{where!r}: NaFlexVit's table resizing {key[0]!r} (aspect-preserving {key[1]}, antialias "
+            f"{settings.get('pos_embed_antialias', True)}, align_corners {settings.get('pos_embed_align_corners', False)}, "
+            f"grid_sample {settings.get('pos_embed_use_grid_sample', False)}) is not one vitzoo computes; expected "
+            "bicubic or bilinear, antialiased, align_corners false, without grid_sample"
+        )
+    fields["pos_resample"] = _NAFLEX_RESAMPLE[key]
+    return fields
+
+
+def _naflex_timm_fields(model: nn.Module, label: str) -> dict[str, Any]:
+    """What a timm NaFlexVit holds outside its tensors' shapes, as ViTConfig fields."""
+    embeds: Any = model.embeds
+    if embeds.pos_embed_type == "factorized" or not getattr(embeds, "channels_last", True):
+        raise WeightsMismatchError(
+            f"{label}: NaFlexVit with a factorized table or channel-major patches is not one vitzoo computes"
+        )
+    settings = {
+        "pos_embed_interp_mode": embeds.pos_embed_interp_mode,
+        "pos_embed_ar_preserving": embeds.pos_embed_ar_preserving,
+        "pos_embed_antialias": embeds.pos_embed_antialias,
+        "pos_embed_align_corners": getattr(embeds, "pos_embed_align_corners", False),
+        "pos_embed_use_grid_sample": getattr(embeds, "pos_embed_use_grid_sample", False),
+    }
+    fields = _naflex_table_fields(settings, label)
+    grid, patch = embeds.pos_embed_grid_size, embeds.patch_size
+    if grid is not None:
+        fields["img_size"] = (grid[0] * patch[0], grid[1] * patch[1])
+    fields["dynamic_img_size"] = True
+    fields["no_embed_class"] = True  # its table covers the patches only
+    if embeds.pos_embed is None:
+        fields["pos_embed"] = "none"
+    return fields
+
+
 def read_timm(name: str) -> Checkpoint:
     """Take the weights from timm's own loader (it downloads through huggingface_hub too)."""
     timm = require_timm(f"{TIMM_PREFIX}{name}")
@@ -132,12 +212,17 @@ def read_timm(name: str) -> Checkpoint:
         fields["act_layer"] = _timm_activation(blocks[0].mlp.act, label)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
-    img = tuple(model.patch_embed.img_size)
-    fields["img_size"] = img
+    naflex = hasattr(model, "embeds")  # timm's NaFlexVit
     unshown = timm_position_and_pool_fields(model, label)
+    if naflex:
+        unshown.update(_naflex_timm_fields(model, label))
+        img = unshown.pop("img_size", fields.get("img_size"))
+    else:
+        img = tuple(model.patch_embed.img_size)
+        if any(size % patch for size, patch in zip(img, model.patch_embed.patch_size)):
+            fields["drop_remainder"] = True  # timm's conv ignores the pixels past the last whole patch
+    fields["img_size"] = img
     fields.update(unshown)
-    if any(size % patch for size, patch in zip(img, model.patch_embed.patch_size)):
-        fields["drop_remainder"] = True  # timm's conv ignores the pixels past the last whole patch
     pretrained = timm_pretrained(dict(model.pretrained_cfg), label)
     pretrained["source"] = label
     declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer") if k in fields}
@@ -146,7 +231,7 @@ def read_timm(name: str) -> Checkpoint:
     label_set = imagenet_label_set(fields.get("num_classes", 0))
     if label_set is not None and "label_names" not in pretrained:
         data.implied["label_set"] = label_set
-    data.src_grid = tuple(model.patch_embed.grid_size)
+    data.src_grid = tuple(model.embeds.pos_embed_grid_size) if naflex else tuple(model.patch_embed.grid_size)
     return data
 
 

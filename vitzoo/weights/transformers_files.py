@@ -131,7 +131,7 @@ FAMILIES: dict[str, Family] = {
     "siglip_vision_model": Family(_SIGLIP_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
     # NaFlex: each image's grid gets the table resized bilinearly (layers/naflex.py)
     "siglip2_vision_model": Family(
-        _SIGLIP2_DEFAULTS, fixed=dict(class_token=False, global_pool="map", naflex_pos="siglip2")
+        _SIGLIP2_DEFAULTS, fixed=dict(class_token=False, global_pool="map", pos_resample="siglip2")
     ),
     # transformers computes DINOv3's rotary embedding for every input size, as dynamic_img_size does.
     "dinov3_vit": Family(
@@ -385,8 +385,9 @@ PROCESSORS: dict[str, Processor] = {
     "Siglip": Processor(dict(_VIT_PROCESSOR, resample=3)),
     # NaFlex resizes each image to the most patches that fit max_num_patches at its aspect ratio;
     # vitzoo's tower is built for the square its position table covers, which the resize squashes to.
-    # max_num_patches: the patch budget of its patch-sequence batches (PretrainedCfg.max_patches).
-    "Siglip2": Processor(dict(_VIT_PROCESSOR, resample=2, max_num_patches=256)),
+    # max_num_patches: the patch budget of its patch-sequence batches (PretrainedCfg.max_patches);
+    # without a size, an image tensor is the largest square of patches within it.
+    "Siglip2": Processor(dict(_VIT_PROCESSOR, resample=2, max_num_patches=256, patch_size=16)),
     "DINOv3ViT": Processor(dict(_VIT_PROCESSOR, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD))),
 }
 
@@ -422,8 +423,15 @@ def transformers_preprocessing(proc: dict[str, Any], where: str) -> dict[str, An
     if isinstance(resample, bool) or resample not in PIL_FILTERS:
         raise refuse("resample", "a PIL filter code: " + ", ".join(f"{k} ({v})" for k, v in PIL_FILTERS.items()))
     out: dict[str, Any] = {"interpolation": PIL_FILTERS[resample]}
-    if "max_num_patches" in processor.defaults:
-        out["max_patches"] = values["max_num_patches"]
+    if "max_num_patches" in processor.defaults:  # NaFlex: a patch budget per image
+        budget, patch = values["max_num_patches"], values.get("patch_size", 16)
+        for key, value in (("max_num_patches", budget), ("patch_size", patch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise refuse(key, "a positive int")
+        out["max_patches"] = budget
+        if "size" not in proc:  # an image tensor: the largest square grid within the budget
+            side = math.isqrt(budget) * patch
+            values["size"] = {"height": side, "width": side}
     if values["do_normalize"] is True:
         out["mean"], out["std"] = values["image_mean"], values["image_std"]
         for key in ("mean", "std"):

@@ -122,11 +122,20 @@ def test_preprocess_batch_layout_and_padding():
 
 def test_default_budget_is_the_weights_then_timms():
     assert naflex.NaFlexSpec.from_model(_model()).max_patches == naflex.DEFAULT_MAX_PATCHES == 576
-    model = _model()
-    if "max_patches" in PretrainedCfg.__dataclass_fields__:
-        model = _model(max_patches=64)
-        assert naflex.NaFlexSpec.from_model(model).max_patches == 64
+    model = _model(max_patches=64)
+    assert naflex.NaFlexSpec.from_model(model).max_patches == 64
     assert naflex.NaFlexSpec.from_model(model, 9).max_patches == 9
+
+
+def test_the_rule_follows_the_models_position_rule():
+    """SigLIP 2's position rule (pos_resample="siglip2") takes transformers' resize, the others timm's."""
+    for pos, rule in (("siglip2", "siglip2"), ("timm", "timm"), ("timm_square", "timm")):
+        model = VisionTransformer(
+            ViTConfig(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, pos_resample=pos)
+        )
+        assert naflex.NaFlexSpec.from_model(model).rule == rule
+    with pytest.raises(naflex.NaFlexError, match="has no ViT config"):
+        naflex.NaFlexSpec.from_model(torch.nn.Linear(2, 2))
 
 
 def test_modes_read_as_the_evaluation_transform_reads_them():
