@@ -61,7 +61,7 @@ def test_flags_that_do_not_go_together_are_refused(
 
 def test_a_tiny_vit_learns_the_photos_from_mixed_aspect_crops(crops: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
-    argv = ["--data", "folder", str(crops), "--naflex", "--seq-lens", "4,8,16", "--epochs", "6", "--batch-size", "8"]
+    argv = ["--data", "folder", str(crops), "--naflex", "--seq-lens", "4,8,16", "--epochs", "4", "--batch-size", "8"]
     argv += ["--lr", "3e-3", "--warmup-epochs", "1", "--seed", "0", "--threads", "1", "--out", str(out)]
     assert finetune("test_tiny_rgb", *argv, "--no-progress") == 0
     command = re.search(r"evaluate with  (vitzoo eval .*)", capsys.readouterr().out).group(1).split()
@@ -70,7 +70,7 @@ def test_a_tiny_vit_learns_the_photos_from_mixed_aspect_crops(crops: Path, tmp_p
     best = max(json.loads(line)["val_acc"] for line in (out / "metrics.jsonl").read_text().splitlines())
     assert f"{100 * best:.2f}%" in capsys.readouterr().out  # best/ evaluates as the run did
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert len(history) == 6
+    assert len(history) == 4
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     assert max(r["val_acc"] for r in history) >= 0.5  # 4 classes: chance is 0.25
     run = json.loads((out / "run.json").read_text())
