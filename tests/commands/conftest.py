@@ -9,21 +9,18 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-import vitzoo
 from vitzoo import registry
 
 from .training import TRAIN_TESTS
 
 sys.path.insert(0, str(TRAIN_TESTS))
-from _worker import register_tiny
+from _worker import register_tiny, register_tiny_rgb
 
 
 @pytest.fixture
 def tiny_models() -> Iterator[None]:
     register_tiny()
-    vitzoo.register(
-        "test_tiny_rgb", base="deit_ti16", override=True, img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2
-    )
+    register_tiny_rgb()
     yield
     for name in ("test_tiny_vit", "test_tiny_rgb"):
         if name in registry.snapshot():

@@ -1,6 +1,6 @@
 """Subprocess entry point for tests that need a real process: `kill -9` and torchrun.
 
-python _worker.py cli  <finetune args>      registers `test_tiny_vit`, runs `vitzoo finetune` (vitzoo.commands.finetune)
+python _worker.py cli  <finetune args>      registers `test_tiny_vit` and `test_tiny_rgb`, runs `vitzoo finetune` (vitzoo.commands.finetune)
 python -m torch.distributed.run --nproc_per_node=2 _worker.py ddp OUT_DIR [lora]
     (lora: then a LoRA run of the same model in OUT_DIR/lora, in the same processes)
 """
@@ -29,13 +29,22 @@ TINY = dict(
 )
 
 
+# an RGB model without a conv stem: it takes patch sequences too (NaFlex)
+TINY_RGB = dict(img_size=32, patch_size=8, embed_dim=16, depth=1, num_heads=2)
+
+
 def register_tiny() -> None:
     vitzoo.register("test_tiny_vit", base="vit_mnist", override=True, **TINY)
+
+
+def register_tiny_rgb() -> None:
+    vitzoo.register("test_tiny_rgb", base="deit_ti16", override=True, **TINY_RGB)
 
 
 def main(argv: list[str]) -> int:
     mode, rest = argv[0], argv[1:]
     register_tiny()
+    register_tiny_rgb()
     if mode == "cli":
         parser = argparse.ArgumentParser()
         finetune_command.configure_parser(parser)

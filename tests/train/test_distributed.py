@@ -94,3 +94,19 @@ def test_two_processes_stream_a_folder_through_worker_processes(tmp_path: Path) 
         assert torch.equal(value, runs[2][1][key]) and torch.equal(value, runs[0][0][key]), key
     metrics = (tmp_path / "workers2" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 2 and '"val_acc"' in metrics[-1]
+
+
+def test_two_processes_train_naflex_batches_in_lockstep(tmp_path: Path) -> None:
+    """NaFlex (vitzoo/data/naflex.py): each rank its share of the mixed-aspect images in batches
+    of the shared token schedule; the ranks end with the same weights, rank 0 writes the run."""
+    pytest.importorskip("skimage", reason="the photos are scikit-image's")
+    from vitzoo.data.photo_crops import build_photo_crops
+
+    crops = build_photo_crops(tmp_path / "crops", train=5, val=3, sides=(20, 48), seed=0)
+    _torchrun("_naflex_worker.py", str(crops), str(tmp_path / "run"))
+    rank0, rank1 = (load_file(tmp_path / "run" / f"rank{r}.safetensors") for r in (0, 1))
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), key
+    checkpoint = load_file(tmp_path / "run" / "checkpoint.safetensors")
+    assert all(torch.equal(checkpoint[f"model.{k}"], v) for k, v in rank0.items())
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2

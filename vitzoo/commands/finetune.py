@@ -124,6 +124,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     _add_lora_arguments(parser)
     _add_distillation_arguments(parser)
     _add_mix_arguments(parser)
+    _add_naflex_arguments(parser)
     _add_run_arguments(parser)
 
 
@@ -273,6 +274,69 @@ def _add_mix_arguments(parser: argparse.ArgumentParser) -> None:
         mix.add_argument(flag, type=_setting(flag[2:].replace("-", "_")), default=default, metavar=metavar, help=text)
 
 
+def _seq_lens_arg(value: str) -> str:
+    """--seq-lens: comma-separated sequence lengths, kept as given once checked."""
+    from ..data.naflex import parse_seq_lens
+
+    try:
+        return ",".join(map(str, parse_seq_lens(value)))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{value!r}: {str(err).split(': ', 1)[1]}") from None
+
+
+def _add_naflex_arguments(parser: argparse.ArgumentParser) -> None:
+    """NaFlex: TrainConfig's naflex, max_patches, seq_lens and max_tokens (docs/naflex.md)."""
+    nf = parser.add_argument_group(
+        "NaFlex (native aspect ratio; docs/naflex.md)",
+        "Each image keeps its aspect ratio: random crops resized to at most a budget of patches, batches that "
+        "hold about the same number of patches (more images at short lengths). A folder is read from disk, "
+        "each file at its own size. Not with --teacher (a teacher takes square images).",
+    )
+    nf.add_argument(
+        "--naflex", action="store_true", help="train and evaluate on patch sequences of each image's own aspect"
+    )
+    options = (
+        (
+            "--max-patches",
+            "max_patches",
+            _setting("max_patches"),
+            "N",
+            "the longest sequence, also evaluation's (default: the model's square grid)",
+        ),
+        (
+            "--seq-lens",
+            "seq_lens",
+            _seq_lens_arg,
+            "LIST",
+            "training sequence lengths, one drawn per batch (default: N/4,N/2,N)",
+        ),
+        (
+            "--max-tokens",
+            "max_tokens",
+            _setting("max_tokens"),
+            "T",
+            "patches per batch and process (default: the batch size times the longest length)",
+        ),
+    )
+    for flag, dest, kind, metavar, text in options:
+        nf.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar, help=text)
+
+
+def _naflex_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """TrainConfig's NaFlex fields ({} without --naflex); a NaFlex flag without it is an error."""
+    given = {name: getattr(args, name, None) for name in ("max_patches", "seq_lens", "max_tokens")}
+    if not getattr(args, "naflex", False):
+        named = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
+        if named:
+            raise ValueError(f"{', '.join(named)} without --naflex: add --naflex")
+        return {}
+    if args.teacher is not None:
+        raise ValueError("--naflex and --teacher: a distillation teacher takes square images; choose one")
+    if getattr(args, "stream", None) is False:
+        raise ValueError("--naflex and --in-memory: NaFlex reads each file at its own size from disk; drop --in-memory")
+    return {"naflex": True, **{name: value for name, value in given.items() if value is not None}}
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument(
@@ -362,6 +426,8 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
     torch.manual_seed(args.seed)  # the model's random init (head, or everything from scratch)
     image_text = _image_text_model(args)
     model = require_vit(image_text.visual if image_text else _build_model(args, spec.num_classes(), config), args.model)
+    if config.naflex and spec.name == "folder":
+        args.stream = True  # each file read at its own size and aspect, not stored as a square
     splits = load_splits(args, spec, model, args.seed, resuming=out_dir if args.resume else None)
     zero_shot_state = None
     if image_text is not None:
@@ -396,7 +462,7 @@ def _finetune(args: argparse.Namespace, report: dict[str, Any] | None = None) ->
         _write_wise_ft(model, zero_shot_state, args.wise_ft, out_dir, splits.classes)
     if report is not None:
         report.update(_report(args, out_dir, splits.name, result))
-    return _print_summary(args, out_dir, spec.name, result)
+    return _print_summary(args, out_dir, spec.name, result, _eval_flags(config, model))
 
 
 def _train_config(args: argparse.Namespace, data_name: str) -> Any:
@@ -429,6 +495,7 @@ def _train_config(args: argparse.Namespace, data_name: str) -> Any:
         activation_checkpointing=args.activation_checkpointing,
         **{name: getattr(args, name) for name in (*distillation, *mixing)},
         **lora,
+        **_naflex_settings(args),
     )
 
 
@@ -568,7 +635,16 @@ def _resources(out_dir: Path, result: Any) -> dict[str, Any]:
     }
 
 
-def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, result: Any) -> int:
+def _eval_flags(config: Any, model: Any) -> str:
+    """The `vitzoo eval` flags that evaluate best/ as the run did: a NaFlex run's budget."""
+    if not config.naflex:
+        return ""
+    from ..train.naflex import NaFlexLengths
+
+    return f" --naflex --max-patches {NaFlexLengths.from_config(config, model).max_patches}"
+
+
+def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, result: Any, eval_flags: str = "") -> int:
     """Where the results went (or how to resume an interrupted run); the exit code."""
     from ..train import BEST_DIR, CURVES_NAME, METRICS_NAME
 
@@ -595,5 +671,6 @@ def _print_summary(args: argparse.Namespace, out_dir: Path, data_name: str, resu
         f"  curves         {out_dir / CURVES_NAME}\n"
         f"  evaluate with  vitzoo eval {args.model.split('.')[0]} --weights {out_dir / BEST_DIR}"
         + (f" --data {' '.join(args.data)}" if data_name != "mnist-sample" else "")
+        + eval_flags
     )
     return 0

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +47,13 @@ class SceneBuildError(VitzooError, ValueError):
     """The digits-on-photos dataset cannot be built as asked; the message says why."""
 
 
-def _photos(names: tuple[str, ...]) -> list[np.ndarray]:
-    """scikit-image's photos as uint8 RGB (H, W, 3)."""
+def load_photos(names: tuple[str, ...]) -> list[np.ndarray]:
+    """scikit-image's photos as uint8 RGB (H, W, 3) (also the NaFlex crops of data/photo_crops.py)."""
     try:
         from skimage import data
     except ImportError as err:
         raise SceneBuildError(
-            "building the digits-on-photos dataset needs scikit-image, whose photos are the backgrounds: "
+            "building a dataset of scikit-image's photos (digits on photos, photo crops) needs scikit-image: "
             "pip install scikit-image"
         ) from err
     photos = []
@@ -153,7 +155,7 @@ def digit_tiles(split: str = "train", *, side: int = _DIGIT, seed: int = 0) -> I
     sample = load_mnist_sample()
     digits, names = (sample.train, TRAIN_PHOTOS) if split == "train" else (sample.val, VAL_PHOTOS)
     assert isinstance(digits, ImageTensors)
-    photos = _photos(names)
+    photos = load_photos(names)
     rng = np.random.default_rng(seed)
     tiles = np.empty((len(digits.labels), 1, side, side), dtype=np.uint8)
     scratch = np.zeros((side, side), dtype=np.uint8)
@@ -163,6 +165,25 @@ def digit_tiles(split: str = "train", *, side: int = _DIGIT, seed: int = 0) -> I
         tiles[i, 0] = np.asarray(Image.fromarray(np.rint(image).clip(0, 255).astype(np.uint8)).convert("L"))
     source = f"digit tiles ({split})"
     return ImageTensors(torch.from_numpy(tiles), digits.labels.clone(), digits.classes, source)
+
+
+@contextmanager
+def building_folder(out: str | os.PathLike[str]) -> Iterator[Path]:
+    """A scratch folder beside `out` to build in, renamed to `out` when the block ends without an
+    error (else removed): `out` must be new or an empty folder, and is never left half-written."""
+    target = Path(out).expanduser()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise SceneBuildError(f"{target} exists and is not an empty folder; expected a new folder to build into")
+    building = target.parent / f".{target.name}.building-{os.getpid()}"
+    shutil.rmtree(building, ignore_errors=True)
+    try:
+        building.mkdir(parents=True)
+        yield building
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        building.rename(target)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
 
 
 def _check(train: int, val: int, size: tuple[int, int], scale: tuple[float, float], max_digits: int) -> None:
@@ -192,20 +213,15 @@ def build_digit_scenes(
     from .mnist import load_mnist_sample
 
     _check(train, val, tuple(size), tuple(scale), max_digits)  # type: ignore[arg-type]
-    target = Path(out).expanduser()
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise SceneBuildError(f"{target} exists and is not an empty folder; expected a new folder to build into")
     sample = load_mnist_sample()
     settings = {"size": tuple(size), "scale": tuple(scale), "max_digits": max_digits}
     rng = np.random.default_rng(seed)
-    building = target.parent / f".{target.name}.building-{os.getpid()}"
-    shutil.rmtree(building, ignore_errors=True)
-    try:
+    with building_folder(out) as building:
         for split, count, names, digits in (
             ("train", train, TRAIN_PHOTOS, sample.train),
             ("val", val, VAL_PHOTOS, sample.val),
         ):
-            photos = _photos(names)
+            photos = load_photos(names)
             for folder in ("images", "masks"):
                 (building / split / folder).mkdir(parents=True)
             for i in range(count):
@@ -213,9 +229,4 @@ def build_digit_scenes(
                 Image.fromarray(image).save(building / split / "images" / f"scene_{i:04d}.png")
                 Image.fromarray(mask).save(building / split / "masks" / f"scene_{i:04d}.png")
         (building / CLASSES_FILE).write_text("\n".join(CLASSES) + "\n", encoding="utf-8")
-        if target.exists():
-            target.rmdir()  # empty, checked above
-        building.rename(target)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    return target
+    return Path(out).expanduser()

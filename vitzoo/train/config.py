@@ -45,6 +45,8 @@ TRAIN_RANGES: dict[str, Range] = {
     "lora_dropout": Range(low=0, high=1, high_open=True),
     "threads": Range(int, low=1),
     "workers": Range(int, low=0, note="0: no worker processes"),
+    "max_patches": Range(int, low=1, note="patches of the longest sequence"),
+    "max_tokens": Range(int, low=1, note="patches per batch and process"),
 }
 
 
@@ -87,6 +89,11 @@ class TrainConfig:
     lora_alpha: float | None = None  # the update is scaled by alpha / rank; None: alpha = rank
     lora_targets: str = DEFAULT_LORA_TARGETS  # q, k, v (slices of the fused qkv), qkv, proj, fc1, fc2, mlp
     lora_dropout: float = 0.0  # dropout on the adapters' input
+    # NaFlex (vitzoo/train/naflex.py): each image at its own aspect within a patch budget, token-budget batches
+    naflex: bool = False
+    max_patches: int | None = None  # the longest sequence, also evaluation's; None: the model's square grid
+    seq_lens: str | None = None  # training sequence lengths, "64,128,256"; None: max_patches / 4, / 2 and itself
+    max_tokens: int | None = None  # patches per batch and process; None: the per-process batch_size x the longest
     progress: bool = True
     device: str = "auto"
     threads: int | None = (
@@ -118,6 +125,7 @@ class TrainConfig:
                 *_lora_checks(self),
                 (self.fsdp or not self.fsdp_offload, "fsdp_offload", "False without fsdp"),
                 (self.fsdp or not self.activation_checkpointing, "activation_checkpointing", "False without fsdp"),
+                *_naflex_checks(self),
             ],
         )
         if self.lora_rank is not None:
@@ -136,6 +144,21 @@ def _lora_checks(config: TrainConfig) -> list[tuple[bool, str, str]]:
             "lora_targets",
             f"{DEFAULT_LORA_TARGETS!r} without lora_rank",
         ),
+    ]
+
+
+def _naflex_checks(config: TrainConfig) -> list[tuple[bool, str, str]]:
+    """The NaFlex settings: the others only with naflex; no teacher (it takes square images)."""
+    from ..data.naflex import parse_seq_lens
+
+    on = config.naflex
+    if config.seq_lens is not None:
+        parse_seq_lens(config.seq_lens)  # a ValueError naming seq_lens
+    return [
+        (on or config.max_patches is None, "max_patches", "None without naflex"),
+        (on or config.seq_lens is None, "seq_lens", "None without naflex"),
+        (on or config.max_tokens is None, "max_tokens", "None without naflex"),
+        (not on or config.teacher is None, "teacher", "None with naflex (a teacher takes square images)"),
     ]
 
 

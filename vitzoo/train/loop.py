@@ -39,6 +39,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data import DataSplits
+from ..naflex import batch_to
 from . import distributed, fsdp
 from .config import TrainConfig, apply_overrides
 from .evaluation import EvalResult
@@ -149,7 +150,7 @@ def train_one_epoch(run: Run, stop: StopFlag, *, on_step: Callable[[int, int], N
     started = time.perf_counter()
     stopped = False
     for x, y in run.loaders.train.iterate(epoch, start_step=state.step):
-        x, y = x.to(where.device, non_blocking=True), y.to(where.device, non_blocking=True)
+        x, y = batch_to(x, where.device), y.to(where.device, non_blocking=True)  # images, or a NaFlex batch
         target, lr = y, optim.scheduler.lr  # the lr of this step
         if optim.mixer is not None:  # seeded by the step: a resumed run mixes the same way
             x, target = optim.mixer(x, y, seed=step_seed(config.seed, epoch, state.step, where.dist.rank))

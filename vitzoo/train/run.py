@@ -14,7 +14,9 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..data import BatchLoader, DataSplits
+from ..data.naflex import NaFlexTrainLoader
 from ..data.stream import StreamLoader
+from ..naflex import NaFlexLoader
 from . import dcp, distributed, fsdp
 from .checkpoint import CHECKPOINT_NAME, TrainState, save_checkpoint
 from .config import TrainConfig
@@ -22,6 +24,7 @@ from .ema import WeightEma
 from .evaluation import EvalResult, evaluate
 from .lock import RunLock
 from .mix import Mixer
+from .naflex_mix import NaFlexMixer
 from .optim import WarmupCosine
 from .placement import Placement
 from .step import LossSpec
@@ -54,13 +57,13 @@ class Optimization:
     scheduler: WarmupCosine
     params: list[torch.Tensor]
     loss: LossSpec
-    mixer: Mixer | None = None
+    mixer: Mixer | NaFlexMixer | None = None
 
 
 @dataclass
 class Loaders:
-    train: BatchLoader | StreamLoader
-    val: BatchLoader | StreamLoader
+    train: BatchLoader | StreamLoader | NaFlexTrainLoader
+    val: BatchLoader | StreamLoader | NaFlexLoader
 
 
 @dataclass

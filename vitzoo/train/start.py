@@ -29,6 +29,8 @@ from .export import BEST_DIR
 from .lock import RunLock
 from .metrics import METRICS_NAME, read_metrics
 from .mix import Mixer
+from .naflex import naflex_loaders, naflex_mixer
+from .naflex_mix import NaFlexMixer
 from .optim import WarmupCosine, add_adapters, freeze_backbone, make_optimizer, param_groups
 from .placement import Placement, choose_bf16, resolve_device
 from .resume import check_same_model, check_same_settings
@@ -364,9 +366,11 @@ def _build_teacher(config: TrainConfig, model: nn.Module, splits: DataSplits, de
     )
 
 
-def _make_mixer(config: TrainConfig, num_classes: int) -> Mixer | None:
+def _make_mixer(config: TrainConfig, num_classes: int) -> Mixer | NaFlexMixer | None:
     if config.mixup == 0 and config.cutmix == 0:
         return None
+    if config.naflex:
+        return naflex_mixer(config, num_classes)
     return Mixer(
         num_classes=num_classes,
         mixup_alpha=config.mixup,
@@ -423,6 +427,8 @@ def _make_loaders(
 ) -> Loaders:
     """Train and validation loaders; each rank gets its slice of every batch (batch_size is global).
     Decoded data gets BatchLoaders, a streamed folder StreamLoaders with `config.workers`."""
+    if config.naflex:  # each image at its own aspect, token-budget batches (naflex.py)
+        return Loaders(*naflex_loaders(model, splits, config, dist))
     augmentation = {name: getattr(config, name) for name in ("randaugment", "augment", "shift", "erase")}
     train_tf, eval_tf = build_transforms(model, splits, **augmentation)
     pin_memory = device is not None and device.type == "cuda"  # page-locked: the copy to the GPU can overlap

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .config import TrainConfig
 
 Output = torch.Tensor | tuple[torch.Tensor, ...]  # a model's output (a DeiT's in training: both heads' logits)
+Input = torch.Tensor | dict[str, torch.Tensor]  # images, or a NaFlex batch (data/naflex.py)
 
 
 def merged_logits(output: Output) -> torch.Tensor:
@@ -85,15 +86,20 @@ class LossSpec:
             alpha=config.distill_alpha,
         )
 
-    def __call__(
-        self, output: Output, target: torch.Tensor, x: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def __call__(self, output: Output, target: torch.Tensor, x: Input) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The loss of `output` for the images `x` (which the teacher sees too) and its teacher term."""
+        teacher_logits = None
+        if self.teacher is not None:
+            if not isinstance(x, torch.Tensor):
+                raise ValueError(
+                    "a distillation teacher takes square images, not a NaFlex batch; train without --teacher"
+                )
+            teacher_logits = self.teacher(x)
         return classification_loss(
             output,
             target,
             self.label_smoothing,
-            teacher_logits=self.teacher(x) if self.teacher is not None else None,
+            teacher_logits=teacher_logits,
             distill=self.distill,
             tau=self.tau,
             alpha=self.alpha,
@@ -110,7 +116,7 @@ def train_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     params: list[torch.Tensor],
-    x: torch.Tensor,
+    x: Input,
     target: torch.Tensor,
     *,
     loss: LossSpec = LossSpec(),
