@@ -172,3 +172,31 @@ def test_timm_naflexvit_state_dict_and_timm_source(tmp_path, monkeypatch):
         for model in (bare, named):
             assert model.config.pos_resample == "siglip2"
             assert max_diff(model(batch), expected) <= ATOL
+
+
+@needs_naflexvit
+@pytest.mark.parametrize("budget", [16, 40])
+@pytest.mark.parametrize(("arch", "overrides"), [TWINS[0][::2], TWINS[5][::2]], ids=["learned", "dinov3_rope"])
+def test_timm_naflexvit_twin_on_photos_end_to_end(arch, overrides, budget, tmp_path):
+    """Real photos (square, wide, tall) at two budgets, each library with its own preprocessing:
+    timm's NaFlex evaluation transforms and collator for timm, `vitzoo.naflex.preprocess` for vitzoo."""
+    from timm.data.naflex_dataset import NaFlexCollator
+    from timm.data.transforms_factory import transforms_imagenet_eval
+
+    reference, model = _twin(arch, overrides, tmp_path)
+    cfg = model.pretrained_cfg
+    tf = transforms_imagenet_eval(
+        naflex=True,
+        patch_size=16,
+        max_seq_len=budget,
+        interpolation=cfg.interpolation,
+        mean=cfg.mean,
+        std=cfg.std,
+        patchify=True,
+    )
+    theirs, _ = NaFlexCollator(max_seq_len=budget)([(tf(img), 0) for img in photo_crops()])
+    ours = vitzoo.naflex.preprocess(model, photo_crops(), max_patches=budget)
+    grids = {tuple(s) for s in ours["spatial_shapes"].tolist()}
+    assert len(grids) == 3 and all(r * c <= budget for r, c in grids)  # three aspect ratios
+    with torch.no_grad():
+        assert max_diff(model(ours), reference(theirs)) <= ATOL
