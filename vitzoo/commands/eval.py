@@ -30,7 +30,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_naflex_options(parser)
 
 
-def _saved_overrides(weights: str) -> dict[str, Any]:
+def saved_overrides(weights: str) -> dict[str, Any]:
     """num_classes / img_size / in_chans of a saved vitzoo directory, so the model is rebuilt as
     trained instead of with the registered defaults."""
     from ..jsonio import JSONFileError, read_json
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = data_spec(args)
     naflex_data(args, spec)
-    overrides = _saved_overrides(args.weights) or {"num_classes": spec.num_classes()}
+    overrides = saved_overrides(args.weights) or {"num_classes": spec.num_classes()}
     dtype, why = parse_dtype(args.dtype, resolve_device(args.device))
     if args.dtype == "auto":
         print(f"vitzoo: evaluating in {name_of(dtype)}: {why}", file=sys.stderr)

@@ -61,11 +61,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     add_naflex_options(parser)
 
 
-def _model(args: argparse.Namespace) -> Any:
+def backbone_from_args(args: argparse.Namespace) -> Any:
     from ..precision import refuse_nonfinite
-    from .eval import _saved_overrides
+    from .eval import saved_overrides
 
-    overrides = _saved_overrides(args.weights) if args.weights is not None else {}
+    overrides = saved_overrides(args.weights) if args.weights is not None else {}
     model = create_model(args.model, args.weights, **overrides)
     refuse_nonfinite(model, f"the weights {args.weights or args.model}")
     return require_vit(model, args.model)
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     naflex_data(args, spec)
     if args.stream is False:
         raise UsageError("--in-memory: features stream image folders, so that every split gets the evaluation crop")
-    model = _model(args)
+    model = backbone_from_args(args)
     check_output(model, args.output, args.block)
     device = resolve_device(args.device)
     dtype, why = parse_dtype(args.dtype, device)

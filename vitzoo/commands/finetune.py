@@ -102,7 +102,7 @@ _MIX_OPTIONS = (
 )
 
 
-def _threads_arg(value: str) -> int | None:
+def threads_arg(value: str) -> int | None:
     """--threads: "auto" (None) or a positive thread count."""
     return None if value == "auto" else _THREADS(value)
 
@@ -363,7 +363,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--device", default="auto", help="auto, cpu or cuda")
     run.add_argument(
         "--threads",
-        type=_threads_arg,
+        type=threads_arg,
         default=None,
         metavar="N|auto",
         help="CPU threads for torch: a number fixes it (runs repeat bit for bit); auto (the default) uses "

@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from .base import add_dtype_option, add_weights_option, bounded_int, describe, emit, number, table
-from .finetune import _threads_arg
+from .finetune import threads_arg
 
 _POSITIVE = bounded_int(1, "an int >= 1")
 
@@ -56,7 +56,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=bounded_int(0, "an int >= 0"), default=0, help="(default 0)")
     parser.add_argument("--workers", type=bounded_int(0, "an int >= 0"), default=0, help="--augment's loaders")
     parser.add_argument(
-        "--threads", type=_threads_arg, default=None, help="CPU threads: N, or auto (default: the free cores)"
+        "--threads", type=threads_arg, default=None, help="CPU threads: N, or auto (default: the free cores)"
     )
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto, CUDA when there is one)")
     add_dtype_option(parser, auto=True, help="the backbone's precision; the head trains in fp32")
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from ..precision import name_of, parse_dtype
     from ..segment import SegmentSettings, segment_probe
     from ..train.placement import resolve_device
-    from .features import _model
+    from .features import backbone_from_args
 
     data = load_segmentation(
         args.data,
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         mask_column=args.hf_mask_column,
         progress=not args.no_progress,
     )
-    model = _model(args)
+    model = backbone_from_args(args)
     device = resolve_device(args.device)
     dtype, why = parse_dtype(args.dtype, device)
     if args.dtype == "auto":

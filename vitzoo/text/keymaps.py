@@ -19,7 +19,7 @@ import torch
 
 from ..weights.errors import WeightsMismatchError
 from ..weights.files import StateDict
-from ..weights.keymaps import _merge_qkv  # the one home of q/k/v concatenation (same names)
+from ..weights.keymaps import merge_qkv  # the one home of q/k/v concatenation (same names)
 
 Rule = tuple[str, str]
 
@@ -149,7 +149,7 @@ def split_transformers_text(
     _refuse_rest(rest, TRANSFORMERS_IGNORE, file=file, fmt="transformers")
     if not text:
         raise WeightsMismatchError(f"{file}: no text tower (text_model.*): an image-only checkpoint")
-    text = _merge_qkv(text, file=file)
+    text = merge_qkv(text, file=file)
     _text_positions(text)
     return text, scale, bias
 

@@ -26,7 +26,7 @@ from ..data.transforms import InputSpec
 from ..dense import backbone_of, dense_features, load_dense_image
 from ._figure import finish, new_figure, show_image, to_numpy_image
 from .attention_maps import HEAT_CMAP, check_index
-from .images import _open_image, read_image
+from .images import open_image, read_image
 from .pca import PictureInputError, check_query, patch_similarity, pca_colours
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def dense_images(
     device = next(backbone.parameters()).device
     out = []
     for i, image in enumerate(images):
-        picture = _open_image(image) if isinstance(image, (str, os.PathLike)) else image
+        picture = open_image(image) if isinstance(image, (str, os.PathLike)) else image
         x = load_dense_image(model, picture, short_side=size)  # checks what the image is
         source = tuple(picture.shape[-2:]) if isinstance(picture, torch.Tensor) else (picture.height, picture.width)
         with torch.no_grad():

@@ -71,7 +71,7 @@ def model_input_size(model: nn.Module) -> tuple[int, int, int]:
     raise ValueError(f"{type(model).__name__} is not a vitzoo VisionTransformer: it has no config or patch_embed")
 
 
-def _open_image(path: str | os.PathLike[str]) -> Any:
+def open_image(path: str | os.PathLike[str]) -> Any:
     """A PIL image, fully decoded; a clear error for a missing or unreadable file."""
     path = Path(path)
     if not path.is_file():
@@ -113,7 +113,7 @@ def prepare_image(
         # torchvision's tensor resize: bicubic can overshoot [0, 1] on a float tensor
         display = eval_transform(model, normalize=False)(image.float()).clamp(0, 1)
     else:
-        display = eval_transform(model, normalize=False)(_open_image(image))
+        display = eval_transform(model, normalize=False)(open_image(image))
     x = eval_finish(model)(display).unsqueeze(0)  # on [0, 1] floats only the mean / std act
     param = next(model.parameters(), None)
     if param is not None:

@@ -117,7 +117,7 @@ def _apply_rules(state: StateDict, rules: list[Rule], ignore: list[str], *, file
     return out
 
 
-def _merge_qkv(state: StateDict, *, file: str) -> StateDict:
+def merge_qkv(state: StateDict, *, file: str) -> StateDict:
     """Concatenate separate q/k/v projections (blocks.i.attn.{q,k,v}.*) into blocks.i.attn.qkv.*,
     in the q, k, v order that our fused Linear splits them back into."""
     return _merge_parts(state, r"(blocks\.\d+\.attn)\.(q|k|v)\.(weight|bias)", ("q", "k", "v"), "qkv", file=file)
@@ -320,7 +320,7 @@ def _from_transformers_dinov3(state: StateDict, file: str) -> Converted:
         block = key.removesuffix(".q.bias")
         if f"{block}.k.bias" not in out and f"{block}.v.bias" in out:  # the key's bias is zero
             out[f"{block}.q_bias"], out[f"{block}.v_bias"] = out.pop(key), out.pop(f"{block}.v.bias")
-    return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": DINOV3_EPS})
+    return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": DINOV3_EPS})
 
 
 def _from_transformers(state: StateDict, file: str) -> Converted:
@@ -328,7 +328,7 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
         return _from_transformers_clip(state, file)
     if _DINOV3_PATCH_KEY in state:
         return _from_transformers_dinov3(state, file)
-    out = _merge_qkv(
+    out = merge_qkv(
         _apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers"), file=file
     )
     out = _merge_gate(out, file=file)
@@ -363,7 +363,7 @@ def _from_transformers_clip(state: StateDict, file: str) -> Converted:
     eps = CLIP_EPS if "cls_token" in out else SIGLIP_EPS  # SigLIP has no class token
     # NaFlex resizes its table per image, bilinear and antialiased: at load, so does vitzoo
     mode = "bilinear" if patch is not None and patch.dim() == 2 else "bicubic"
-    return Converted(_merge_qkv(out, file=file), "transformers", {"norm_eps": eps}, pos_mode=mode)
+    return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": eps}, pos_mode=mode)
 
 
 def _linear_patch_kernel(w: torch.Tensor, *, file: str) -> torch.Tensor:
@@ -532,7 +532,7 @@ def _from_npz(state: StateDict, file: str) -> Converted:
             f"{file}: {len(unmapped)} array(s) of the Google .npz layout have no vitzoo counterpart: "
             f"{', '.join(sorted(unmapped)[:20])}{' ...' if len(unmapped) > 20 else ''}"
         )
-    return Converted(_merge_qkv(out, file=file), "npz", hints)
+    return Converted(merge_qkv(out, file=file), "npz", hints)
 
 
 _CONVERTERS: dict[str, Callable[[StateDict, str], Converted]] = {
