@@ -221,3 +221,26 @@ def test_loader_batches_of_images_in_memory_equal_preprocess():
     for _, index, batch, labels in batches:
         expected = naflex.preprocess(model, list(images[index]), 9)
         assert torch.equal(batch["patches"], expected["patches"]) and torch.equal(labels, data.labels[index])
+
+
+def test_check_model_reads_the_build_and_runs_nothing():
+    """The check runs no forward (under FSDP one would be a collective and leave inference
+    tensors in its buffers); it sees through DDP's wrapper and refuses other modules by name."""
+    model = _model()
+    calls: list[int] = []
+    model.register_forward_pre_hook(lambda *_: calls.append(1))
+    naflex.check_model(model)
+    wrapper = torch.nn.Module()
+    wrapper.module = model
+    naflex.check_model(wrapper)
+    assert calls == []
+    with pytest.raises(
+        naflex.NaFlexError, match=r"Linear cannot take patch sequences .*only vitzoo's VisionTransformer"
+    ):
+        naflex.check_model(torch.nn.Linear(2, 2))
+    with pytest.raises(naflex.NaFlexError, match="convolutional stem"):
+        naflex.check_model(
+            VisionTransformer(
+                ViTConfig(img_size=32, patch_size=8, embed_dim=32, depth=1, num_heads=2, conv_stem=(8, 16))
+            )
+        )

@@ -844,13 +844,20 @@ class VisionTransformer(nn.Module):
         return block(x, rope, attn_mask)
 
     # ----------------------------------------------------------------------------- patch sequences
-    def _patch_sequence(self, batch: PatchBatch) -> PatchSequence:
-        """A patch-sequence batch checked against this model (layers/naflex.py)."""
+    def patch_sequence_refusal(self) -> str | None:
+        """Why this model cannot take a patch-sequence batch (layers/naflex.py), or None if it can."""
         if self.config.conv_stem:
-            raise PatchBatchError(
+            return (
                 f"this model has a convolutional stem (conv_stem={self.config.conv_stem}): its tokens are not a "
                 "linear map of each patch, so it cannot take a patch-sequence batch; expected a (B, C, H, W) image"
             )
+        return None
+
+    def _patch_sequence(self, batch: PatchBatch) -> PatchSequence:
+        """A patch-sequence batch checked against this model (layers/naflex.py)."""
+        refusal = self.patch_sequence_refusal()
+        if refusal is not None:
+            raise PatchBatchError(refusal)
         return read_patch_batch(batch, self.patch_embed.patch_size, self.config.in_chans)
 
     def _naflex_rows(self, grid: tuple[int, int]) -> torch.Tensor:

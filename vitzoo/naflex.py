@@ -247,19 +247,18 @@ def preprocess(
 
 def check_model(model: nn.Module) -> None:
     """Refuse, as one NaFlexError, a model that cannot take patch sequences (a model of another
-    library, a convolutional stem): one forward of a one-patch batch runs the model's own checks
-    before any image is read."""
-    spec = NaFlexSpec.from_model(model, 1)
-    probe = assemble([torch.zeros(spec.input.channels, *spec.patch, dtype=torch.uint8)], spec)
-    weight = next(iter(model.parameters()), None)
-    if weight is not None:
-        probe = batch_to(probe, weight.device, weight.dtype)
-    try:
-        with torch.inference_mode():
-            model(probe)
-    except (VitzooError, TypeError, AttributeError, KeyError, ValueError, IndexError) as err:
-        reason = " ".join(str(err).split()) or type(err).__name__
-        raise NaFlexError(f"{type(model).__name__} cannot take patch sequences (NaFlex): {reason}") from None
+    library, a convolutional stem), before any image is read. A check of the model's build only: it
+    runs nothing (a forward here would be a collective under FSDP and leave inference tensors)."""
+    target = getattr(model, "module", model)  # DDP's wrapper
+    target = getattr(target, "visual", target)  # an image-text model or zero-shot classifier: its image tower
+    refusal = getattr(target, "patch_sequence_refusal", None)
+    if not callable(refusal):
+        raise NaFlexError(
+            f"{type(model).__name__} cannot take patch sequences (NaFlex): only vitzoo's VisionTransformer does"
+        )
+    reason = refusal()
+    if reason is not None:
+        raise NaFlexError(f"{type(model).__name__} cannot take patch sequences (NaFlex): {reason}")
 
 
 def naflex_settings(spec: NaFlexSpec) -> dict[str, Any]:
