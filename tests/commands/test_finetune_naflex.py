@@ -78,6 +78,19 @@ def test_a_tiny_vit_learns_the_photos_from_mixed_aspect_crops(crops: Path, tmp_p
     assert run["train_config"]["naflex"] is True and run["train_config"]["seq_lens"] == "4,8,16"
 
 
+def test_naflex_trains_on_tar_shards_of_the_folder(crops: Path, tmp_path: Path, capsys) -> None:
+    """`vitzoo shards` of the crops, then `--data wds:` with `--naflex`: each sample read by offset
+    from its shard at its own size; the same images train as from the folder."""
+    shards = tmp_path / "shards"
+    assert cli.main(["shards", str(crops / "train"), str(shards)]) == 0
+    out = tmp_path / "run"
+    argv = ["--data", f"wds:{shards}", "--naflex", "--seq-lens", "4,8", "--epochs", "1", "--batch-size", "8"]
+    assert finetune("test_tiny_rgb", *argv, "--seed", "0", "--threads", "1", "--no-progress", "--out", str(out)) == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["train_config"]["naflex"] is True
+    assert run["train_images"] + run["val_images"] == 48  # the folder's training crops, a share held out
+
+
 @pytest.mark.slow
 def test_kill_9_then_resume_ends_with_the_weights_of_an_uninterrupted_run(crops: Path, tmp_path: Path, capsys) -> None:
     common = ["--data", "folder", str(crops), "--naflex", "--seq-lens", "4,8,16", "--max-tokens", "32"]

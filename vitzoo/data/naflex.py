@@ -33,8 +33,9 @@ from torchvision.transforms.v2 import functional as TF
 
 from ..naflex import NaFlexError, NaFlexResize, NaFlexSpec, assemble
 from .files import ImageFiles
-from .folder import UnreadableImageError, decode_image
+from .folder import UnreadableImageError
 from .loader import mix_seeds
+from .stream import read_listed_image
 from .tensors import ImageTensors
 
 NaFlexBatch = dict[str, torch.Tensor]
@@ -144,11 +145,10 @@ def read_image(data: ImageTensors | ImageFiles, index: int) -> torch.Tensor:
     size (RGB). An unreadable file raises NaFlexError naming it."""
     if isinstance(data, ImageTensors):
         return data.images[index]
-    path = data.paths[index]
     try:
-        return decode_image(path, TF.pil_to_tensor)
+        return read_listed_image(data, index, TF.pil_to_tensor)  # a folder's file or a shard's sample
     except UnreadableImageError as err:
-        raise NaFlexError(f"cannot decode image {path}: {err}") from err
+        raise NaFlexError(f"cannot decode image {data.paths[index]}: {err}") from err
 
 
 class NaFlexTrainLoader:

@@ -107,7 +107,7 @@ def _read_image_file(path: str, decode: Callable[[Any], torch.Tensor]) -> torch.
         return decode_image(file, decode)
 
 
-def _read(files: ImageFiles, index: int, decode: Callable[[Any], torch.Tensor]) -> torch.Tensor:
+def read_listed_image(files: ImageFiles, index: int, decode: Callable[[Any], torch.Tensor]) -> torch.Tensor:
     """Image `index` of a listed split: a file of a folder, or a byte range of a shard."""
     if isinstance(files, ShardSamples):
         return files.read_image(index, decode)
@@ -148,7 +148,7 @@ class _FileDataset(Dataset[Item]):
             reason = self._bad.get(candidate)
             if reason is None:
                 try:
-                    image = _read(self.files, candidate, lambda img: self.prepare(img, seed))
+                    image = read_listed_image(self.files, candidate, lambda img: self.prepare(img, seed))
                     return image, label, failures
                 except UnreadableImageError as err:
                     reason = self._bad[candidate] = str(err)
