@@ -136,12 +136,13 @@ def test_sharded_load_equals_a_whole_load(runs: Path) -> None:
 @pytest.mark.slow
 @needs_fsdp
 def test_sharded_load_never_holds_the_whole_model(runs: Path) -> None:
-    """Loading a width-512, depth-8 model raises a rank's resident set by its half plus about one
-    block, well below the whole model; loading it whole first (as before) by at least the whole."""
+    """Loading a width-512, depth-8 model (vitzoo's layout: each rank reads its rows) raises a
+    rank's resident set by about its half, well below the whole model; loading it whole first (as
+    before) by at least the whole."""
     with torch.device("meta"):
         size = sum(p.numel() * p.element_size() for p in vitzoo.create("vit_mnist", **BIG).parameters())
     for rank in (0, 1):
         rss = json.loads((runs / "load" / f"rss{rank}.json").read_text())
         if rss["sharded"] is None:
             pytest.skip("the peak resident set cannot be reset here (/proc/self/clear_refs)")
-        assert rss["sharded"] < 0.8 * size <= rss["whole"], (rank, rss, size)
+        assert rss["sharded"] < 0.7 * size and size <= rss["whole"], (rank, rss, size)

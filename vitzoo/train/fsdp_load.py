@@ -19,6 +19,7 @@ import logging
 import re
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -85,7 +86,9 @@ def fill_shards(
         source = _SOURCES.get(sharded[0])
         if source is None and missing:
             raise WeightsMismatchError(f"no weights to fill {', '.join(sorted(missing)[:10])} from")
-        for state in _groups(source, template) if missing else iter(()):
+        if missing:
+            missing -= _read_rows(sharded, source, template, missing)
+        for state in _groups(source, template, missing) if missing else iter(()):
             for key, value in state.items():
                 if key in missing and not value.is_meta:
                     for model in sharded:
@@ -99,12 +102,62 @@ def _targets(model: nn.Module) -> list[str]:
     return [*dict(model.named_parameters()), *dict(model.named_buffers())]
 
 
-def _groups(source: Any, template: nn.Module) -> Iterator[dict[str, torch.Tensor]]:
+def _read_rows(sharded: list[nn.Module], source: Any, template: nn.Module, keys: set[str]) -> set[str]:
+    """Where the checkpoint is one safetensors file in vitzoo's (or timm's) names, each tensor of
+    `keys` that loads unchanged (the same name and shape) is read directly, only this rank's rows
+    (`get_slice`); returns the keys so filled."""
+    from safetensors import safe_open
+
+    with reading_only(lambda key: False), torch.random.fork_rng(devices=[]), _quiet():
+        ckpt = read_source(source)  # shapes alone, checked as a whole load checks them
+    path = Path(ckpt.file)
+    if ckpt.format != "vitzoo" or path.suffix != ".safetensors" or not path.is_file():
+        return set()
+    target = template.state_dict()
+    with safe_open(str(path), framework="pt", device="cpu") as f:
+        stored = set(f.keys())
+    done: set[str] = set()
+    for key in sorted(keys):
+        if key not in stored or key not in ckpt.state or key not in target or ckpt.state[key].shape != target[key].shape:
+            continue  # renamed or adapted (a resampled position table): read with its group
+        rows = _rows(sharded[0], key)
+        if rows is None:
+            continue
+        # opened per tensor: the pages a memory map touched stay resident while it is open
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            value = f.get_slice(key)[rows[0] : rows[1]] if rows[1] >= 0 else f.get_tensor(key)
+            for model in sharded:
+                _put(model, key, value.to(target[key].dtype), local=rows[1] >= 0)
+            del value
+        done.add(key)
+    return done
+
+
+def _rows(model: nn.Module, key: str) -> tuple[int, int] | None:
+    """The rows of `key` this rank holds: (start, stop) of a Shard(0) parameter, (0, -1) for a
+    whole tensor, None for another placement."""
+    target = _target(model, key)
+    placements = getattr(target, "placements", None)
+    if placements is None:
+        return (0, -1)
+    if len(placements) != 1 or getattr(placements[0], "dim", None) != 0:
+        return None
+    n, parts = target.shape[0], target.device_mesh.size()
+    step = -(-n // parts)  # torch.chunk's split: what DTensor's Shard(0) holds on each rank
+    start = min(dist.get_rank() * step, n)
+    return start, min(start + step, n)
+
+
+def _groups(source: Any, template: nn.Module, wanted: set[str]) -> Iterator[dict[str, torch.Tensor]]:
     """The model's state from `source`, one group of checkpoint tensors at a time: the values of
-    the keys of that group, the other keys as meta tensors."""
+    the keys of that group, the other keys as meta tensors. In vitzoo's names, only the groups of
+    the keys still `wanted` (and of keys under other names) are read."""
     keys: list[str] = []
-    with reading_only(lambda key: keys.append(key) is not None), torch.random.fork_rng(devices=[]):
+    with reading_only(lambda key: keys.append(key) is not None), torch.random.fork_rng(devices=[]), _quiet():
         read_source(source)  # the checkpoint's keys (no values read)
+    targets = set(_targets(template))
+    if targets & set(keys):  # vitzoo's names: the tensors read already (_read_rows) need no group
+        keys = [key for key in keys if key in wanted or key not in targets]
     groups = sorted({_group_of(key) for key in keys}, key=lambda g: (g is None, g or 0))
     for group in groups:
         with (
@@ -144,18 +197,24 @@ def _group_of(key: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _put(model: nn.Module, key: str, full: torch.Tensor) -> None:
+def _target(model: nn.Module, key: str) -> torch.Tensor:
+    return model.get_parameter(key) if key in dict(model.named_parameters()) else model.get_buffer(key)
+
+
+def _put(model: nn.Module, key: str, full: torch.Tensor, *, local: bool = False) -> None:
     """Copy this rank's part of `full` into `model`'s parameter or buffer `key` (a DTensor's
-    local shard along its Shard dim, or the whole plain tensor)."""
-    target = model.get_parameter(key) if key in dict(model.named_parameters()) else model.get_buffer(key)
-    local = target.to_local() if hasattr(target, "to_local") else target
-    if hasattr(target, "placements"):
+    local shard along its Shard dim, or the whole plain tensor); `local`: `full` is that part."""
+    target = _target(model, key)
+    local_part = target.to_local() if hasattr(target, "to_local") else target
+    if hasattr(target, "placements") and not local:
         for placement in target.placements:
             dim = getattr(placement, "dim", None)
             if dim is not None:
                 chunks = full.chunk(target.device_mesh.size(), dim=dim)
                 rank = dist.get_rank()
                 full = chunks[rank] if rank < len(chunks) else full.narrow(dim, 0, 0)
-    if tuple(local.shape) != tuple(full.shape):
-        raise WeightsMismatchError(f"{key}: expected a part of shape {tuple(local.shape)}, found {tuple(full.shape)}")
-    local.copy_(full)
+    if tuple(local_part.shape) != tuple(full.shape):
+        raise WeightsMismatchError(
+            f"{key}: expected a part of shape {tuple(local_part.shape)}, found {tuple(full.shape)}"
+        )
+    local_part.copy_(full)
