@@ -437,7 +437,7 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     here = Path(__file__).resolve().parent / "train"
     sys.path.insert(0, str(here))
-    from _fsdp_worker import BIG  # noqa: PLC0415
+    from _fsdp_worker import BIG
 
     out = tmp_path_factory.mktemp("fsdp")
     torch.manual_seed(0)

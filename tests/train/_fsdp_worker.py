@@ -40,7 +40,7 @@ from vitzoo.train.fsdp_load import create_unloaded, fill_shards, initialised
 
 FSDP_TINY = dict(patch_size=7, conv_stem=(), embed_dim=64, depth=2, num_heads=2, mlp_ratio=2.0, class_token=True)
 # No augmentation: it is drawn per rank, so one process would see other images than two.
-CONFIG = dict(epochs=2, batch_size=32, progress=False, amp="off", threads=1, ema_decay=0.9, augment=0.0)
+CONFIG = dict(epochs=1, batch_size=32, progress=False, amp="off", threads=1, ema_decay=0.9, augment=0.0)
 STOP_AT = (0, 5)  # (epoch, step) after which a run is interrupted
 PRETRAINED_CLASSES = 5  # the runs' weights file has another head: the runs draw a new one
 HF_TINY = dict(

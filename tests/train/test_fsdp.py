@@ -20,6 +20,7 @@ needs_fsdp = pytest.mark.skipif(
     not fsdp_available(), reason=f"needs torch >= {'.'.join(map(str, MIN_TORCH))} (fully_shard)"
 )
 
+
 def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
     assert a.keys() == b.keys()
     for key in a:

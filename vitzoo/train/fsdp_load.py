@@ -15,6 +15,7 @@ and .npz files are read whole for every group (their formats have no random acce
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 import weakref
@@ -64,7 +65,7 @@ def is_unloaded(model: nn.Module) -> bool:
 def initialised(model: nn.Module) -> dict[str, torch.Tensor]:
     """The values an unloaded model already holds (a new head, LoRA adapters, the non-persistent
     buffers), by state-dict name, non-persistent buffers included; taken before sharding."""
-    named = dict(model.named_parameters())
+    named: dict[str, torch.Tensor] = dict(model.named_parameters())
     named.update(model.named_buffers())
     return {key: t.detach().clone() for key, t in named.items() if not t.is_meta}
 
@@ -118,7 +119,12 @@ def _read_rows(sharded: list[nn.Module], source: Any, template: nn.Module, keys:
         stored = set(f.keys())
     done: set[str] = set()
     for key in sorted(keys):
-        if key not in stored or key not in ckpt.state or key not in target or ckpt.state[key].shape != target[key].shape:
+        if (
+            key not in stored
+            or key not in ckpt.state
+            or key not in target
+            or ckpt.state[key].shape != target[key].shape
+        ):
             continue  # renamed or adapted (a resampled position table): read with its group
         rows = _rows(sharded[0], key)
         if rows is None:
@@ -142,7 +148,7 @@ def _rows(model: nn.Module, key: str) -> tuple[int, int] | None:
         return (0, -1)
     if len(placements) != 1 or getattr(placements[0], "dim", None) != 0:
         return None
-    n, parts = target.shape[0], target.device_mesh.size()
+    n, parts = target.shape[0], _mesh_size(target)
     step = -(-n // parts)  # torch.chunk's split: what DTensor's Shard(0) holds on each rank
     start = min(dist.get_rank() * step, n)
     return start, min(start + step, n)
@@ -153,7 +159,12 @@ def _groups(source: Any, template: nn.Module, wanted: set[str]) -> Iterator[dict
     the keys of that group, the other keys as meta tensors. In vitzoo's names, only the groups of
     the keys still `wanted` (and of keys under other names) are read."""
     keys: list[str] = []
-    with reading_only(lambda key: keys.append(key) is not None), torch.random.fork_rng(devices=[]), _quiet():
+
+    def record(key: str) -> bool:
+        keys.append(key)
+        return False
+
+    with reading_only(record), torch.random.fork_rng(devices=[]), _quiet():
         read_source(source)  # the checkpoint's keys (no values read)
     targets = set(_targets(template))
     if targets & set(keys):  # vitzoo's names: the tensors read already (_read_rows) need no group
@@ -161,7 +172,7 @@ def _groups(source: Any, template: nn.Module, wanted: set[str]) -> Iterator[dict
     groups = sorted({_group_of(key) for key in keys}, key=lambda g: (g is None, g or 0))
     for group in groups:
         with (
-            reading_only(lambda key, g=group: _group_of(key) == g),
+            reading_only(functools.partial(_in_group, group=group)),
             torch.random.fork_rng(devices=[]),
             _quiet(),
         ):
@@ -192,9 +203,17 @@ def _quiet() -> Iterator[None]:
         logger.setLevel(level)
 
 
+def _in_group(key: str, group: int | None) -> bool:
+    return _group_of(key) == group
+
+
 def _group_of(key: str) -> int | None:
     match = _GROUP.search(key)
     return int(match.group(1)) if match else None
+
+
+def _mesh_size(dtensor: Any) -> int:
+    return int(dtensor.device_mesh.size())
 
 
 def _target(model: nn.Module, key: str) -> torch.Tensor:
@@ -210,7 +229,7 @@ def _put(model: nn.Module, key: str, full: torch.Tensor, *, local: bool = False)
         for placement in target.placements:
             dim = getattr(placement, "dim", None)
             if dim is not None:
-                chunks = full.chunk(target.device_mesh.size(), dim=dim)
+                chunks = full.chunk(_mesh_size(target), dim=dim)
                 rank = dist.get_rank()
                 full = chunks[rank] if rank < len(chunks) else full.narrow(dim, 0, 0)
     if tuple(local_part.shape) != tuple(full.shape):
