@@ -9,7 +9,7 @@ python -m torch.distributed.run --nproc_per_node=2 _fsdp_worker.py OUT_DIR
     OUT/cut       an FSDP run stopped mid-epoch, resumed in 2 processes with activation checkpointing;
                   copies of it: OUT/cut-copy (for one process), OUT/cut-ddp (resumed by DDP in 2 processes)
     OUT/ddp       a DDP run stopped mid-epoch, then resumed with FSDP
-    OUT/cli       `vitzoo finetune test_tiny_vit --fsdp` on the MNIST sample
+    OUT/cli       `vitzoo finetune test_tiny_vit --fsdp --weights OUT/tiny-weights --lora 2` on the MNIST sample
 """
 
 from __future__ import annotations
@@ -219,8 +219,13 @@ def main(out: str) -> int:
     fit(from_ddp, data, config=fsdp, out_dir=f"{out}/ddp", resume=True)
     save_full(from_ddp, f"{out}/ddp/full.safetensors")
 
-    register_tiny()  # and the command: vitzoo finetune --fsdp
+    register_tiny()  # and the command: vitzoo finetune --fsdp, from weights (a conv stem's BatchNorms), with LoRA
+    if rank == 0:
+        torch.manual_seed(2)
+        vitzoo.create("test_tiny_vit").save_pretrained(f"{out}/tiny-weights")
+    dist.barrier()
     argv = ["finetune", "test_tiny_vit", "--fsdp", "--epochs", "1", "--batch-size", "256", "--threads", "1"]
+    argv += ["--weights", f"{out}/tiny-weights", "--lora", "2"]
     assert cli.main([*argv, "--no-progress", "--out", f"{out}/cli"]) == 0
     dist.destroy_process_group()
     return 0
