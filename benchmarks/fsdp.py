@@ -3,12 +3,12 @@ copy per process) and one process, on the CPU (gloo) or on GPUs (nccl).
 
 Each mode runs in fresh processes (so one mode's peak cannot hide another's): `single` one plain
 process, `ddp`, `fsdp-whole` and `fsdp` 2 processes under torchrun. Every mode loads the same
-weights file (the model's random init, saved once). `single`, `ddp` and `fsdp-whole` load the model
-whole in every process, then wrap it (DistributedDataParallel; vitzoo.train.fsdp.shard: every
-block, then the model; `fsdp-whole` is how `--fsdp` loaded before vitzoo.train.fsdp_load); `fsdp`
-builds it on the meta device, shards it and each rank reads its rows of the file (what `vitzoo
-finetune --fsdp` does). A process then
-builds AdamW, takes a warm-up step so that gradients and the optimizer state exist, then --steps
+weights file (the model's random init, saved once). `single`, `ddp` and `fsdp-whole` load the
+model whole in every process, then wrap it (DistributedDataParallel; vitzoo.train.fsdp.shard:
+every block, then the model; `fsdp-whole` is how `--fsdp` loaded before vitzoo.train.fsdp_load);
+`fsdp` builds it on the meta device, shards it and each rank reads its rows of the file (what
+`vitzoo finetune --fsdp` does). A process then builds AdamW, takes a warm-up step so that
+gradients and the optimizer state exist, then --steps
 measured steps on random images (each rank its own batch of --batch). Reported per rank:
 
     state       bytes of the parameters and AdamW's moments the process holds (fsdp.state_bytes)
@@ -21,7 +21,7 @@ measured steps on random images (each rank its own batch of --batch). Reported p
 glibc is told to hand freed blocks back at once (MALLOC_MMAP_THRESHOLD_), so RSS follows the
 memory in use. `--smoke` runs a small model for a few seconds (the test suite uses it).
 
-Usage: python benchmarks/fsdp.py [--model vit_b16] [--batch 2] [--steps 3] [--modes single,ddp,fsdp]
+Usage: python benchmarks/fsdp.py [--model vit_b16] [--batch 2] [--steps 3] [--modes single,ddp,fsdp-whole,fsdp]
                                  [--device cpu] [--json out.json] [--smoke]
 """
 
