@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 import vitzoo
@@ -38,3 +39,17 @@ def test_create_unloaded_without_weights_is_create() -> None:
     assert not is_unloaded(built)
     for a, b in zip(built.state_dict().values(), vitzoo.create("vit_mnist", **TINY).state_dict().values(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_create_unloaded_is_not_refused_for_the_whole_model(tmp_path: Path, monkeypatch) -> None:
+    """Under --fsdp no process holds the whole model: where its weights alone would not fit in
+    this process, create refuses and create_unloaded builds (the run's own, sharded memory check
+    is train.start.check_training_memory)."""
+    from vitzoo import memory
+    from vitzoo.memory import Available, InsufficientMemoryError
+
+    vitzoo.create("vit_mnist", **TINY).save_pretrained(tmp_path / "w")
+    monkeypatch.setattr(memory, "available_memory", lambda: Available(1000, "a test's limit"))
+    with pytest.raises(InsufficientMemoryError, match="the weights alone"):
+        vitzoo.create("vit_mnist", weights=str(tmp_path / "w"), **TINY)
+    assert is_unloaded(create_unloaded("vit_mnist", pretrained=None, weights=str(tmp_path / "w"), **TINY))

@@ -51,6 +51,11 @@ def reading_only(keep: Callable[[str], bool]) -> Iterator[None]:
         _READ_ONLY.reset(token)
 
 
+def reading_partially() -> bool:
+    """Whether a `reading_only` is in force (the weights are not read whole)."""
+    return _READ_ONLY.get() is not None
+
+
 def read_checkpoint(path: str | os.PathLike[str]) -> StateDict:
     """Read a .safetensors, .bin/.pth/.pt or Google .npz file into a {key: tensor} dict on the CPU
     (within `reading_only`: the values of some keys, the others as meta tensors)."""
