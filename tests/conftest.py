@@ -27,6 +27,9 @@ Fixtures:
     load_benchmark   a function: benchmarks/STEM.py imported as a module, for the tests of that script
     memory_cap the address space capped a little above its size for one test (a hostile config's
                allocation fails at once)
+    fsdp_runs  the directory of one torchrun launch of tests/train/_fsdp_worker.py (2 gloo processes;
+               FSDP loads, runs and resumes, the FSDP benchmark's fsdp mode), shared by
+               tests/train/test_fsdp.py and tests/benchmarks/test_benchmark_fsdp.py
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -419,3 +424,41 @@ def digit_scenes(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_digit_scenes(
         tmp_path_factory.mktemp("scenes") / "scenes", train=8, val=4, size=(48, 64), scale=(1.0, 1.4), seed=0
     )
+
+
+@pytest.fixture(scope="session")
+def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One launch of tests/train/_fsdp_worker.py in 2 processes (see its docstring for what it
+    leaves where); OUT/big, the model whose load the worker measures, is written here, so no
+    worker process ever held it whole."""
+    import torch
+
+    import vitzoo
+
+    here = Path(__file__).resolve().parent / "train"
+    sys.path.insert(0, str(here))
+    from _fsdp_worker import BIG
+
+    out = tmp_path_factory.mktemp("fsdp")
+    torch.manual_seed(0)
+    vitzoo.create("vit_mnist", **BIG).save_pretrained(out / "big")
+    path = os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH", "")) if p)
+    # glibc hands freed blocks back at once, so the resident set follows the memory in use
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    proc = subprocess.Popen(
+        [*command, str(here / "_fsdp_worker.py"), str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        raise AssertionError("torchrun with 2 processes did not finish in 300 s:\n" + output[-3000:]) from None
+    assert proc.returncode == 0, output[-3000:]
+    return out

@@ -49,6 +49,7 @@ from .weights import (
 )
 from .weights.adapt import FitReport
 from .weights.exporter import EXPORT_FORMATS
+from .weights.files import reading_partially
 from .weights.hub import HF_PREFIX, TIMM_PREFIX, fetch_source
 
 Source = str | os.PathLike[str]
@@ -165,7 +166,8 @@ def _create(
     entry, pcfg = registry.get_pretrained_cfg(name)
     _, tag = registry.split_name(name)
     loading = weights is not None or registry.wants_weights(name, pretrained)
-    if loading or torch.empty(()).device.type == "cpu":  # not on the meta device, nor a GPU's memory
+    # not on the meta device, nor a GPU's memory; nor weights left unread (fsdp_load: sharded later)
+    if (loading and not reading_partially()) or (not loading and torch.empty(()).device.type == "cpu"):
         require_weights_memory(
             name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading
         )

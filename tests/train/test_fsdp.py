@@ -1,18 +1,15 @@
-"""vitzoo/train/fsdp.py and dcp.py: FSDP runs in 2 processes (gloo on CPU) against one process,
-sharded checkpoints resumed into 2 processes, into 1, and from a DDP run."""
+"""vitzoo/train/fsdp.py, fsdp_load.py and dcp.py: models loaded sharded (each rank its rows) against
+a whole load, FSDP runs in 2 processes (gloo on CPU) against one process, sharded checkpoints
+resumed into 2 processes, into 1, and from a DDP run. One torchrun launch (conftest's fsdp_runs)."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from _fsdp_worker import CONFIG, FSDP_TINY, model, splits
+from _fsdp_worker import BIG, CONFIG, FSDP_TINY, LOAD_CASES, model, splits
 from safetensors.torch import load_file
 
 import vitzoo
@@ -23,29 +20,6 @@ needs_fsdp = pytest.mark.skipif(
     not fsdp_available(), reason=f"needs torch >= {'.'.join(map(str, MIN_TORCH))} (fully_shard)"
 )
 
-HERE = Path(__file__).resolve().parent
-
-
-def _torchrun(*args: str) -> None:
-    path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    proc = subprocess.Popen(
-        [*command, str(HERE / "_fsdp_worker.py"), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = proc.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        raise AssertionError("torchrun with 2 processes did not finish in 240 s:\n" + output[-3000:]) from None
-    assert proc.returncode == 0, output[-3000:]
-
 
 def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
     assert a.keys() == b.keys()
@@ -54,16 +28,14 @@ def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) 
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fsdp")
-    _torchrun(str(out))
-    return out
+def runs(fsdp_runs: Path) -> Path:
+    return fsdp_runs
 
 
 @pytest.mark.slow
 @needs_fsdp
 def test_fsdp_matches_one_process_and_halves_the_state(runs: Path) -> None:
-    reference = model()
+    reference = model(str(runs / "pretrained"))  # the FSDP run started from these weights, built unloaded
     single = fit(reference, splits(), config=TrainConfig(**CONFIG), out_dir=runs / "single")
     fsdp_metrics = [json.loads(line) for line in (runs / "full" / "metrics.jsonl").read_text().splitlines()]
     # the same loss curve: FSDP's sums differ from one process's only in reduction order (fp32 here)
@@ -145,3 +117,33 @@ def test_fsdp_needs_processes_and_a_recent_torch(tmp_path: Path) -> None:
         fit(model(), splits(), config=TrainConfig(**CONFIG, fsdp=True), out_dir=tmp_path)
     with pytest.raises(ValueError, match="fsdp_offload"):
         TrainConfig(fsdp_offload=True)
+
+
+@pytest.mark.slow
+@needs_fsdp
+def test_sharded_load_equals_a_whole_load(runs: Path) -> None:
+    """Each rank read its rows (vitzoo's layout, a new head, resampled positions; transformers'
+    layout, q/k/v merged): gathered, the weights and buffers are create()'s, bit for bit."""
+    for i, (source, overrides) in enumerate(LOAD_CASES):
+        torch.manual_seed(0)  # the new head is drawn as the sharded load drew it
+        whole = vitzoo.create("vit_mnist", weights=str(runs / source), **overrides)
+        expected = {**whole.state_dict(), **{f"buffers/{k}": v for k, v in whole.named_buffers()}}
+        loaded = load_file(runs / "load" / f"{i}.safetensors")
+        assert loaded.keys() == expected.keys(), (source, loaded.keys() ^ expected.keys())
+        for key, value in expected.items():
+            assert torch.equal(loaded[key], value), (source, overrides, key)
+
+
+@pytest.mark.slow
+@needs_fsdp
+def test_sharded_load_never_holds_the_whole_model(runs: Path) -> None:
+    """Loading a width-512, depth-8 model (vitzoo's layout: each rank reads its rows) raises a
+    rank's resident set by about its half, well below the whole model; loading it whole first (as
+    before) by at least the whole."""
+    with torch.device("meta"):
+        size = sum(p.numel() * p.element_size() for p in vitzoo.create("vit_mnist", **BIG).parameters())
+    for rank in (0, 1):
+        rss = json.loads((runs / "load" / f"rss{rank}.json").read_text())
+        if rss["sharded"] is None:
+            pytest.skip("the peak resident set cannot be reset here (/proc/self/clear_refs)")
+        assert rss["sharded"] < 0.7 * size and size <= rss["whole"], (rank, rss, size)

@@ -143,3 +143,20 @@ def test_shared_and_strided_tensors_are_written(tmp_path):
     path = write_safetensors(tmp_path / "s.safetensors", {"a": base, "b": base.T, "c": base[1]})
     back = read_checkpoint(path)
     assert torch.equal(back["b"], base.T) and torch.equal(back["c"], base[1])
+
+
+def test_reading_only_reads_the_kept_keys_and_gives_the_rest_as_shapes(tmp_path: Path) -> None:
+    """Within reading_only a safetensors file's other tensors come as meta tensors of their
+    shape and dtype; a .pth file is read whole and the rest dropped the same way."""
+    from vitzoo.weights.files import reading_only
+
+    state = {"a": torch.randn(3, 4), "b": torch.arange(5, dtype=torch.int64), "c": torch.randn(2).bfloat16()}
+    save_file(state, tmp_path / "w.safetensors")
+    torch.save(state, tmp_path / "w.pth")
+    for name in ("w.safetensors", "w.pth"):
+        with reading_only(lambda key: key == "a"):
+            read = read_checkpoint(tmp_path / name)
+        assert torch.equal(read["a"], state["a"]) and not read["a"].is_meta
+        for key in ("b", "c"):
+            assert read[key].is_meta and (read[key].shape, read[key].dtype) == (state[key].shape, state[key].dtype)
+    assert not read_checkpoint(tmp_path / "w.safetensors")["b"].is_meta  # outside it, everything is read

@@ -593,6 +593,10 @@ def _build_model(args: argparse.Namespace, num_classes: int, config: Any) -> Any
     if getattr(args, "drop_path", None) is not None:
         overrides["drop_path_rate"] = args.drop_path
     check_training_memory(args.model, build_meta(args.model, **overrides), config)
+    if config.fsdp:  # no process holds the whole model: each rank reads its rows after sharding
+        from ..train.fsdp_load import create_unloaded
+
+        return create_unloaded(args.model, pretrained=args.pretrained, weights=args.weights, **overrides)
     if args.weights is not None:
         return create(args.model, weights=args.weights, **overrides)
     return create(args.model, pretrained=args.pretrained, **overrides)

@@ -93,6 +93,8 @@ class LoRALinear(nn.Linear):
         self.scaling = alpha / rank
         size = self.out_features // parts
         device, dtype = base.weight.device, base.weight.dtype
+        if base.weight.is_meta and torch.empty(()).device.type != "meta":
+            device = torch.device("cpu")  # a model to be filled after sharding: its adapters as a built one's
         self.lora_A = nn.Parameter(torch.empty(len(adapted), rank, self.in_features, device=device, dtype=dtype))
         self.lora_B = nn.Parameter(torch.zeros(len(adapted), size, rank, device=device, dtype=dtype))
         for a in self.lora_A:  # each slice's A as nn.Linear initialises a weight of its shape

@@ -13,8 +13,9 @@ holds: gloo all-gathers bf16 and reduce-scatters fp32. Optionally each block rec
 activations in the backward (activation checkpointing) and the slices live in CPU memory
 between uses (`CPUOffloadPolicy`, for CUDA runs).
 
-The model is built whole in every process (as the caller gave it) and rank 0's weights are
-copied to all, as DDP does; sharding then frees all but each rank's slice. `template` keeps the
+`vitzoo finetune --fsdp` builds the model on the meta device and each rank reads only its rows
+of the pretrained weights after sharding (fsdp_load.py); a model the caller built whole is sharded
+as given, rank 0's weights copied to all first, as DDP does. `template` keeps the
 model's structure on the meta device, so that best/ can be written from the gathered weights as
 an ordinary model. The checkpoint is sharded: dcp.py.
 """

@@ -20,7 +20,7 @@ from ..data import BatchTransform, DataSplits, InputSpec, make_loader
 from ..data.tensors import DataKind
 from ..jsonio import JSONFileError
 from ..memory import human_bytes, model_bytes, processes_per_machine, require_memory
-from . import dcp, distributed, fsdp
+from . import dcp, distributed, fsdp, fsdp_load
 from .checkpoint import CHECKPOINT_NAME, CheckpointError, load_checkpoint
 from .config import TrainConfig
 from .distill import Teacher, build_teacher
@@ -183,7 +183,9 @@ def _build_run(
             targets=config.lora_targets,
             dropout=config.lora_dropout,
         )
-    model.to(device)
+    unloaded = config.fsdp and fsdp_load.is_unloaded(model)  # filled after sharding (fsdp_load.py)
+    if not unloaded:
+        model.to(device)
     bf16, precision = choose_bf16(config.amp, device, model)
     if resume and config.amp == "auto" and isinstance(previous.get("bf16"), bool) and previous["bf16"] != bf16:
         # "auto" decided at the start; a resume elsewhere keeps it, so the run stays the same computation
@@ -233,7 +235,8 @@ def _shard(
     bf16: bool,
 ) -> nn.Module:
     """FSDP: rank 0's weights on every rank, then the model (and its weight average) sharded;
-    returns the model's structure on the meta device (fsdp.meta_template), for exporting."""
+    a model built unloaded (fsdp_load.create_unloaded) is sharded first and then filled, each
+    rank its rows. Returns the model's structure on the meta device (fsdp.meta_template), for exporting."""
     fsdp.require_fsdp()
     if not dist.enabled:
         raise ValueError(
@@ -244,11 +247,15 @@ def _shard(
     options = fsdp.ShardOptions(
         bf16=bf16, offload=config.fsdp_offload, activation_checkpointing=config.activation_checkpointing
     )
-    fsdp.broadcast_from_rank0(model)
-    fsdp.shard(model, options, device)
-    if ema is not None:
-        fsdp.broadcast_from_rank0(ema.module)
-        fsdp.shard(ema.module, dataclasses.replace(options, activation_checkpointing=False), device)
+    unloaded = fsdp_load.is_unloaded(model)
+    values = fsdp_load.initialised(model) if unloaded else {}
+    models = [model] if ema is None else [model, ema.module]
+    for i, module in enumerate(models):
+        if not unloaded:
+            fsdp.broadcast_from_rank0(module)
+        fsdp.shard(module, options if i == 0 else dataclasses.replace(options, activation_checkpointing=False), device)
+    if unloaded:  # built on the meta device: each rank reads its rows of the weights
+        fsdp_load.fill_shards(models, template, values, device)
     return template
 
 

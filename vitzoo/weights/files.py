@@ -7,9 +7,12 @@ object that is not a tensor or a plain container; .npz archives are read with pi
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import pickle
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +33,43 @@ NPZ_SUFFIXES = (".npz",)
 _NESTED_KEYS = ("state_dict", "model", "module")
 
 
+# While set (`reading_only`): the keys of a checkpoint file whose values are read; the others
+# come as meta tensors of their shape.
+_READ_ONLY: contextvars.ContextVar[Callable[[str], bool] | None] = contextvars.ContextVar("read_only", default=None)
+
+
+@contextlib.contextmanager
+def reading_only(keep: Callable[[str], bool]) -> Iterator[None]:
+    """Within it, `read_checkpoint` reads the values of the keys `keep` accepts and gives the others
+    as meta tensors (shapes alone): a safetensors file's other tensors are not read at all, other
+    kinds are read whole and the rest dropped. So the whole reading path (layout conversion,
+    checks) runs on one part of a checkpoint, e.g. one block (vitzoo/train/fsdp_load.py)."""
+    token = _READ_ONLY.set(keep)
+    try:
+        yield
+    finally:
+        _READ_ONLY.reset(token)
+
+
+def reading_partially() -> bool:
+    """Whether a `reading_only` is in force (the weights are not read whole)."""
+    return _READ_ONLY.get() is not None
+
+
 def read_checkpoint(path: str | os.PathLike[str]) -> StateDict:
-    """Read a .safetensors, .bin/.pth/.pt or Google .npz file into a {key: tensor} dict on the CPU."""
+    """Read a .safetensors, .bin/.pth/.pt or Google .npz file into a {key: tensor} dict on the CPU
+    (within `reading_only`: the values of some keys, the others as meta tensors)."""
+    keep = _READ_ONLY.get()
+    if keep is None:
+        return _read_whole(path)
+    path = Path(path)
+    if path.is_file() and _sniff_kind(path) == "safetensors":
+        shapes = read_shapes(path)
+        return {**shapes, **_read_safetensors(path, [key for key in shapes if keep(key)])}
+    return {key: value if keep(key) else value.to("meta") for key, value in _read_whole(path).items()}
+
+
+def _read_whole(path: str | os.PathLike[str]) -> StateDict:
     path = Path(path)
     if not path.is_file():
         raise WeightsFileError(f"checkpoint file {str(path)!r} does not exist (or is not a file)")
@@ -58,10 +96,22 @@ def read_shapes(path: str | os.PathLike[str]) -> StateDict:
 
         try:
             with safe_open(str(path), framework="pt", device="cpu") as f:
-                return {key: torch.empty(f.get_slice(key).get_shape(), device="meta") for key in f.keys()}
+                return {key: _meta_of(f.get_slice(key)) for key in f.keys()}
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise _unreadable_safetensors(path, e) from e
-    return {key: torch.empty(value.shape, device="meta") for key, value in read_checkpoint(path).items()}
+    return {key: torch.empty(value.shape, dtype=value.dtype, device="meta") for key, value in _read_whole(path).items()}
+
+
+# safetensors' dtype names (a header's "dtype" field), for the meta tensors of `read_shapes`.
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}  # fmt: skip
+
+
+def _meta_of(part: Any) -> torch.Tensor:
+    return torch.empty(part.get_shape(), dtype=_SAFETENSORS_DTYPES.get(part.get_dtype(), torch.float32), device="meta")
 
 
 def _sniff_kind(path: Path) -> str | None:
@@ -94,17 +144,17 @@ def _sniff_kind(path: Path) -> str | None:
 _SAFETENSORS_CHUNK = 1 << 27
 
 
-def _read_safetensors(path: Path) -> StateDict:
+def _read_safetensors(path: Path, only: list[str] | None = None) -> StateDict:
     """Each tensor copied out of the file into memory of its own (aligned as torch allocates, see
     load._owned). safetensors hands out views into one memory map of the file, which stays mapped,
     and its touched pages resident, until the last view is gone: the file is opened afresh for
     every _SAFETENSORS_CHUNK bytes, so beside the copies at most that much of a mapping is resident
-    (a bf16 7B checkpoint loads in about its own size, not twice it)."""
+    (a bf16 7B checkpoint loads in about its own size, not twice it). `only`: these keys alone."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
-            keys = list(f.keys())
+            keys = list(f.keys()) if only is None else only
         out: StateDict = {}
         while len(out) < len(keys):
             with safe_open(str(path), framework="pt", device="cpu") as f:

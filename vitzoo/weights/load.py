@@ -45,15 +45,19 @@ def load_checkpoint(
     dtype: torch.dtype | None = None,
 ) -> FitReport:
     """Load `ckpt` into `model`. The checkpoint is adapted to the model where that is well defined
-    (num_classes, img_size, in_chans, each logged; see adapt.py); anything else that does not fit
-    raises a WeightsMismatchError. A checkpoint that states a LayerNorm eps (transformers: 1e-12)
-    sets it on the model and in `model.config`. The checkpoint's tensors are assigned to the model
-    (`assign`; None: when it has parameters on the meta device, built to be filled). strict=False
-    loads the keys that fit and reports the rest in the returned FitReport. The tensors are handed
-    over: `ckpt.state` is emptied. Tensors holding NaN or infinite values load with one warning
-    naming them (vitzoo predict, eval and export refuse such a model). With `dtype` (and `assign`)
-    the floating tensors load in that dtype rather than the model's, each converted on its own."""
+        (num_classes, img_size, in_chans, each logged; see adapt.py); anything else that does not fit
+        raises a WeightsMismatchError. A checkpoint that states a LayerNorm eps (transformers: 1e-12)
+        sets it on the model and in `model.config`. The checkpoint's tensors are assigned to the model
+        (`assign`; None: when it has parameters on the meta device, built to be filled). strict=False
+        loads the keys that fit and reports the rest in the returned FitReport. The tensors are handed
+        over: `ckpt.state` is emptied. Tensors holding NaN or infinite values load with one warning
+        naming them (vitzoo predict, eval and export refuse such a model). A checkpoint read as shapes
+    alone (weights.files.reading_only) leaves its tensors on the meta device, to be filled later
+    (vitzoo/train/fsdp_load.py). With `dtype` (and `assign`)
+        the floating tensors load in that dtype rather than the model's, each converted on its own."""
     check_fits(model, ckpt)
+    # a checkpoint read as shapes alone (files.reading_only) builds the model without its weights
+    shapes_only = bool(ckpt.state) and all(t.is_meta for t in ckpt.state.values())
     config = getattr(model, "config", None)
     if config is not None and "norm_eps" in ckpt.declared and ckpt.config["norm_eps"] != config.norm_eps:
         _set_norm_eps(model, float(ckpt.config["norm_eps"]))
@@ -76,7 +80,7 @@ def load_checkpoint(
     model.load_state_dict(state, strict=strict, assign=assign)
     _rebuild_non_persistent_buffers(model)
     leftover = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if leftover:
+    if leftover and not shapes_only:
         raise WeightsMismatchError(
             f"{ckpt.file}: no values for {', '.join(leftover[:10])} (the model was built without data)"
         )
