@@ -40,7 +40,7 @@ def test_export_of_a_model_beyond_the_memory_is_refused_before_allocating(dtype,
     needed = _fp32(BIG) // 2 if dtype else _fp32(BIG)
     assert f"model '{BIG}' in {dtype or 'fp32'} (" in err
     assert f": {human_bytes(needed)} needed, 6.0 GB available (a test's limit); ways out: " in err
-    assert ("--dtype bf16" in err) == (dtype is None) and "FSDP" in err
+    assert ("--dtype bf16" in err) == (dtype is None) and "vitzoo finetune --fsdp" in err
     assert not out.exists()
 
 
@@ -52,7 +52,7 @@ def test_finetune_counts_weights_gradients_and_adamw_state(six_gb, tmp_path, cap
     assert f"fine-tuning model '{BIG}' (" in err and f"weights {weights}, gradients {weights}, AdamW's two" in err
     total = re.search(r": ([\d.]+) GB needed, 6\.0 GB available", err)
     assert total and float(total.group(1)) == pytest.approx(4 * _fp32(BIG) / 1e9, abs=0.1)
-    assert "--linear-probe or --lora RANK" in err and "FSDP" in err
+    assert "--linear-probe or --lora RANK" in err and "--fsdp under torchrun" in err
     code, _, err = _run(capsys, *argv, "--linear-probe", "--ema", "0.999")
     assert code == 1 and f"the EMA copy {weights}" in err and "--linear-probe or" not in err
     assert not (tmp_path / "run").exists()
