@@ -10,6 +10,7 @@ python -m torch.distributed.run --nproc_per_node=2 _fsdp_worker.py OUT_DIR
                   copies of it: OUT/cut-copy (for one process), OUT/cut-ddp (resumed by DDP in 2 processes)
     OUT/ddp       a DDP run stopped mid-epoch, then resumed with FSDP
     OUT/cli       `vitzoo finetune test_tiny_vit --fsdp --weights OUT/tiny-weights --lora 2` on the MNIST sample
+    OUT/naflex    `vitzoo finetune test_tiny_rgb --fsdp --naflex` on a folder of mixed-aspect crops of photos
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from _worker import register_tiny
+from _worker import register_tiny, register_tiny_rgb
 from safetensors.torch import save_file
 
 import vitzoo
@@ -227,6 +228,16 @@ def main(out: str) -> int:
     argv = ["finetune", "test_tiny_vit", "--fsdp", "--epochs", "1", "--batch-size", "256", "--threads", "1"]
     argv += ["--weights", f"{out}/tiny-weights", "--lora", "2"]
     assert cli.main([*argv, "--no-progress", "--out", f"{out}/cli"]) == 0
+
+    register_tiny_rgb()  # --naflex under FSDP: token-budget batches of mixed-aspect crops of photos
+    if rank == 0:
+        from vitzoo.data.photo_crops import build_photo_crops
+
+        build_photo_crops(f"{out}/crops", train=8, val=4, sides=(20, 48))
+    dist.barrier()
+    argv = ["finetune", "test_tiny_rgb", "--fsdp", "--naflex", "--seq-lens", "4,8", "--epochs", "1", "--threads", "1"]
+    argv += ["--data", "folder", f"{out}/crops", "--batch-size", "4"]
+    assert cli.main([*argv, "--no-progress", "--out", f"{out}/naflex"]) == 0
     dist.destroy_process_group()
     return 0
 

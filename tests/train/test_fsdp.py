@@ -108,6 +108,18 @@ def test_finetune_command_with_fsdp(runs: Path) -> None:
     assert json.loads((out / "run.json").read_text())["train_config"]["fsdp"] is True
 
 
+@pytest.mark.slow
+@needs_fsdp
+def test_finetune_command_with_fsdp_and_naflex(runs: Path) -> None:
+    """Variable sequence lengths under FSDP: the run's NaFlex check reads the model's build (a
+    probe forward would leave inference tensors in FSDP's all-gather buffers)."""
+    out = runs / "naflex"
+    run = json.loads((out / "run.json").read_text())
+    assert run["train_config"]["fsdp"] is True and run["train_config"]["naflex"] is True
+    assert (run["train_images"], run["val_images"]) == (32, 16)  # 4 photos x (8 training, 4 validation) crops
+    assert (out / "best" / "model.safetensors").is_file()
+
+
 def test_fsdp_needs_processes_and_a_recent_torch(tmp_path: Path) -> None:
     """One clear error: on a torch without FSDP2 naming the version, else for a single process."""
     from vitzoo.train.fsdp import FsdpUnavailableError
