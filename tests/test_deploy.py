@@ -67,6 +67,9 @@ def ort():
     return pytest.importorskip("onnxruntime", reason='onnxruntime is the [onnx] extra: pip install "vitzoo[onnx]"')
 
 
+OPSETS = {"vit": 17}  # one model at a chosen opset (test_onnx_opset), the others at the exporter's own
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> dict[str, tuple[VisionTransformer, Path]]:
     """Each model exported to ONNX once, from training mode (the export must trace eval mode)."""
@@ -74,7 +77,7 @@ def exported(tmp_path_factory) -> dict[str, tuple[VisionTransformer, Path]]:
     result = {}
     for name, model in tiny_models().items():
         model.train()
-        path = deploy.export_onnx(model, out / f"{name}.onnx")
+        path = deploy.export_onnx(model, out / f"{name}.onnx", opset=OPSETS.get(name))
         assert model.training, "export_onnx must give the model back in the mode it had"
         result[name] = (model, path)
     return result
@@ -161,11 +164,11 @@ def test_onnx_in_fp16_takes_float32_images(tmp_path, ort):
     np.testing.assert_allclose(got.astype(np.float32), expected.numpy(), rtol=0, atol=2e-2)
 
 
-def test_onnx_opset(tmp_path):
+def test_onnx_opset(tmp_path, exported):
     onnx = pytest.importorskip("onnx", reason='onnx is the [onnx] extra: pip install "vitzoo[onnx]"')
+    _, path = exported["vit"]  # exported with opset=17 (and run in onnxruntime by the tests above)
+    assert {o.domain: o.version for o in onnx.load(str(path)).opset_import}[""] == OPSETS["vit"] == 17
     model = vitzoo.create("vit_mnist_tiny")
-    path = deploy.export_onnx(model, tmp_path / "m.onnx", opset=17)
-    assert {o.domain: o.version for o in onnx.load(str(path)).opset_import}[""] == 17
     if DYNAMO_ONNX:  # below what it implements, this exporter converts down, and may not manage
         with pytest.raises(ValueError, match=r"opset=14 is not available for this model .*wrote opset 18"):
             deploy.export_onnx(model, tmp_path / "old.onnx", opset=14)
@@ -273,25 +276,6 @@ def saved(tmp_path_factory) -> tuple[Path, VisionTransformer]:
     return path, model
 
 
-def test_export_onnx_command(tmp_path, capsys, saved, ort):
-    weights, model = saved
-    out = tmp_path / "mnist.onnx"
-    code, stdout, err = run(capsys, "export", "vit_mnist", "--weights", str(weights), "--out", str(out), "--json")
-    assert code == 0, err
-    assert err == ""  # nothing else on stderr: no exporter chatter
-    report = json.loads(stdout)
-    assert report == {
-        "output": str(out),
-        "format": "onnx",
-        "dtype": "fp32",
-        "input": ["batch", 1, 28, 28],
-        "opset": None,
-    }
-    x = images(model, 4)
-    (got,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"image": x.numpy()})
-    np.testing.assert_allclose(got, reference(model, x).numpy(), rtol=0, atol=1e-4)
-
-
 @NEEDS_DIM
 def test_export_program_command_with_dtype_and_img_size(tmp_path, capsys):
     out = tmp_path / "mnist.pt2"
@@ -341,19 +325,29 @@ def test_export_command_failures_are_one_line(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.slow
-def test_export_command_in_a_fresh_process(tmp_path, ort):
-    out = tmp_path / "tiny.onnx"
+def test_export_onnx_command_in_a_fresh_process(tmp_path, saved, ort):
+    """`python -m vitzoo export` with --weights: the JSON report alone on stdout, nothing on
+    stderr (no exporter chatter), and the file gives the saved model's outputs."""
+    weights, model = saved
+    out = tmp_path / "mnist.onnx"
     proc = subprocess.run(
-        [sys.executable, "-m", "vitzoo", "export", "vit_mnist_tiny", "--out", str(out), "--json"],
+        [sys.executable, "-m", "vitzoo", "export", "vit_mnist", "--weights", str(weights), "--out", str(out), "--json"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["output"] == str(out)
-    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    (got,) = session.run(None, {"image": np.zeros((2, 1, 32, 32), np.float32)})
-    assert got.shape == (2, 10) and np.isfinite(got).all()
+    assert proc.stderr == ""
+    assert json.loads(proc.stdout) == {
+        "output": str(out),
+        "format": "onnx",
+        "dtype": "fp32",
+        "input": ["batch", 1, 28, 28],
+        "opset": None,
+    }
+    x = images(model, 4)
+    (got,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"image": x.numpy()})
+    np.testing.assert_allclose(got, reference(model, x).numpy(), rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("suffix", [".onnx", ".pt2"])

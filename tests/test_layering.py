@@ -5,12 +5,13 @@ cannot drift apart. Every import statement of the package is read from the sourc
 ones included, since a deferred import is still a dependency) and checked against it: each import
 points to the same layer or below, each row's "only" / "never" promise holds, the import graph
 between vitzoo's modules has no cycle. And in a fresh interpreter, importing the modules of a
-layer loads nothing of a layer above it.
+layer (after those of the layers below) loads nothing of a layer above it.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import subprocess
@@ -133,7 +134,9 @@ def _is_module(name: str) -> bool:
     return (PACKAGE.parent / rel.with_suffix(".py")).is_file() or (PACKAGE.parent / rel / "__init__.py").is_file()
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
+    """Each vitzoo module and the vitzoo modules it imports (read once per session: do not mutate)."""
     return {module_name(p): vitzoo_imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
@@ -207,21 +210,32 @@ def test_every_row_keeps_its_only_and_never_promises():
     assert broken == []
 
 
-@pytest.mark.slow  # starts a Python interpreter per layer
-@pytest.mark.parametrize("layer", range(len(LAYERS) - 1))  # the top layer may load anything
-def test_importing_a_layer_loads_nothing_above_it(layer):
-    modules = [m for m in import_graph() if layer_of(m) == layer]
-    assert modules, f"layer {layer} has no module"
+@pytest.fixture(scope="module")
+def loaded_after_each_layer() -> list[list[str]]:
+    """The vitzoo modules loaded after importing layer 0, then layers 0-1, 0-2, ...: one fresh
+    interpreter for all layers. Importing is monotone, so if layers 0..k together load nothing
+    above layer k, then no layer j <= k alone loads anything above itself, checked at step j."""
+    by_layer = [[m for m in import_graph() if layer_of(m) == layer] for layer in range(len(LAYERS) - 1)]
     code = (
-        f"import importlib, json, sys; [importlib.import_module(m) for m in {modules!r}]; "
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('vitzoo'))))"
+        "import importlib, json, sys\n"
+        f"for modules in {by_layer!r}:\n"
+        "    [importlib.import_module(m) for m in modules]\n"
+        "    print(json.dumps(sorted(m for m in sys.modules if m.startswith('vitzoo'))))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=PACKAGE.parent)
     assert proc.returncode == 0, proc.stderr
-    loaded = json.loads(proc.stdout)
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+@pytest.mark.slow  # starts a Python interpreter (one for every layer)
+@pytest.mark.parametrize("layer", range(len(LAYERS) - 1))  # the top layer may load anything
+def test_importing_a_layer_loads_nothing_above_it(layer, loaded_after_each_layer):
+    modules = [m for m in import_graph() if layer_of(m) == layer]
+    assert modules, f"layer {layer} has no module"
+    loaded = loaded_after_each_layer[layer]  # with layers 0..layer-1, which load nothing above layer either
     # the namespace package is every module's parent: loaded first, its names only on first use
     above = [m for m in loaded if m != "vitzoo" and layer_of(m) > layer]
-    assert above == [], f"importing layer {layer} loads {above}"
+    assert above == [], f"importing layers 0-{layer} loads {above}"
     assert set(modules) <= set(loaded)
 
 

@@ -1,16 +1,19 @@
 """Key maps of vitzoo.weights.keymaps: a checkpoint of each layout,
 loaded through vitzoo, computes the reference implementation's logits (max |diff| <= 1e-5, fp32).
 
-Most ImageNet configs are built with depth=2 on both sides to keep the suite fast; the shapes
-that differ between configs (width, heads, patch size, tokens) are all still exercised, and
-vit_ti16 is also checked at full depth."""
+Each timm config is built with depth=2 at a 4x4 patch grid on both sides to keep the suite fast;
+the shapes that differ between configs (width, heads, patch size, prefix tokens) are all still
+exercised, and vit_ti16 is also checked at full depth and size."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 import timm
 import torch
+from timm.models._hub import save_for_hf
 
 import vitzoo
 from vitzoo.registry import timm_counterparts
@@ -34,37 +37,42 @@ def timm_from_file(timm_name: str, path, **kwargs) -> torch.nn.Module:
 
 
 def reduced(name: str) -> dict[str, int]:
-    """depth=2; the rotary-embedding families also 48 wide at a 4x4 patch grid: what differs
-    between their configs is the layout (kept), and their width and image size would make them
-    the slowest tests here (tests/weights/test_rope_families.py checks them further). The others:
-    an input above 224 px at most 224 and a width above ViT-B's at ViT-B's (768, 12 heads), as in
-    the timm contract: the same code path at a cost the suite can afford (every config's
-    full-size names and shapes: tests/test_zoo.py, on the meta device)."""
+    """depth=2 at a 4x4 patch grid; the rotary-embedding families also 48 wide: what differs
+    between their configs is the layout (kept), and their width would make them the slowest tests
+    here (tests/weights/test_rope_families.py checks them further). The others: a width above
+    ViT-B's at ViT-B's (768, 12 heads), as in the timm contract. The key map reads names and
+    shapes, the same at any grid: the same code path at a cost the suite can afford (every
+    config's full-size names and shapes: tests/test_zoo.py, on the meta device)."""
     config = vitzoo.model_info(name)["config"]
-    if config.get("rope"):
-        return {"depth": 2, "embed_dim": 48, "num_heads": 2, "img_size": 4 * int(config["patch_size"])}
-    args = {"depth": 2}
     patch = config["patch_size"] if isinstance(config["patch_size"], int) else max(config["patch_size"])
-    img = config["img_size"] if isinstance(config["img_size"], int) else max(config["img_size"])
-    if img > 224:
-        args["img_size"] = 224 // patch * patch
+    if config.get("rope"):
+        return {"depth": 2, "embed_dim": 48, "num_heads": 2, "img_size": 4 * patch}
+    args = {"depth": 2, "img_size": 4 * patch}
     if config["embed_dim"] > 768:
         args.update(embed_dim=768, num_heads=12)
     return args
 
 
+def timm_with_checkpoint(timm_name: str, out: Path, **kwargs: int) -> torch.nn.Module:
+    """timm's model with random weights, saved by timm in its hub layout (config.json +
+    model.safetensors) in `out`: the reference computes with the very weights the file holds."""
+    torch.manual_seed(0)
+    model = timm.create_model(timm_name, **kwargs)
+    save_for_hf(model, out, model_args=dict(kwargs), safe_serialization=True)
+    return model.eval()
+
+
 # ---------------------------------------------------------------------------- timm hub layout
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
-def test_every_timm_config_has_identical_logits(name, timm_checkpoint):
+def test_every_timm_config_has_identical_logits(name, tmp_path):
     timm_name = TIMM_NAMES[name]
     if vitzoo.model_info(name)["config"]["act_layer"] == "quick_gelu":  # OpenAI CLIP: timm's QuickGELU variant
         timm_name = timm_name.replace("_clip_", "_clip_quickgelu_")
     if not timm.is_model(timm_name):
         pytest.skip(f"timm {timm.__version__} has no {timm_name}")
     size = reduced(name)
-    ckpt = timm_checkpoint(timm_name, **size)
-    reference = timm_from_file(timm_name, ckpt / "model.safetensors", **size)
-    model = vitzoo.create(name, weights=str(ckpt), **size).eval()
+    reference = timm_with_checkpoint(timm_name, tmp_path, **size)
+    model = vitzoo.create(name, weights=str(tmp_path), **size).eval()
     x = torch.randn(2, 3, *reference.patch_embed.img_size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert max_diff(model(x), reference(x)) <= ATOL
