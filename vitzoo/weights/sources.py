@@ -117,7 +117,8 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, preproce
         stated = _read_config(config_path, preprocessor, inferred["num_classes"])
         check_stated(stated.fields, inferred, converted.state, config=where, weights=label)
         declared.update(stated.fields)
-        if stated.preprocessing_img is not None and "img_size" not in stated.fields:
+        # the evaluation size stands for the grid unless the tensors name it (NaFlexVit's table)
+        if stated.preprocessing_img is not None and "img_size" not in declared:
             patch = to_2tuple(inferred["patch_size"])
             size = stated.preprocessing_img
             check_bounds(size, (-(-size[0] // patch[0]), -(-size[1] // patch[1])), where)
