@@ -230,3 +230,31 @@ def test_bad_loader_arguments_name_the_argument(tmp_path: Path) -> None:
     digits = BatchTransform(spec=SPEC, train=True, kind="digits")
     with pytest.raises(ValueError, match="augmentation of photos"):
         make_loader(files, transform=digits, batch_size=2, shuffle=True, workers=0)
+
+
+EXIT_SCRIPT = """
+import sys
+from vitzoo.data import BatchTransform, InputSpec, load_image_folder, make_loader
+spec = InputSpec(channels=3, size=(16, 16), mean=(0.5,) * 3, std=(0.25,) * 3, interpolation="bilinear")
+files = load_image_folder(sys.argv[1], store_size=20, stream=True, val_split=0.25).train
+loader = make_loader(files, transform=BatchTransform(spec=spec, train=True, kind="natural"), batch_size=2,
+                     shuffle=True, workers=1)
+PENDING = loader.iterate(0)
+next(PENDING)  # a worker still running when the interpreter exits
+print("one batch")
+"""
+
+
+@pytest.mark.slow
+def test_a_process_exits_with_a_loader_left_half_way(tmp_path: Path) -> None:
+    """Workers ignore SIGTERM (a scheduler's stop is the training process's to handle), so
+    multiprocessing's exit handler (SIGTERM, then join) would wait forever for a worker of a loader
+    still alive at exit: the process must end on its own."""
+    import subprocess
+    import sys
+
+    _tree(tmp_path / "photos", per_class=4)
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_SCRIPT, str(tmp_path / "photos")], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and "one batch" in proc.stdout, proc.stderr[-2000:]

@@ -43,10 +43,13 @@ training engine drives both the same way.
 
 from __future__ import annotations
 
+import atexit
 import errno
+import multiprocessing
 import os
 import signal
 import stat
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -175,6 +178,29 @@ def _ignore_interrupts(worker_id: int) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+_EXIT_HOOK = threading.Lock()
+_exit_hook_registered = False
+
+
+def _end_workers_at_exit() -> None:
+    """Workers ignore SIGTERM (`_ignore_interrupts`), so multiprocessing's own exit handler, which
+    terminates daemonic children with SIGTERM and then joins them, would wait forever for a worker
+    of a loader still alive at exit: end those with SIGKILL first (atexit runs this one earlier)."""
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+            child.join(timeout=5)
+
+
+def _register_exit_hook() -> None:
+    """Once per process, when a loader first starts workers."""
+    global _exit_hook_registered
+    with _EXIT_HOOK:
+        if not _exit_hook_registered:
+            atexit.register(_end_workers_at_exit)
+            _exit_hook_registered = True
+
+
 def _collate(items: list[Item]) -> Batch:
     """Stack the images that could be read; pass every failure on to the training process."""
     images, labels, failures = _collate_list(items)
@@ -275,6 +301,8 @@ class StreamLoader:
         order = self.indices(epoch)
         steps = range(start_step, -(-len(order) // self.batch_size))
         keys = _EpochKeys(order, self.batch_size, steps, (self.seed, epoch, self.rank))
+        if self.workers:
+            _register_exit_hook()
         loader = DataLoader(
             self.dataset,
             batch_sampler=keys,
