@@ -41,6 +41,16 @@ def smooth_one_hot(labels: torch.Tensor, num_classes: int, smoothing: float = 0.
     return F.one_hot(labels, num_classes).float() * (1.0 - smoothing) + smoothing / num_classes
 
 
+def check_mix_settings(mixup_alpha: float, cutmix_alpha: float, prob: float, switch_prob: float) -> None:
+    """The settings of a Mixup / CutMix mixer (this module's and train/naflex_mix.py's)."""
+    if mixup_alpha < 0 or cutmix_alpha < 0 or mixup_alpha == cutmix_alpha == 0:
+        raise ValueError(
+            f"mixup_alpha={mixup_alpha}, cutmix_alpha={cutmix_alpha}: expected alphas >= 0, at least one > 0"
+        )
+    if not (0 <= prob <= 1 and 0 <= switch_prob <= 1):
+        raise ValueError(f"prob={prob}, switch_prob={switch_prob}: expected probabilities in [0, 1]")
+
+
 class Mixer:
     """Mixup / CutMix for training batches; see the module docstring."""
 
@@ -54,12 +64,7 @@ class Mixer:
         switch_prob: float = 0.5,
         label_smoothing: float = 0.0,
     ) -> None:
-        if mixup_alpha < 0 or cutmix_alpha < 0 or mixup_alpha == cutmix_alpha == 0:
-            raise ValueError(
-                f"mixup_alpha={mixup_alpha}, cutmix_alpha={cutmix_alpha}: expected alphas >= 0, at least one > 0"
-            )
-        if not (0 <= prob <= 1 and 0 <= switch_prob <= 1):
-            raise ValueError(f"prob={prob}, switch_prob={switch_prob}: expected probabilities in [0, 1]")
+        check_mix_settings(mixup_alpha, cutmix_alpha, prob, switch_prob)
         self.num_classes, self.label_smoothing = num_classes, label_smoothing
         self.prob, self.switch_prob = prob, switch_prob
         self.mixup = v2.MixUp(alpha=mixup_alpha, num_classes=num_classes) if mixup_alpha > 0 else None

@@ -24,7 +24,7 @@ from ..layers.helpers import to_2tuple
 from ..naflex import NaFlexLoader, NaFlexSpec, check_model
 from .config import TrainConfig
 from .distributed import DistInfo
-from .naflex_mix import NaFlexMixer, PatchErasing
+from .naflex_mix import PatchErasing
 
 
 @dataclass(frozen=True)
@@ -79,14 +79,3 @@ def naflex_loaders(
     share = splits.val.subset(torch.arange(dist.rank, len(splits.val), dist.world_size))
     batch_size = max(1, max(lengths.max_tokens, lengths.max_patches) // lengths.max_patches)
     return train, NaFlexLoader(share, spec, batch_size=batch_size, workers=config.workers)
-
-
-def naflex_mixer(config: TrainConfig, num_classes: int) -> NaFlexMixer:
-    return NaFlexMixer(
-        num_classes=num_classes,
-        mixup_alpha=config.mixup,
-        cutmix_alpha=config.cutmix,
-        prob=config.mix_prob,
-        switch_prob=config.mix_switch_prob,
-        label_smoothing=config.label_smoothing,
-    )

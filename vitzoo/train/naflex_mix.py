@@ -31,7 +31,7 @@ import torch
 
 from ..data.naflex import NaFlexBatch
 from ..layers.naflex import PATCH_COORD, PATCH_VALID, PATCHES
-from .mix import smooth_one_hot
+from .mix import check_mix_settings, smooth_one_hot
 
 
 def grid_shape(coord: torch.Tensor, valid: torch.Tensor) -> tuple[int, int]:
@@ -132,12 +132,7 @@ class NaFlexMixer:
         label_smoothing: float = 0.0,
         local_shuffle: int = 4,
     ) -> None:
-        if mixup_alpha < 0 or cutmix_alpha < 0 or mixup_alpha == cutmix_alpha == 0:
-            raise ValueError(
-                f"mixup_alpha={mixup_alpha}, cutmix_alpha={cutmix_alpha}: expected alphas >= 0, at least one > 0"
-            )
-        if not (0 <= prob <= 1 and 0 <= switch_prob <= 1):
-            raise ValueError(f"prob={prob}, switch_prob={switch_prob}: expected probabilities in [0, 1]")
+        check_mix_settings(mixup_alpha, cutmix_alpha, prob, switch_prob)
         self.num_classes, self.smoothing, self.local_shuffle = num_classes, label_smoothing, local_shuffle
         self.mixup_alpha, self.cutmix_alpha, self.prob, self.switch_prob = mixup_alpha, cutmix_alpha, prob, switch_prob
 

@@ -29,7 +29,7 @@ from .export import BEST_DIR
 from .lock import RunLock
 from .metrics import METRICS_NAME, read_metrics
 from .mix import Mixer
-from .naflex import naflex_loaders, naflex_mixer
+from .naflex import naflex_loaders
 from .naflex_mix import NaFlexMixer
 from .optim import WarmupCosine, add_adapters, freeze_backbone, make_optimizer, param_groups
 from .placement import Placement, choose_bf16, resolve_device
@@ -376,9 +376,8 @@ def _build_teacher(config: TrainConfig, model: nn.Module, splits: DataSplits, de
 def _make_mixer(config: TrainConfig, num_classes: int) -> Mixer | NaFlexMixer | None:
     if config.mixup == 0 and config.cutmix == 0:
         return None
-    if config.naflex:
-        return naflex_mixer(config, num_classes)
-    return Mixer(
+    mixer = NaFlexMixer if config.naflex else Mixer  # patch sequences, or square images
+    return mixer(
         num_classes=num_classes,
         mixup_alpha=config.mixup,
         cutmix_alpha=config.cutmix,
