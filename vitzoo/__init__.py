@@ -6,7 +6,7 @@
 The package's layers import downwards only (tests/test_layering.py checks it):
 
     atomic, checks, errors, jsonio, precision, pretrained_cfg, layers/   import nothing of vitzoo above them
-    layout, model, flops, deploy                               the model, its saved layout, its export
+    layout, model, flops, deploy, inference                    the model, its saved layout, its export, fast inference
     zoo, plugins                                               the built-in table, entry-point loading
     registry                                                   names -> builders, configs, sources
     weights/                                                   checkpoints: read, convert, adapt, export
@@ -52,12 +52,15 @@ _EXPORTS = {
     "push_to_hub": "push",
     "export": "weights",
     "dense_features": "dense",
+    "optimize": "inference",
+    "OptimizedModule": "inference",
     "load_dense_image": "dense",
 }
 
 __all__ = [
     "FeatureGetterNet",
     "FeatureInfo",
+    "OptimizedModule",
     "PretrainedCfg",
     "RegistryError",
     "UnknownModelError",
@@ -74,6 +77,7 @@ __all__ = [
     "load_dense_image",
     "load_weights",
     "model_info",
+    "optimize",
     "push_to_hub",
     "register",
     "register_model",
@@ -84,6 +88,7 @@ if TYPE_CHECKING:
     from .builder import convert, create, download, from_pretrained, load_weights
     from .dense import dense_features, load_dense_image
     from .features import FeatureGetterNet, FeatureInfo
+    from .inference import OptimizedModule, optimize
     from .layout import save_pretrained
     from .model import VisionTransformer, ViTConfig
     from .pretrained_cfg import PretrainedCfg

@@ -11,9 +11,10 @@ qkv_bias) gives q and v a bias but not k, as EVA's attention: the fused layout t
 With `rope`, queries and keys are rotated by a 2D rotary embedding (rope.py) before attending.
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
-One exception, for speed alone: training in bf16 on a CPU (autograd on, bf16 q/k/v), where the
-CPU flash kernel's backward is several times slower than two bf16 matrix products and a softmax
-(`benchmarks/train_speed.py --attention` measures both), the same formula is written out.
+Two exceptions, for speed alone, where the same formula is written out (two matrix products and a
+softmax): training in bf16 on a CPU (autograd on, bf16 q/k/v), where the CPU flash kernel's
+backward is several times slower (`benchmarks/train_speed.py --attention` measures both); and a
+layer whose `explicit` flag `vitzoo.optimize` set after timing both on the input it tunes for.
 
 To *look* at the attention weights (vitzoo.viz, attention rollout), wrap a forward pass in
 `capture_attention(model)`: only inside it do the layers compute softmax(q k^T / sqrt(d)) explicitly
@@ -83,6 +84,9 @@ class Attention(nn.Module):
         # Set only by `capture_attention`: a list that receives this layer's attention weights.
         # None (the normal case) keeps the fused kernel, so ordinary forwards pay one `is None` test.
         self.attn_sink: list[torch.Tensor] | None = None
+        # Set only by `vitzoo.optimize` where it measured the written-out formula faster for the
+        # input it tuned for (bf16 inference on some CPUs): the same computation, another kernel.
+        self.explicit: bool = False
 
     def init_non_persistent_buffers(self) -> None:
         """EVA's zero key bias again (timm's name; see vitzoo/weights/load.py)."""
@@ -100,7 +104,7 @@ class Attention(nn.Module):
         if rope is not None:  # (N, 2 * head_dim), per head (heads, N, ...) or per image (B, 1 | heads, N, ...)
             q = apply_rope(q, rope, self.rope_rotate_half).type_as(v)
             k = apply_rope(k, rope, self.rope_rotate_half).type_as(v)
-        if self.attn_sink is not None or explicit_is_faster(q):
+        if self.attn_sink is not None or self.explicit or explicit_is_faster(q):
             x = self._explicit_attention(q, k, v, self.attn_sink, attn_mask)
         elif attn_mask is None:  # softmax(q k^T / sqrt(head_dim)) v, fused.
             x = F.scaled_dot_product_attention(

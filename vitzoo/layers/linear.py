@@ -34,21 +34,27 @@ def _fused_op_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _tracing() -> bool:
-    if torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export():
-        return True
+def _compiling() -> bool:
+    """Inside torch.compile / torch.export tracing (Dynamo folds this to a constant)."""
     compiler = getattr(torch, "compiler", None)
     if compiler is not None and hasattr(compiler, "is_compiling"):
         return bool(compiler.is_compiling())
     return bool(torch._dynamo.is_compiling())  # torch < 2.3
 
 
+def _tracing() -> bool:
+    return torch.jit.is_tracing() or torch.jit.is_scripting() or torch.onnx.is_in_onnx_export()
+
+
 def use_fused(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether `linear` takes oneDNN's fused path for this input (see the module docstring)."""
     return (
-        # First: fake / functional tensors of tracers take the portable path, and a torch.fx Proxy
+        # First, torch.compile: Dynamo must see nothing but this constant, or every layer breaks the
+        # graph in two (the checks below call functions it refuses to trace).
+        not _compiling()
+        # Then fake / functional tensors of other tracers take the portable path, and a torch.fx Proxy
         # must not reach the dtype comparison below (its result is a Proxy that has no truth value).
-        type(x) is torch.Tensor
+        and type(x) is torch.Tensor
         and x.dtype == torch.bfloat16
         and weight.dtype == torch.bfloat16
         and x.device.type == "cpu"
