@@ -464,6 +464,12 @@ def test_openvino_failures_leave_nothing(tmp_path, capsys, monkeypatch, ov):
     code, _, err = run(capsys, "export", "vit_mnist_tiny", "--out", str(tmp_path / "m.xml"))
     assert code == 130 and err.endswith("vitzoo: interrupted\n") and saved_ir == [False]
     assert list(tmp_path.iterdir()) == []
+    for name in ("old.xml", "old.bin"):  # an earlier export there is kept whole
+        (tmp_path / name).write_text(name)
+    code, _, _ = run(capsys, "export", "vit_mnist_tiny", "--out", str(tmp_path / "old.xml"))
+    assert code == 130 and {p.name: p.read_text() for p in tmp_path.iterdir()} == {n: n for n in ("old.xml", "old.bin")}
+    for name in ("old.xml", "old.bin"):
+        (tmp_path / name).unlink()
     monkeypatch.setitem(sys.modules, "openvino", None)  # what `import openvino` sees when it is absent
     with pytest.raises(ImportError, match=r'OpenVINO export needs openvino.*pip install "vitzoo\[openvino\]"'):
         deploy.export(model, tmp_path / "m.xml")
