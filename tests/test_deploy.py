@@ -1,9 +1,11 @@
 """Deployment exports (vitzoo/deploy.py and `vitzoo export`): the ONNX file, run in onnxruntime, and
 the torch.export program, loaded back, give PyTorch's outputs for a plain ViT, a DeiT with its
-distillation token and a hybrid (conv-stem) ViT, at batch sizes other than the traced one."""
+distillation token and a hybrid (conv-stem) ViT, at batch sizes other than the traced one; the
+OpenVINO IR, run in OpenVINO's CPU runtime, for a plain ViT, a RoPE model and a bf16 hybrid."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -218,6 +220,11 @@ def test_format_from_suffix_or_name():
         deploy.format_of("m.bin", "tflite")
     with pytest.raises(ValueError, match=r"ends in \.pt2, the suffix of 'torch-export' files, but the format is"):
         deploy.format_of("m.pt2", "onnx")
+    assert deploy.format_of("ir/m.XML") == "openvino" == deploy.format_of("m.xml", "openvino")
+    with pytest.raises(ValueError, match=r"ends in \.xml, the suffix of 'openvino' files, but the format is 'onnx'"):
+        deploy.format_of("m.xml", "onnx")
+    with pytest.raises(ValueError, match=r"'m\.bin' does not end in \.xml; an OpenVINO IR is an \.xml file"):
+        deploy.format_of("m.bin", "openvino")
 
 
 # ------------------------------------------------------------------------------------ torch.export
@@ -298,6 +305,8 @@ def test_export_program_command_with_dtype_and_img_size(tmp_path, capsys):
         (["--out", "m.onnx", "--img-size", "0"], "--img-size must be >= 1, got 0"),
         (["--out", "m.onnx", "--pretrained", "--weights", "w"], "--pretrained and --weights both choose the weights"),
         (["--out", "m.onnx", "--format", "tflite"], "invalid choice: 'tflite'"),
+        (["--out", "m.bin", "--format", "openvino"], "'m.bin' does not end in .xml"),
+        (["--out", "m.xml", "--dynamic-size"], "--dynamic-size is not available for an OpenVINO IR"),
     ],
 )
 def test_export_command_bad_usage(tmp_path, capsys, monkeypatch, argv, message):
@@ -350,7 +359,7 @@ def test_export_onnx_command_in_a_fresh_process(tmp_path, saved, ort):
     np.testing.assert_allclose(got, reference(model, x).numpy(), rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("suffix", [".onnx", ".pt2"])
+@pytest.mark.parametrize("suffix", [".onnx", ".pt2", ".xml"])
 def test_ctrl_c_inside_the_exporter_is_an_interruption(tmp_path, capsys, monkeypatch, suffix):
     """torch's exporters catch what they trace and raise their own error from it: a Ctrl-C that
     lands inside them comes back chained under another type, and must still exit 130."""
@@ -367,6 +376,103 @@ def test_ctrl_c_inside_the_exporter_is_an_interruption(tmp_path, capsys, monkeyp
         pytest.skip(str(exc))
     monkeypatch.setattr(torch.onnx, "export", interrupted)
     monkeypatch.setattr(torch.export, "export", interrupted)
+    if suffix == ".xml":
+        monkeypatch.setattr(pytest.importorskip("openvino"), "convert_model", interrupted)
     code, out, err = run(capsys, "export", "vit_mnist_tiny", "--out", str(tmp_path / f"m{suffix}"))
     assert code == 130 and out == "" and err.endswith("vitzoo: interrupted\n") and "failed" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------ OpenVINO
+@pytest.fixture(scope="module")
+def ov():
+    return pytest.importorskip("openvino", reason='openvino is the [openvino] extra: pip install "vitzoo[openvino]"')
+
+
+def rope_model() -> VisionTransformer:
+    """DINOv3's layout at a tiny size (rotary positions, storage tokens, layer scale), its tokens random."""
+    torch.manual_seed(0)
+    model = vitzoo.create("dinov3_s16", **TINY)
+    with torch.no_grad():
+        for name, tensor in model.named_parameters():
+            if "token" in name or "gamma" in name:
+                tensor.normal_(std=0.5)
+    return model
+
+
+def run_ir(ov, path: Path, x: torch.Tensor) -> torch.Tensor:
+    """The IR's output for `x` in OpenVINO's CPU runtime at f32 (its default on a CPU with bf16 is bf16)."""
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    got = compiled(x.numpy())[0]
+    if compiled.outputs[0].element_type == ov.Type.bf16:  # numpy has no bf16: OpenVINO gives its bits as fp16
+        return torch.from_numpy(got.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(got)
+
+
+@pytest.mark.parametrize("name", ["vit", "rope"])
+def test_openvino_matches_pytorch_at_every_batch_size(name, tmp_path, ov):
+    model = (tiny_models()["vit"] if name == "vit" else rope_model()).train()
+    path = deploy.export(model, tmp_path / f"{name}.xml")
+    assert model.training, "export_openvino must give the model back in the mode it had"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.bin", f"{name}.xml"]  # no temporary left
+    (inp,), (out,) = ov.Core().read_model(str(path)).inputs, ov.Core().read_model(str(path)).outputs
+    assert (inp.get_names(), out.get_names()) == ({"image"}, {"output"})
+    assert str(inp.get_partial_shape()) == "[?,3,32,32]" and inp.get_element_type() == ov.Type.f32
+    for batch in BATCHES:
+        x = images(model, batch)
+        got, expected = run_ir(ov, path, x), reference(model, x)
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-4)
+
+
+def test_export_openvino_command_in_bf16(tmp_path, capsys, saved, ov):
+    """bf16 weights stay bf16 in the IR (no compression): the input is float32, the output bf16."""
+    weights, model = saved
+    out = tmp_path / "mnist.xml"
+    argv = ["export", "vit_mnist", "--weights", str(weights), "--out", str(out), "--dtype", "bf16", "--json"]
+    code, stdout, err = run(capsys, *argv)
+    assert code == 0, err
+    assert json.loads(stdout) == {
+        "output": str(out),
+        "format": "openvino",
+        "dtype": "bf16",
+        "input": ["batch", 1, 28, 28],
+        "opset": None,
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnist.bin", "mnist.xml"]
+    x = images(model, 3)
+    got = run_ir(ov, out, x)
+    assert got.dtype == torch.bfloat16
+    expected = reference(copy.deepcopy(model).to(torch.bfloat16), x)
+    torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=2e-2)
+
+
+def test_openvino_failures_leave_nothing(tmp_path, capsys, monkeypatch, ov):
+    """A write that fails half-way (here a Ctrl-C) leaves neither file; a missing extra is named."""
+    model = vitzoo.create("vit_mnist_tiny")
+    for bad, message in [({"opset": 17}, "applies to ONNX export only"), ({"dynamic_size": True}, "not available")]:
+        with pytest.raises(ValueError, match=message):
+            deploy.export(model, tmp_path / "m.xml", **bad)
+    saved_ir = []
+
+    def half_written(converted, xml, compress_to_fp16=True):
+        saved_ir.append(compress_to_fp16)
+        Path(xml).with_suffix(".bin").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ov, "save_model", half_written)
+    code, _, err = run(capsys, "export", "vit_mnist_tiny", "--out", str(tmp_path / "m.xml"))
+    assert code == 130 and err.endswith("vitzoo: interrupted\n") and saved_ir == [False]
+    assert list(tmp_path.iterdir()) == []
+    for name in ("old.xml", "old.bin"):  # an earlier export there is kept whole
+        (tmp_path / name).write_text(name)
+    code, _, _ = run(capsys, "export", "vit_mnist_tiny", "--out", str(tmp_path / "old.xml"))
+    assert code == 130 and {p.name: p.read_text() for p in tmp_path.iterdir()} == {n: n for n in ("old.xml", "old.bin")}
+    for name in ("old.xml", "old.bin"):
+        (tmp_path / name).unlink()
+    monkeypatch.setitem(sys.modules, "openvino", None)  # what `import openvino` sees when it is absent
+    with pytest.raises(ImportError, match=r'OpenVINO export needs openvino.*pip install "vitzoo\[openvino\]"'):
+        deploy.export(model, tmp_path / "m.xml")
+    code, _, err = run(capsys, "export", "vit_mnist_tiny", "--out", str(tmp_path / "m.xml"))
+    assert code == 1 and err.count("\n") == 1 and err.strip().endswith('pip install "vitzoo[openvino]"')
     assert list(tmp_path.iterdir()) == []

@@ -1,11 +1,13 @@
-"""Deploying a model outside this package: an ONNX file, or a `torch.export` program (`.pt2`).
+"""Deploying a model outside this package: an ONNX file, a `torch.export` program (`.pt2`), or an
+OpenVINO IR (`.xml` and its `.bin`).
 
-    from vitzoo.deploy import export_onnx, export_program, load_program
+    from vitzoo.deploy import export_onnx, export_openvino, export_program, load_program
     export_onnx(model, "vit.onnx")          # onnxruntime, TensorRT, OpenVINO, ...
     export_program(model, "vit.pt2")        # torch.export.load / load_program, AOTInductor
     load_program("vit.pt2")(images)         # the program back as a module, for any batch size
+    export_openvino(model, "vit.xml")       # openvino.Core().compile_model("vit.xml", "CPU")
 
-Both are traced for a batch of any size: the batch axis is declared dynamic, every other size of
+All are traced for a batch of any size: the batch axis is declared dynamic, every other size of
 the input (channels, height, width) is the model's own and fixed. The image input is float32 in
 every case; a model cast to bf16 or fp16 casts it inside (VisionTransformer.forward_features does),
 so a deployment feeds the same preprocessed images whatever the weights' precision, and gets
@@ -16,7 +18,12 @@ the model must be built with `dynamic_img_size=True`, and its learned position t
 bicubic) and rotary embedding (layers/rope.py) are then computed in the graph from the input's
 size, so the file follows any input size instead of freezing the example's. This needs the
 torch.export-based exporter (torch 2.9 and later for ONNX): TorchScript tracing records the
-example's sizes as constants.
+example's sizes as constants, which is also why an OpenVINO IR (OpenVINO's converter traces the
+module with TorchScript) has a fixed height and width.
+
+The OpenVINO IR is written by OpenVINO's own converter (`openvino.convert_model`, then
+`openvino.save_model`), its weights kept in the model's precision (no compression to fp16): the
+precision it runs in is the runtime's choice at compile time (INFERENCE_PRECISION_HINT).
 
 Which ONNX exporter: each torch version's default one, the one its maintainers test for that
 version. From torch 2.9 that is the exporter built on torch.export and onnxscript; the older
@@ -35,6 +42,8 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
+import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -51,7 +60,7 @@ from .precision import check_outputs, narrower_than_fp32
 from .pretrained_cfg import pretrained_cfg_of
 
 # format name -> the file suffix that implies it
-FORMATS = {"onnx": ".onnx", "torch-export": ".pt2"}
+FORMATS = {"onnx": ".onnx", "torch-export": ".pt2", "openvino": ".xml"}
 INPUT_NAME, OUTPUT_NAME = "image", "output"
 # The size of the example batch the exporters trace. torch.export treats sizes 0 and 1 as special
 # constants, so an example batch of 1 would pin the batch axis that should stay free.
@@ -59,12 +68,14 @@ EXAMPLE_BATCH = 2
 # A protobuf message, and so an ONNX file that holds its weights inline, is limited to 2 GiB.
 ONNX_MAX_BYTES = 2**31
 EXTRA_HINT = 'pip install "vitzoo[onnx]"'
+OPENVINO_HINT = 'pip install "vitzoo[openvino]"'
 MAX_GRID = 1024  # the most patch rows (and columns) a dynamic-size export accepts
 
 
 def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
-    """The export format: `fmt` as given, else the one `path`'s suffix names (.onnx or .pt2).
-    A given format that contradicts a known suffix is an error (a .pt2 that holds ONNX misleads)."""
+    """The export format: `fmt` as given, else the one `path`'s suffix names (.onnx, .pt2, .xml).
+    A given format that contradicts a known suffix is an error (a .pt2 that holds ONNX misleads),
+    and so is an OpenVINO IR not named .xml (its .bin is found by the name: `stem`.bin)."""
     suffix = Path(path).suffix.lower()
     implied = next((name for name, ext in FORMATS.items() if ext == suffix), None)
     if fmt is None:
@@ -80,6 +91,11 @@ def format_of(path: str | os.PathLike[str], fmt: str | None = None) -> str:
         raise ValueError(
             f"{str(path)!r} ends in {suffix}, the suffix of {implied!r} files, but the format is {fmt!r}; "
             f"expected a name ending in {FORMATS[fmt]} (or no known suffix)"
+        )
+    if fmt == "openvino" and implied is None:
+        raise ValueError(
+            f"{str(path)!r} does not end in .xml; an OpenVINO IR is an .xml file with its weights in the .bin of "
+            "the same name beside it, so expected a name ending in .xml"
         )
     return fmt
 
@@ -98,6 +114,8 @@ def check_available(fmt: str) -> None:
                 f"export as a torch.export program needs torch >= 2.2 (torch.export.Dim); this is torch "
                 f"{torch.__version__}. Export ONNX instead (format 'onnx', a .onnx file)"
             )
+    elif fmt == "openvino":
+        _require("openvino", why="OpenVINO export", hint=OPENVINO_HINT)
     else:
         raise ValueError(f"export format {fmt!r} is unknown; expected one of {', '.join(FORMATS)}")
 
@@ -111,7 +129,7 @@ def export(
     input_size: Sequence[int] | None = None,
     dynamic_size: bool = False,
 ) -> Path:
-    """Write `model` as ONNX or as a torch.export program; `fmt` defaults to `path`'s suffix.
+    """Write `model` as ONNX, a torch.export program or an OpenVINO IR; `fmt` defaults to `path`'s suffix.
     LoRA adapters are merged first (layers/lora.py): the graph is the plain model's."""
     fmt = format_of(path, fmt)
     model = merge_lora(model)
@@ -119,7 +137,9 @@ def export(
     if fmt == "onnx":
         return export_onnx(model, path, opset=opset, input_size=input_size, dynamic_size=dynamic_size)
     if opset is not None:
-        raise ValueError(f"opset={opset} applies to ONNX export only; a {fmt!r} program has no opset")
+        raise ValueError(f"opset={opset} applies to ONNX export only; a {fmt!r} file has no opset")
+    if fmt == "openvino":
+        return export_openvino(model, path, input_size=input_size, dynamic_size=dynamic_size)
     return export_program(model, path, input_size=input_size, dynamic_size=dynamic_size)
 
 
@@ -280,6 +300,76 @@ def load_program(path: str | os.PathLike[str]) -> nn.Module:
     return program.module()
 
 
+# ------------------------------------------------------------------------------------ OpenVINO
+def export_openvino(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    *,
+    input_size: Sequence[int] | None = None,
+    dynamic_size: bool = False,
+) -> Path:
+    """Write `model` (in eval mode) as an OpenVINO IR: `path` (.xml, the graph) and the .bin of the
+    same name beside it (the weights, in the model's precision), converted by OpenVINO's own
+    `openvino.convert_model` and written by `openvino.save_model`. Input "image" (batch, C, H, W),
+    float32, output "output", the batch axis dynamic; `input_size` (C, H, W) defaults to the
+    model's pretrained_cfg. Run it with `openvino.Core().compile_model(path, "CPU")`."""
+    if dynamic_size:
+        raise ValueError(
+            "dynamic_size=True is not available for an OpenVINO IR: OpenVINO's converter traces the model with "
+            "TorchScript, which freezes the example's height and width; expected a fixed size (or export ONNX, "
+            "which OpenVINO also reads)"
+        )
+    path = Path(path)
+    format_of(path, "openvino")  # named .xml, so that the runtime finds its .bin
+    check_available("openvino")
+    import openvino
+
+    example = example_input(model, input_size)
+    _check_destination(path)
+    with _eval_mode(model), warnings.catch_warnings():
+        # The converter traces with torch.jit.trace, which newer torch deprecates and which warns
+        # where PatchEmbed.check_input reads the (fixed) image size, as in _onnx_via_tracing.
+        warnings.filterwarnings("ignore", "Converting a tensor to a Python boolean", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", r"`torch\.jit\.trace", FutureWarning)
+        try:
+            converted = openvino.convert_model(
+                model, example_input=example, input=[openvino.PartialShape([-1, *example.shape[1:]])]
+            )
+        except Exception as exc:
+            _reraise_interrupt(exc)
+            raise RuntimeError(
+                f"OpenVINO conversion failed with openvino {openvino.__version__} and torch {torch.__version__}: "
+                f"{_conversion_failure(exc)}"
+            ) from exc
+    converted.inputs[0].get_tensor().set_names({INPUT_NAME})
+    converted.outputs[0].get_tensor().set_names({OUTPUT_NAME})
+    _save_ir(openvino, converted, path)
+    return path
+
+
+def _conversion_failure(exc: BaseException) -> str:
+    """The line of OpenVINO's conversion error that names the torch ops it could not convert (its
+    first line only says where in OpenVINO's sources the check failed)."""
+    lines = [line.strip(" -") for line in str(exc).splitlines()]
+    return next((line for line in lines if line.startswith("Conversion is failed for")), _first_line(exc))
+
+
+def _save_ir(openvino: Any, converted: Any, path: Path) -> None:
+    """save_model into a temporary folder beside `path`, then each file through atomic_path: the
+    .bin appears first, then the .xml, and a failure or a Ctrl-C leaves neither half-written."""
+    with atomic_path(path) as tmp_xml, atomic_path(path.with_suffix(".bin")) as tmp_bin:
+        # Named like atomic_path's temporary files (is_temp_file), so a left-over one is recognisable.
+        scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        try:
+            # compress_to_fp16=False: the weights as they are, so the IR computes what the model does.
+            openvino.save_model(converted, str(scratch / "model.xml"), compress_to_fp16=False)
+            os.replace(scratch / "model.bin", tmp_bin)
+            os.replace(scratch / "model.xml", tmp_xml)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    # The contexts close inner first: the .bin is renamed into place before the .xml.
+
+
 # ------------------------------------------------------------------------------------ shared
 def check_dynamic_size(model: nn.Module, dynamic_size: bool) -> None:
     """ValueError where `dynamic_size` asks for a height and width the model cannot follow."""
@@ -354,10 +444,11 @@ def _check_destination(path: Path) -> None:
         raise IsADirectoryError(f"cannot write {str(path)!r}: it is a directory; expected a file name")
 
 
-def _require(*modules: str, why: str) -> None:
+def _require(*modules: str, why: str, hint: str = EXTRA_HINT) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        raise ImportError(f"{why} needs {' and '.join(missing)}, which are not installed: {EXTRA_HINT}")
+        verb = "is" if len(missing) == 1 else "are"
+        raise ImportError(f"{why} needs {' and '.join(missing)}, which {verb} not installed: {hint}")
 
 
 def _torch_at_least(major: int, minor: int) -> bool:

@@ -1,4 +1,4 @@
-"""`vitzoo export NAME --out FILE`: an ONNX file or a torch.export program (.onnx/.pt2)."""
+"""`vitzoo export NAME --out FILE`: an ONNX file, a torch.export program or an OpenVINO IR (.onnx/.pt2/.xml)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     describe(
         parser,
         "Write a model as an ONNX file (onnxruntime, TensorRT, OpenVINO, ...; needs "
-        'pip install "vitzoo[onnx]") or as a torch.export program (.pt2), for any batch size. The input '
-        "is a float32 image batch at the model's input size (--img-size changes it).",
+        'pip install "vitzoo[onnx]"), as a torch.export program (.pt2) or as an OpenVINO IR (.xml and its '
+        '.bin; needs pip install "vitzoo[openvino]"), for any batch size. The input is a float32 image batch '
+        "at the model's input size (--img-size changes it).",
     )
     parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model (a .TAG loads those pretrained weights)")
-    parser.add_argument("--out", required=True, metavar="FILE", help="where to write it (.onnx or .pt2)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="where to write it (.onnx, .pt2 or .xml)")
     parser.add_argument(
-        "--format", choices=["onnx", "torch-export"], help="what to write (default: from the suffix of --out)"
+        "--format",
+        choices=["onnx", "torch-export", "openvino"],
+        help="what to write (default: from the suffix of --out)",
     )
     parser.add_argument(
         "--pretrained", action="store_true", default=None, help="load the model's default pretrained weights"
@@ -36,7 +39,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--dynamic-size",
         action="store_true",
         help="any input height and width (multiples of the patch size), not only the example's: the model "
-        "is built with dynamic_img_size and its positions computed in the graph (torch >= 2.9 for ONNX)",
+        "is built with dynamic_img_size and its positions computed in the graph (torch >= 2.9 for ONNX; "
+        "not for OpenVINO)",
     )
 
 
@@ -51,6 +55,11 @@ def _check(args: argparse.Namespace) -> str:
     if args.opset is not None and (fmt != "onnx" or args.opset < 1):
         raise UsageError(
             f"--opset {args.opset} is invalid; expected a positive ONNX opset version, with --format onnx only"
+        )
+    if args.dynamic_size and fmt == "openvino":
+        raise UsageError(
+            "--dynamic-size is not available for an OpenVINO IR (its converter traces a fixed height and width); "
+            "expected a fixed size, or an ONNX file, which OpenVINO also reads"
         )
     if args.img_size is not None and args.img_size < 1:
         raise UsageError(f"--img-size must be >= 1, got {args.img_size}")
