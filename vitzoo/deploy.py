@@ -326,25 +326,34 @@ def export_openvino(
 
     example = example_input(model, input_size)
     _check_destination(path)
+    converted = to_openvino(model, example, dynamic_batch=True)
+    converted.inputs[0].get_tensor().set_names({INPUT_NAME})
+    converted.outputs[0].get_tensor().set_names({OUTPUT_NAME})
+    _save_ir(openvino, converted, path)
+    return path
+
+
+def to_openvino(model: nn.Module, example: torch.Tensor, *, dynamic_batch: bool = False) -> Any:
+    """`model` (run in eval mode) converted in memory by `openvino.convert_model`, traced on
+    `example`; `dynamic_batch` leaves the batch axis open. Used by export_openvino and by
+    `vitzoo.optimize`'s OpenVINO candidate."""
+    check_available("openvino")
+    import openvino
+
+    shape = [openvino.PartialShape([-1 if dynamic_batch else example.shape[0], *example.shape[1:]])]
     with _eval_mode(model), warnings.catch_warnings():
         # The converter traces with torch.jit.trace, which newer torch deprecates and which warns
         # where PatchEmbed.check_input reads the (fixed) image size, as in _onnx_via_tracing.
         warnings.filterwarnings("ignore", "Converting a tensor to a Python boolean", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", r"`torch\.jit\.trace", FutureWarning)
         try:
-            converted = openvino.convert_model(
-                model, example_input=example, input=[openvino.PartialShape([-1, *example.shape[1:]])]
-            )
+            return openvino.convert_model(model, example_input=example, input=shape)
         except Exception as exc:
             _reraise_interrupt(exc)
             raise RuntimeError(
                 f"OpenVINO conversion failed with openvino {openvino.__version__} and torch {torch.__version__}: "
                 f"{_conversion_failure(exc)}"
             ) from exc
-    converted.inputs[0].get_tensor().set_names({INPUT_NAME})
-    converted.outputs[0].get_tensor().set_names({OUTPUT_NAME})
-    _save_ir(openvino, converted, path)
-    return path
 
 
 def _conversion_failure(exc: BaseException) -> str:

@@ -77,6 +77,8 @@ MIN_CALLS = 24
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 3e-2, torch.float16: 1e-2}
 # float8 rounds each product's inputs to 3 mantissa bits (weights and activations, scaled per row).
 FP8_TOLERANCE = 0.15
+# Each timing lasts about this long (enough calls of a fast model to see past the timer's noise).
+ROUND_S = 0.2
 CACHE_VERSION = 1
 _CACHE_LOCK = threading.Lock()
 
@@ -128,7 +130,8 @@ class OptimizedModule(nn.Module):
         super().__init__()
         self.model = model
         self.report = report
-        self._runner = runner
+        # kept off the module tree: an eager runner is `model` itself (no second copy in state_dict)
+        object.__setattr__(self, "_runner", runner)
         self._shape = tuple(example.shape)
         self._dtype = example.dtype
         self._device = example.device
@@ -365,14 +368,14 @@ def _set_explicit_for(runners: dict[str, Runner], name: str) -> None:
 
 
 def _time_calls(fn: Callable[[], Any], rounds: int) -> float:
-    """Seconds per call: the median of `rounds` timings, each over enough calls to last ~0.2 s."""
+    """Seconds per call: the median of `rounds` timings, each over enough calls to last ROUND_S."""
     fn()
     _sync()
     start = time.perf_counter()
     fn()
     _sync()
     once = max(time.perf_counter() - start, 1e-6)
-    calls = max(1, min(50, int(0.2 / once)))
+    calls = max(1, min(50, int(ROUND_S / once)))
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -449,8 +452,9 @@ def _openvino(model: nn.Module, x: torch.Tensor) -> Runner:
     import openvino as ov
 
     precision = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(_model_dtype(model), "f32")
-    fp32 = copy.deepcopy(model).float().eval()
-    converted = ov.convert_model(fp32, example_input=x.float())
+    from .deploy import to_openvino
+
+    converted = to_openvino(copy.deepcopy(model).float(), x.float())
     compiled = ov.Core().compile_model(
         converted, "CPU", {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
     )
