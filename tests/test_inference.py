@@ -117,6 +117,11 @@ def test_short_runs_tune_nothing_and_compiling_needs_a_long_run(monkeypatch):
     fast = optimize(model, x, calls=inference.MIN_CALLS - 1)
     assert fast.report.choice == "eager" and not calls and "too short" in fast.report.skipped["tuning"]
     monkeypatch.delattr(model, "forward")
+    # enough batches, but a tiny model: the whole run is over before tuning would pay
+    fast = optimize(model, x, calls=inference.MIN_CALLS, candidates=["eager-explicit"])
+    assert fast.report.skipped["tuning"].startswith("a run of about 0 s is too short")
+    assert list(fast.report.img_per_s) == ["eager"] and not inference.cache_file().exists()
+    monkeypatch.setattr(inference, "MIN_RUN_S", 0.0)
     fast = optimize(model, x, calls=inference.MIN_CALLS, candidates=["inductor"], cache=False)
     assert fast.report.skipped["inductor"].startswith("run too short to repay compiling")
 
@@ -148,9 +153,13 @@ def test_the_choice_is_remembered_and_a_damaged_cache_is_measured_again(monkeypa
     path = inference.cache_file()
     entries = json.loads(path.read_text())["choices"]
     assert [e["choice"] for e in entries.values()] == [first.report.choice]
+    measure = inference._measure
+    monkeypatch.setattr(inference, "_measure", lambda *a: pytest.fail("a remembered choice is timed again"))
     again = optimize(model, x, candidates=["eager-explicit"])
-    assert again.report.cached and again.report.choice in ("eager", "eager-explicit")
+    assert again.report.cached and again.report.choice == first.report.choice
+    assert again.report.img_per_s[first.report.choice] == first.report.img_per_s[first.report.choice]
     assert "choice from" in again.report.summary()
+    monkeypatch.setattr(inference, "_measure", measure)
     other = optimize(model, torch.randn(3, 3, 32, 32), candidates=["eager-explicit"])  # another shape
     assert not other.report.cached
     path.write_text("{not json")
@@ -183,5 +192,5 @@ def test_bad_arguments_are_refused_by_name(kwargs, match):
     args = {"example_input": torch.randn(2, 3, 32, 32)} | kwargs
     with pytest.raises(OptimizeError, match=match):
         optimize(tiny(), **args)
-    with pytest.raises(OptimizeError, match="model must be a torch.nn.Module"):
+    with pytest.raises(OptimizeError, match=r"model must be a torch\.nn\.Module"):
         optimize("vit_b16", torch.randn(1, 3, 32, 32))  # type: ignore[arg-type]

@@ -22,11 +22,14 @@ Candidates (each only where it applies; `OptimizeReport.skipped` says why one wa
   fp8             float8 weights and activations through torchao (`fp8=True`; GPUs of compute
                   capability 8.9 and newer)
 
-Compiling costs seconds to minutes, so compiled candidates are tried only when `calls` (how many
-batches the caller will run) times the eager time of a batch could repay their typical compile time
-(`COMPILE_COST_S`) at a `MIN_GAIN` speed-up; `calls=None` tries them all. The choice is remembered
-per (model, input shape, machine, library versions) in `cache_file()`, so a second run builds only
-the winner; PyTorch's own compile caches (inductor's FX graph cache) make its rebuild faster.
+Tuning runs the model a dozen times and compiling costs seconds to minutes, so with `calls` (how
+many batches the caller will run) a run is tuned only if it has at least MIN_CALLS batches and would
+take MIN_RUN_S seconds eager (timed on one batch first), and a compiled candidate is tried only if
+`calls` times the eager time of a batch could repay its typical compile time (`COMPILE_COST_S`) at
+a `MIN_GAIN` speed-up; `calls=None` tries everything. The choice, with the speeds measured, is
+remembered per (model, input shape, machine, library versions) in `cache_file()`: a second run
+builds and checks only the winner and times nothing; PyTorch's own compile caches (inductor's FX
+graph cache) make the rebuild faster.
 
 The returned `OptimizedModule` runs the winner for inputs of the tuned shape, pads a smaller batch
 of the same image size to it (a ViT's images do not interact in eval mode) and runs any other input
@@ -71,8 +74,10 @@ COMPILE_COST_S = {
 }
 # The smallest speed-up over eager that a compiled candidate is assumed to bring, for that gate.
 MIN_GAIN = 0.15
-# Tuning itself runs the model a dozen times or so: a run of fewer batches than this is not tuned.
+# Tuning itself runs the model a dozen times or so: a run of fewer batches than this is not tuned,
+# nor one that would take less than MIN_RUN_S seconds eager (timed on one batch first).
 MIN_CALLS = 24
+MIN_RUN_S = 30.0
 # Output agreement with the model as given: relative L2 error by the model's dtype.
 TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 3e-2, torch.float16: 1e-2}
 # float8 rounds each product's inputs to 3 mantissa bits (weights and activations, scaled per row).
@@ -173,8 +178,7 @@ def optimize(
 ) -> OptimizedModule:
     """The fastest way found to run `model` (in eval mode, no autograd) on inputs shaped like
     `example_input` (see the module docstring). `calls`: how many batches the caller will run
-    (fewer than MIN_CALLS: nothing is tuned, the model runs eager; it also gates compiling; None:
-    try everything). `method`: the model's method to speed up ("forward", "forward_features",
+    (a short run is not tuned, and compiling needs a longer one; None: try everything). `method`: the model's method to speed up ("forward", "forward_features",
     "encode_image", ...). `candidates`: only these (names above). `fp8`: allow
     float8 (changes the numbers more than bf16 does; off by default). `cache`: read and record the
     choice in `cache_file()`. `log`: receives one line per step (e.g. `print` to stderr)."""
@@ -182,41 +186,80 @@ def optimize(
     model.eval()
     if method != "forward":
         model = _Method(model, method)
-    device = _device_name(example_input.device)
-    batch = int(example_input.shape[0])
+    report = OptimizeReport(choice="eager", device=_device_name(example_input.device), batch=example_input.shape[0])
     say = log or (lambda _line: None)
     if calls is not None and calls < MIN_CALLS:
-        report = OptimizeReport(choice="eager", device=device, batch=batch)
         report.skipped["tuning"] = f"a run of {calls} batches is too short to repay it (fewer than {MIN_CALLS})"
         say(report.summary())
         return OptimizedModule(model, model, example_input, report)
     key = _cache_key(model, example_input, fp8) if cache else None
-    remembered = _cached_choice(key) if key else None
-    wanted = [remembered] if remembered else _candidate_names(example_input.device, candidates, fp8)
-    report = OptimizeReport(choice="eager", device=device, batch=batch, cached=remembered is not None)
+    remembered = _cached_entry(key) if key else None
     with torch.inference_mode():
         reference = model(example_input)
         eager_s = _time_calls(lambda: model(example_input), rounds=1)
-        report.img_per_s["eager"] = batch / eager_s
-        runners: dict[str, Runner] = {"eager": model}
-        for name in wanted:
-            if name == "eager":
-                continue
-            reason = _why_not(name, model, example_input, calls, eager_s)
-            if reason:
-                report.skipped[name] = reason
-                continue
-            say(f"optimize: building {name}")
-            runner = _build_checked(name, model, example_input, reference, report)
-            if runner is not None:
-                runners[name] = runner
-        _measure(runners, example_input, report)
+        report.img_per_s["eager"] = report.batch / eager_s
+        if calls is not None and calls * eager_s < MIN_RUN_S:
+            report.skipped["tuning"] = f"a run of about {calls * eager_s:.0f} s is too short to repay it"
+            runners: dict[str, Runner] = {"eager": model}
+        elif remembered is not None:
+            runners = _rebuild(remembered, model, example_input, reference, report)
+        else:
+            runners = _try_candidates(model, example_input, reference, calls, eager_s, candidates, fp8, report, say)
+            _measure(runners, example_input, report)
     report.choice = max(runners, key=lambda k: report.img_per_s.get(k, 0.0))
     _set_explicit(model, report.choice == "eager-explicit")
-    if key and not remembered:
+    if key and remembered is None and "tuning" not in report.skipped:
         _remember(key, report)
     say(report.summary())
     return OptimizedModule(model, runners[report.choice], example_input, report)
+
+
+def _try_candidates(
+    model: nn.Module,
+    x: torch.Tensor,
+    reference: Any,
+    calls: int | None,
+    eager_s: float,
+    candidates: list[str] | None,
+    fp8: bool,
+    report: OptimizeReport,
+    say: Callable[[str], None],
+) -> dict[str, Runner]:
+    """Every candidate that applies, built and checked (not yet timed): name -> runner."""
+    runners: dict[str, Runner] = {"eager": model}
+    for name in _candidate_names(x.device, candidates, fp8):
+        if name == "eager":
+            continue
+        reason = _why_not(name, model, x, calls, eager_s)
+        if reason:
+            report.skipped[name] = reason
+            continue
+        say(f"optimize: building {name}")
+        runner = _build_checked(name, model, x, reference, report)
+        if runner is not None:
+            runners[name] = runner
+    return runners
+
+
+def _rebuild(
+    entry: dict[str, Any], model: nn.Module, x: torch.Tensor, reference: Any, report: OptimizeReport
+) -> dict[str, Runner]:
+    """The remembered winner alone, built and checked again, with the speeds measured when it won
+    (timing it again would cost as much as the choice saves on a short run)."""
+    report.cached = True
+    runners: dict[str, Runner] = {"eager": model}
+    choice = entry["choice"]
+    if choice != "eager":
+        runner = _build_checked(choice, model, x, reference, report)
+        if runner is None:  # the backend changed under the cache's feet: eager, and say why
+            return runners
+        runners[choice] = runner
+    speeds = entry.get("img_per_s")
+    if isinstance(speeds, dict):
+        report.img_per_s.update(
+            {k: float(v) for k, v in speeds.items() if isinstance(v, (int, float)) and k in runners}
+        )
+    return runners
 
 
 class _Method(nn.Module):
@@ -506,7 +549,8 @@ def _cache_key(model: nn.Module, x: torch.Tensor, fp8: bool) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def _cached_choice(key: str) -> str | None:
+def _cached_entry(key: str) -> dict[str, Any] | None:
+    """The remembered choice for `key` ({"choice", "img_per_s", ...}), or None."""
     path = cache_file()
     with _CACHE_LOCK:
         try:
@@ -515,7 +559,9 @@ def _cached_choice(key: str) -> str | None:
             return None
     entry = entries.get(key) if isinstance(entries, dict) else None
     choice = entry.get("choice") if isinstance(entry, dict) else None
-    return choice if isinstance(choice, str) and (choice == "eager" or choice in BUILDERS) else None
+    if isinstance(choice, str) and (choice == "eager" or choice in BUILDERS):
+        return entry
+    return None
 
 
 def _remember(key: str, report: OptimizeReport) -> None:
