@@ -47,6 +47,7 @@ from .data.stream import usable_cores
 from .jsonio import to_json
 from .precision import check_outputs
 from .pretrained_cfg import pretrained_cfg_of
+from .tuned import OnReport, for_batches
 
 __all__ = [
     "FORMATS",
@@ -199,16 +200,20 @@ def predict_images(
     activation: str = "softmax",
     naflex: bool = False,
     max_patches: int | None = None,
+    optimize: bool = True,
+    on_optimize: OnReport | None = None,
 ) -> Iterator[Record]:
     """Yield one record per readable image, in the order of `paths`; unreadable ones are appended
     to `skipped` as (path, reason) and warned about once at the end (or raise under `strict`).
     "-" and pipes are read once (read_streams; `streams`: what the caller already read of them).
     `activation` turns logits into probabilities: "softmax" (classes compete) or "sigmoid" (SigLIP's
     zero-shot: each class on its own). `naflex`: each image at its own aspect ratio within
-    `max_patches` patches (vitzoo.naflex: a batch is `preprocess` of its images)."""
+    `max_patches` patches (vitzoo.naflex: a batch is `preprocess` of its images). `optimize`: run
+    the model the fastest way vitzoo.optimize finds for these batches (a run of few batches is not
+    tuned; NaFlex batches are not); `on_optimize` receives its report."""
     from tqdm.auto import tqdm
 
-    from .naflex import NaFlexResize, NaFlexSpec, assemble, check_model
+    from .naflex import assemble
 
     if activation not in ("softmax", "sigmoid"):
         raise ValueError(f"activation={activation!r} is invalid; expected 'softmax' or 'sigmoid'")
@@ -216,21 +221,11 @@ def predict_images(
         raise ValueError(f"topk and batch_size must be >= 1 and workers >= 0, got {topk}, {batch_size}, {workers}")
     cfg = pretrained_cfg_of(model)
     labels = cfg.label_names if cfg is not None else None
-    spec = InputSpec.from_model(model)
-    if streams is None:
-        streams = read_streams(paths)
-    flex = NaFlexSpec.from_model(model, max_patches) if naflex else None
-    if flex is not None:
-        check_model(model)
-    if flex is None:
-        dataset = _ImageFiles(paths, eval_transform(model), (spec.channels, *spec.size), streams)
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
-    else:
-        dataset = _ImageFiles(paths, NaFlexResize(flex), (0,), streams)
-        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=_collate_list)
+    flex, dataset, loader = _image_loader(model, paths, batch_size, workers, streams, naflex, max_patches)
     lost = skipped if skipped is not None else []
     start = len(lost)
     model.eval()
+    run = _tuned(model, dataset, batch_size, on_optimize) if optimize and flex is None else model
     with tqdm(total=len(dataset), unit="img", desc="predict", file=sys.stderr, disable=not progress) as bar:
         for index, batch, errors in loader:
             ok = [j for j, e in enumerate(errors) if not e]
@@ -243,7 +238,7 @@ def predict_images(
             if ok:
                 x = batch[ok] if flex is None else assemble([batch[j] for j in ok], flex)
                 with torch.inference_mode():
-                    logits = model(x)
+                    logits = run(x)
                     check_outputs(logits)
                     logits = logits.float()
                     probs = torch.sigmoid(logits) if activation == "sigmoid" else torch.softmax(logits, dim=-1)
@@ -265,6 +260,43 @@ def predict_images(
             f"this an error): {shown}",
             stacklevel=2,
         )
+
+
+def _tuned(model: nn.Module, dataset: _ImageFiles, batch_size: int, on_optimize: OnReport | None) -> nn.Module:
+    """`model` as vitzoo.optimize runs it fastest for the batches of `dataset` (float32, on the CPU)."""
+    return for_batches(
+        model,
+        images=len(dataset),
+        batch_size=batch_size,
+        sample=dataset.shape,
+        dtype=torch.float32,
+        device="cpu",
+        on_report=on_optimize,
+    )
+
+
+def _image_loader(
+    model: nn.Module,
+    paths: Sequence[str],
+    batch_size: int,
+    workers: int,
+    streams: Mapping[str, bytes] | None,
+    naflex: bool,
+    max_patches: int | None,
+) -> tuple[Any, _ImageFiles, DataLoader]:
+    """(the NaFlexSpec or None, the dataset, its loader) of predict_images."""
+    from .naflex import NaFlexResize, NaFlexSpec, check_model
+
+    spec = InputSpec.from_model(model)
+    if streams is None:
+        streams = read_streams(paths)
+    flex = NaFlexSpec.from_model(model, max_patches) if naflex else None
+    if flex is None:
+        dataset = _ImageFiles(paths, eval_transform(model), (spec.channels, *spec.size), streams)
+        return None, dataset, DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=workers)
+    check_model(model)
+    dataset = _ImageFiles(paths, NaFlexResize(flex), (0,), streams)
+    return flex, dataset, DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=_collate_list)
 
 
 def write_predictions(

@@ -1,10 +1,12 @@
 """Fixtures of the command tests: the tiny models `vitzoo finetune` / `vitzoo eval` train and
-evaluate, and one torch thread for those runs (tests/train/conftest.py says why)."""
+evaluate, one torch thread for those runs (tests/train/conftest.py says why), and vitzoo.optimize
+tuning short runs cheaply (`tune_short_runs`)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -33,3 +35,31 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def tune_short_runs(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[tuple[int, ...]]:
+    """vitzoo.optimize tunes a run of any length, with the model as given its one candidate (nothing
+    compiled) timed over one call (the tuning costs a few calls), its choices cached under tmp_path. Yields the shapes
+    of the batches the tuned runner served (padded ones at the tuned size)."""
+    from vitzoo import inference
+
+    monkeypatch.setattr(inference, "MIN_CALLS", 1)
+    monkeypatch.setattr(inference, "candidate_names", lambda device="cpu": ["eager"])
+    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "optimize-cache"))
+
+    def timed_once(fn: Callable[[], object], rounds: int) -> float:  # not ~0.2 s of calls per timing
+        start = time.perf_counter()
+        fn()
+        return max(time.perf_counter() - start, 1e-6)
+
+    monkeypatch.setattr(inference, "_time_calls", timed_once)
+    served: list[tuple[int, ...]] = []
+    run = inference.OptimizedModule._run
+
+    def counted(self: inference.OptimizedModule, x: torch.Tensor) -> object:
+        served.append(tuple(x.shape))
+        return run(self, x)
+
+    monkeypatch.setattr(inference.OptimizedModule, "_run", counted)
+    return served

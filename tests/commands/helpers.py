@@ -25,3 +25,18 @@ def digit_images(tmp_path: Path) -> list[Path]:
         Image.fromarray(rng.integers(0, 256, (32, 32), dtype=np.uint8), mode="L").save(path)
         paths.append(path)
     return paths
+
+
+def refuse_optimize(monkeypatch) -> None:
+    """From now on any call of vitzoo.optimize fails the test (what --no-optimize must skip)."""
+    from vitzoo import inference
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("vitzoo.optimize was called under --no-optimize")
+
+    monkeypatch.setattr(inference, "optimize", refuse)
+
+
+def optimize_lines(err: str) -> list[str]:
+    """The lines of stderr in which a command says what vitzoo.optimize chose."""
+    return [line for line in err.splitlines() if line.startswith("vitzoo: optimize: ")]

@@ -10,6 +10,7 @@ import pytest
 
 from vitzoo import cli
 
+from .helpers import optimize_lines, refuse_optimize
 from .training import evaluate, finetune
 
 pytestmark = pytest.mark.usefixtures("tiny_models", "one_thread")
@@ -61,3 +62,29 @@ def test_eval_names_a_bad_config_json(mnist_dir: Path, tmp_path: Path, capsys, t
 def test_eval_numeric_flags_are_checked_like_finetune_s(argv: list[str], message: str, capsys) -> None:
     assert cli.main(["eval", "vit_mnist", "--weights", "nowhere", *argv]) == 2
     assert re.search(message, capsys.readouterr().err)
+
+
+def test_a_tuned_eval_says_what_it_chose_and_scores_as_no_optimize(
+    mnist_dir: Path, tmp_path: Path, capsys, monkeypatch, tune_short_runs
+) -> None:
+    import torch
+
+    import vitzoo
+
+    torch.manual_seed(0)
+    vitzoo.save_pretrained(vitzoo.create("test_tiny_vit"), tmp_path / "w")
+    argv = ("test_tiny_vit", "--weights", str(tmp_path / "w"), "--data", "mnist", "--data-dir", str(mnist_dir))
+    argv += ("--no-download", "--batch-size", "64", "--json")
+    assert evaluate(*argv) == 0
+    captured = capsys.readouterr()
+    fast = json.loads(captured.out)
+    (line,) = optimize_lines(captured.err)
+    assert "optimize: eager on " in line and ", batch 64, " in line  # 200 digits: the last batch padded
+    assert (fast["optimize"]["choice"], fast["optimize"]["batch"]) == ("eager", 64)
+    assert tune_short_runs == [(64, 1, 28, 28)] * 4  # every batch ran the tuned way
+    refuse_optimize(monkeypatch)
+    assert evaluate(*argv, "--no-optimize") == 0
+    captured = capsys.readouterr()
+    plain = json.loads(captured.out)
+    assert "optimize" not in plain and optimize_lines(captured.err) == []
+    assert fast.pop("optimize") and fast == {**plain, "loss": pytest.approx(plain["loss"], rel=1e-5)}

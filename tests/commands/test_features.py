@@ -11,7 +11,7 @@ import vitzoo
 from vitzoo.data import eval_transform, load_mnist_sample
 from vitzoo.probe import embed, load_features
 
-from .helpers import run
+from .helpers import optimize_lines, refuse_optimize, run
 
 
 @pytest.fixture
@@ -120,3 +120,38 @@ def test_a_stopped_extraction_of_a_folder_changed_since_starts_afresh(capsys, tm
     feats = load_features(out)
     assert sorted(feats.names or []) == sorted(str(p) for p in imgs.glob("*/*.png"))
     assert_each_row_is_its_file(feats, tiny_weights)
+
+
+def test_a_tuned_run_says_what_it_chose_and_embeds_as_no_optimize(
+    capsys, tmp_path, tiny_weights, monkeypatch, tune_short_runs
+):
+    rng = np.random.default_rng(0)
+    for label in ("ant", "bee"):
+        (tmp_path / "imgs" / label).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(rng.integers(0, 256, (32, 32), dtype=np.uint8)).save(tmp_path / "imgs" / label / f"{i}.png")
+    argv = [
+        "features",
+        "vit_mnist_tiny",
+        "folder",
+        str(tmp_path / "imgs"),
+        "--weights",
+        tiny_weights,
+        "--dtype",
+        "fp32",
+    ]
+    argv += ["--val-split", "0.34", "--batch-size", "3", "--workers", "0", "--output", "mean"]
+    code, _, err = run(capsys, *argv, "--out", str(tmp_path / "fast.safetensors"), "--no-progress")
+    assert code == 0, err
+    assert optimize_lines(err) == []  # --no-progress keeps it quiet
+    code, _, err = run(capsys, *argv, "--out", str(tmp_path / "fast.safetensors"), "--no-resume")
+    assert code == 0, err
+    (line,) = optimize_lines(err)
+    assert "optimize: eager on " in line and ", batch 3, " in line
+    assert tune_short_runs == [(3, 1, 32, 32)] * 6  # 4 train, 2 val images: 3 batches (2 padded), twice
+    refuse_optimize(monkeypatch)
+    code, _, err = run(capsys, *argv, "--out", str(tmp_path / "plain.safetensors"), "--no-optimize")
+    assert code == 0 and optimize_lines(err) == [], err
+    fast, plain = load_features(tmp_path / "fast.safetensors"), load_features(tmp_path / "plain.safetensors")
+    assert fast.names == plain.names and len(fast) == 6
+    torch.testing.assert_close(fast.features, plain.features, atol=1e-6, rtol=1e-5)

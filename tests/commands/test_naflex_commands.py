@@ -15,7 +15,7 @@ from PIL import Image
 import vitzoo
 from vitzoo import naflex, registry
 
-from .helpers import run
+from .helpers import optimize_lines, refuse_optimize, run
 
 transformers = pytest.importorskip("transformers")
 skimage_data = pytest.importorskip("skimage.data")
@@ -146,6 +146,19 @@ def test_features(setup, capsys, tmp_path):
         batch = naflex.preprocess(model, [Image.open(n) for n in feats.names], 16)
         expected = model.forward_head(model.forward_features(batch), pre_logits=True)
     assert (feats.features - expected).abs().max() <= 1e-5
+
+
+@needs_siglip2
+def test_patch_sequence_batches_are_not_optimized(setup, capsys, tmp_path, monkeypatch, tune_short_runs):
+    refuse_optimize(monkeypatch)  # even a run that would be tuned: NaFlex batches run the model as given
+    images, weights = str(setup / "images"), str(setup / "classifier")
+    for argv in (
+        ["predict", NAME, images, "--weights", weights],
+        ["features", NAME, "folder", images, "--weights", weights, "--out", str(tmp_path / "f.safetensors")],
+        ["eval", NAME, "--weights", weights, "--data", "folder", images, "--val-split", "0.5", "--json"],
+    ):
+        code, out, err = run(capsys, *argv, "--naflex", "--max-patches", "12")
+        assert code == 0 and optimize_lines(err) == [] and '"optimize"' not in out, err
 
 
 @needs_siglip2

@@ -11,7 +11,7 @@ from PIL import Image
 
 import vitzoo
 
-from .helpers import digit_images, run
+from .helpers import digit_images, optimize_lines, refuse_optimize, run
 
 
 def test_predict_with_saved_weights(tmp_path, capsys):
@@ -167,3 +167,30 @@ def test_a_fifo_with_no_writer_is_an_error_not_a_hang(tmp_path, capsys):
         capsys, "predict", "vit_mnist_tiny", str(tmp_path / "x.png"), "--weights", str(tmp_path / "weights")
     )
     assert code == 1 and "nothing was written to it (an empty pipe or FIFO)" in err
+
+
+def test_a_tuned_run_says_what_it_chose_and_predicts_as_no_optimize(tmp_path, capsys, monkeypatch, tune_short_runs):
+    _saved(tmp_path)
+    images = [*digit_images(tmp_path), tmp_path / "digit2.png"]
+    images[2].write_bytes(images[0].read_bytes())
+    argv = ["predict", "vit_mnist_tiny", *map(str, images), "--weights", str(tmp_path / "weights"), "--batch-size", "2"]
+    code, out, err = run(capsys, *argv, "--output", str(tmp_path / "fast.jsonl"), "--json")
+    assert code == 0, err
+    (line,) = optimize_lines(err)
+    assert "optimize: eager on " in line and ", batch 2, " in line and "img/s" in line
+    assert tune_short_runs == [(2, 1, 32, 32)] * 2  # the last batch, of 1 image, padded to 2
+    chosen = json.loads(out)["optimize"]
+    assert (chosen["choice"], chosen["batch"]) == ("eager", 2) and f"{chosen['img_per_s']:.1f} img/s" in line
+    refuse_optimize(monkeypatch)
+    code, out, err = run(capsys, *argv, "--output", str(tmp_path / "plain.jsonl"), "--json", "--no-optimize")
+    assert code == 0, err
+    assert "optimize" not in json.loads(out) and optimize_lines(err) == []
+    fast, plain = (
+        [json.loads(r) for r in (tmp_path / f).read_text().splitlines()] for f in ("fast.jsonl", "plain.jsonl")
+    )
+    assert [r["image"] for r in fast] == [r["image"] for r in plain] == list(map(str, images))
+    for a, b in zip(fast, plain):
+        assert [p["index"] for p in a["predictions"]] == [p["index"] for p in b["predictions"]]
+        assert [p["probability"] for p in a["predictions"]] == pytest.approx(
+            [p["probability"] for p in b["predictions"]], abs=1e-6
+        )

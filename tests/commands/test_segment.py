@@ -13,7 +13,7 @@ from PIL import Image
 
 import vitzoo
 
-from .helpers import run
+from .helpers import optimize_lines, refuse_optimize, run
 
 FAST = ("--crop", "32", "--steps", "5", "--batch-size", "4", "--threads", "1", "--dtype", "fp32", "--no-progress")
 
@@ -71,3 +71,23 @@ def test_bad_arguments_are_usage_errors_naming_the_flag(capsys, tmp_path, digit_
     assert code == 2 and "--crop: expected an int >= 1, got '0'" in err
     code, _, err = run(capsys, "segment", "vit_mnist", str(digit_scenes), "--out", str(tmp_path / "r"), *FAST)
     assert code == 2 and "model 'vit_mnist' has no pretrained weights; pass --weights" in err
+
+
+def test_a_tuned_run_says_what_it_chose_and_scores_as_no_optimize(
+    capsys, tmp_path, digit_scenes, tiny_weights, monkeypatch, tune_short_runs
+):
+    argv = ["segment", "vit_mnist_tiny", str(digit_scenes), "--weights", tiny_weights, *FAST, "--json"]
+    code, out, err = run(capsys, *argv, "--out", str(tmp_path / "fast"))
+    assert code == 0, err
+    assert optimize_lines(err) == []  # --no-progress keeps it quiet
+    fast = json.loads(out)
+    assert (fast["optimize"]["choice"], fast["optimize"]["batch"]) == ("eager", 4)
+    assert tune_short_runs and set(tune_short_runs) == {(4, 1, 32, 32)}  # windows of --crop 32, 4 a batch
+    refuse_optimize(monkeypatch)
+    code, out, err = run(capsys, *argv, "--out", str(tmp_path / "plain"), "--no-optimize")
+    assert code == 0, err
+    plain = json.loads(out)
+    # the same maps within fp32's rounding (a padded batch may take another kernel), so the same head
+    assert fast.pop("optimize") and list(fast["per_class_iou"]) == list(plain["per_class_iou"])
+    for key in ("miou", "pixel_accuracy"):
+        assert fast[key] == pytest.approx(plain[key], abs=1e-3)

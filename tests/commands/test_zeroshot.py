@@ -12,6 +12,8 @@ import torch
 
 from vitzoo import cli
 
+from .helpers import optimize_lines, refuse_optimize
+
 open_clip = pytest.importorskip("open_clip")
 skimage_data = pytest.importorskip("skimage.data")
 
@@ -99,3 +101,29 @@ def test_a_labels_file_of_100000_names_is_checked_in_seconds(tmp_path, capsys):
     assert cli.main(argv) != 0
     assert "missing.png" in capsys.readouterr().err
     assert time.perf_counter() - start < 5
+
+
+def test_a_tuned_run_says_what_it_chose_and_classifies_as_no_optimize(
+    setup, capsys, tmp_path, monkeypatch, tune_short_runs
+):
+    _, weights, images = setup
+    argv = ["zeroshot", "clip_b16", str(images), "--weights", str(weights), "--labels", ",".join(LABELS)]
+    argv += ["--batch-size", "3", "--json"]
+    assert cli.main([*argv, "--output", str(tmp_path / "fast.jsonl")]) == 0
+    captured = capsys.readouterr()
+    (line,) = optimize_lines(captured.err)
+    assert "optimize: eager on " in line and json.loads(captured.out)["optimize"]["batch"] == 3
+    assert tune_short_runs == [(3, 3, 48, 48)] * 2  # 4 photos: the last batch padded
+    refuse_optimize(monkeypatch)
+    assert cli.main([*argv, "--output", str(tmp_path / "plain.jsonl"), "--no-optimize"]) == 0
+    captured = capsys.readouterr()
+    assert "optimize" not in json.loads(captured.out) and optimize_lines(captured.err) == []
+    fast, plain = (
+        [json.loads(r) for r in (tmp_path / f).read_text().splitlines()] for f in ("fast.jsonl", "plain.jsonl")
+    )
+    assert [r["image"] for r in fast] == [r["image"] for r in plain] and len(fast) == len(PHOTOS)
+    for a, b in zip(fast, plain):
+        assert [p["label"] for p in a["predictions"]] == [p["label"] for p in b["predictions"]]
+        assert [p["probability"] for p in a["predictions"]] == pytest.approx(
+            [p["probability"] for p in b["predictions"]], abs=1e-6
+        )

@@ -74,6 +74,47 @@ def add_naflex_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_optimize_option(parser: argparse.ArgumentParser | Any) -> None:
+    """--no-optimize: run the model as it is instead of the fastest way `vitzoo.optimize` finds here."""
+    from ..inference import MIN_CALLS
+
+    parser.add_argument(
+        "--no-optimize",
+        dest="optimize",
+        action="store_false",
+        help="run the model as it is; by default a run of at least "
+        f"{MIN_CALLS} batches first times the ways to run it on this machine (vitzoo.optimize: eager, written-out "
+        "attention, compiled, OpenVINO, CUDA graphs where they apply), keeps the fastest that agrees with it and "
+        "says which on stderr",
+    )
+
+
+class OptimizeNote:
+    """What a command says of `vitzoo.optimize`'s choice: the summary line on stderr when it tuned
+    (not when `quiet`), and the "optimize" field of its JSON output (`json()`, None when not tuned).
+    Hand it to an engine as its `on_optimize`."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.report: Any = None
+
+    def __call__(self, report: Any) -> None:
+        from ..tuned import tuned
+
+        self.report = report if tuned(report) else None
+        if self.report is not None and not self.quiet:
+            print(f"vitzoo: {report.summary()}", file=sys.stderr, flush=True)
+
+    def json(self) -> dict[str, Any] | None:
+        from ..tuned import report_json
+
+        return None if self.report is None else report_json(self.report)
+
+    def add_to(self, data: dict[str, Any]) -> dict[str, Any]:
+        """`data` with the "optimize" field when the run was tuned."""
+        return data if self.report is None else {**data, "optimize": self.json()}
+
+
 def naflex_budget(args: argparse.Namespace) -> int | None:
     """--max-patches, refused without --naflex (a UsageError)."""
     if args.max_patches is not None and not args.naflex:

@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .base import add_dtype_option, add_naflex_options, in_range, printable, require_vit
+from .base import (
+    OptimizeNote,
+    add_dtype_option,
+    add_naflex_options,
+    add_optimize_option,
+    in_range,
+    printable,
+    require_vit,
+)
 from .data_args import add_data_arguments, data_spec, load_splits, naflex_data
 
 
@@ -27,6 +35,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto")
     add_dtype_option(parser, auto=True, help="the default, the numbers training reported")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_optimize_option(parser)
     add_naflex_options(parser)
 
 
@@ -64,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             f"the weights {args.weights} predict {model.config.num_classes} classes but {splits.val.source} has "
             f"{splits.val.num_classes}; evaluate on the data the model was trained for"
         )
+    note = OptimizeNote()
     result = evaluate_split(
         model,
         splits.val,
@@ -73,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         naflex=args.naflex,
         max_patches=args.max_patches,
+        optimize=args.optimize,
+        on_optimize=note,
     )
     if args.json:
         from ..jsonio import to_json
@@ -84,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             "confusion": result.confusion.tolist(),
             "classes": list(splits.classes),
         }
-        print(to_json(data))
+        print(to_json(note.add_to(data)))
         return 0
     print(printable(f"{args.model} with {args.weights} on {splits.val.source}"))
     print(

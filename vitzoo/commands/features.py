@@ -7,7 +7,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .base import UsageError, add_naflex_options, add_weights_option, bounded_int, create_model, printable, require_vit
+from .base import (
+    OptimizeNote,
+    UsageError,
+    add_naflex_options,
+    add_optimize_option,
+    add_weights_option,
+    bounded_int,
+    create_model,
+    printable,
+    require_vit,
+)
 from .data_args import add_data_arguments, data_spec, load_splits, naflex_data
 
 SPLIT_CHOICES = ("all", "train", "val")
@@ -58,6 +68,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-resume", action="store_true", help="start afresh, ignoring the shards of a stopped run")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_optimize_option(parser)
     add_naflex_options(parser)
 
 
@@ -116,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         naflex=args.naflex,
         max_patches=args.max_patches,
+        optimize=args.optimize,
+        on_optimize=OptimizeNote(quiet=args.no_progress),
     )
     counts = ", ".join(f"{n} {name}" for name, n in feats.settings["counts"].items())
     print(printable(f"wrote {args.out}: {feats.features.shape[1]}-dim {args.output} features of {counts} images"))

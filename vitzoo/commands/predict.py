@@ -8,9 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from .base import (
+    OptimizeNote,
     UsageError,
     add_dtype_option,
     add_naflex_options,
+    add_optimize_option,
     add_weights_option,
     create_model,
     describe,
@@ -57,6 +59,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="with --output, an unreadable image is an error")
     add_dtype_option(parser, auto=True, help="default")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_optimize_option(parser)
     add_naflex_options(parser)
 
 
@@ -94,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             streams=streams,
             naflex=args.naflex,
             max_patches=args.max_patches,
+            optimize=args.optimize,
+            on_optimize=OptimizeNote(quiet=args.no_progress),
         )
     )
     rows = [
@@ -117,6 +122,7 @@ def _predict_to_file(args: argparse.Namespace) -> int:
     model = _predict_model(args)
     skipped: list[tuple[str, str]] = []
     topk = min(args.topk, model.pretrained_cfg.num_classes)
+    note = OptimizeNote(quiet=args.no_progress)
     records = predict.predict_images(
         model,
         paths,
@@ -128,9 +134,11 @@ def _predict_to_file(args: argparse.Namespace) -> int:
         skipped=skipped,
         naflex=args.naflex,
         max_patches=args.max_patches,
+        optimize=args.optimize,
+        on_optimize=note,
     )
     count = predict.write_predictions(records, args.output, topk=topk, fmt=fmt)
-    data = {"output": args.output, "format": fmt, "images": count, "skipped": [p for p, _ in skipped]}
+    data = note.add_to({"output": args.output, "format": fmt, "images": count, "skipped": [p for p, _ in skipped]})
     text = f"wrote {count} prediction(s) to {args.output} ({fmt})"
     emit(args, data, text + (f"; skipped {len(skipped)} unreadable image(s)" if skipped else ""))
     return 0

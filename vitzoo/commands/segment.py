@@ -8,7 +8,17 @@ import argparse
 import sys
 from typing import Any
 
-from .base import add_dtype_option, add_weights_option, bounded_int, describe, emit, number, table
+from .base import (
+    OptimizeNote,
+    add_dtype_option,
+    add_optimize_option,
+    add_weights_option,
+    bounded_int,
+    describe,
+    emit,
+    number,
+    table,
+)
 from .finetune import threads_arg
 
 _POSITIVE = bounded_int(1, "an int >= 1")
@@ -61,6 +71,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="cpu, cuda, ... (default: auto, CUDA when there is one)")
     add_dtype_option(parser, auto=True, help="the backbone's precision; the head trains in fp32")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    add_optimize_option(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         workers=args.workers,
     )
+    note = OptimizeNote(quiet=args.no_progress)
     report = segment_probe(
         model,
         data,
@@ -109,8 +121,10 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         progress=not args.no_progress,
         about={"name": args.model, "weights": args.weights or "pretrained"},
+        optimize=args.optimize,
+        on_optimize=note,
     )
-    metrics = {key: report[key] for key in ("miou", "pixel_accuracy", "per_class_iou")}
+    metrics = note.add_to({key: report[key] for key in ("miou", "pixel_accuracy", "per_class_iou")})
     emit(args, metrics, _text(report, args.out))
     return 0
 

@@ -8,7 +8,17 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .base import UsageError, add_naflex_options, add_weights_option, describe, emit, naflex_budget, table
+from .base import (
+    OptimizeNote,
+    UsageError,
+    add_naflex_options,
+    add_optimize_option,
+    add_weights_option,
+    describe,
+    emit,
+    naflex_budget,
+    table,
+)
 
 TEMPLATE_HELP = (
     "prompt templates, '{}' standing for the class name, or a built-in set: 'openai' (CLIP's 80 ImageNet "
@@ -39,6 +49,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["csv", "jsonl"], help="format of --output (default: from its suffix)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per forward pass (default: 32)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_optimize_option(parser)
     add_naflex_options(parser)
 
 
@@ -107,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     model: Any = builder.create(args.name, pretrained=pretrained, weights=args.weights, text=True).eval()
     classifier = ZeroShotClassifier(model, labels, prompts).eval()
     topk = min(args.topk, len(labels))
+    note = OptimizeNote(quiet=args.no_progress)
     records = predict.predict_images(
         classifier,
         paths,
@@ -118,12 +130,14 @@ def run(args: argparse.Namespace) -> int:
         activation=classifier.activation,
         naflex=args.naflex,
         max_patches=args.max_patches,
+        optimize=args.optimize,
+        on_optimize=note,
     )
     if args.output is not None:
         count = predict.write_predictions(records, args.output, topk=topk, fmt=fmt)
         emit(
             args,
-            {"output": args.output, "format": fmt, "images": count},
+            note.add_to({"output": args.output, "format": fmt, "images": count}),
             f"wrote {count} prediction(s) to {args.output}",
         )
         return 0

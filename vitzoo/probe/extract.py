@@ -32,6 +32,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -51,6 +52,7 @@ from ..jsonio import JSONFileError, read_json, to_json
 from ..layers.naflex import PATCH_VALID, PATCHES, is_patch_batch, masked_mean
 from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model, naflex_settings
 from ..precision import PrecisionRangeError, cast_model, check_outputs, name_of, parse_dtype
+from ..tuned import OnReport, for_batches
 from .featurefile import Features, save_features
 
 OUTPUTS = ("pooled", "cls", "mean")
@@ -95,6 +97,17 @@ def embed(model: nn.Module, x: Any, output: str = "pooled", block: int | None = 
     return tokens[:, prefix:].mean(dim=1) if valid is None else masked_mean(tokens[:, prefix:], valid)
 
 
+class Embedder(nn.Module):
+    """`embed(model, x, output, block)` as a module, so that vitzoo.optimize can time and compile it."""
+
+    def __init__(self, model: nn.Module, output: str = "pooled", block: int | None = None) -> None:
+        super().__init__()
+        self.model, self.output, self.block = model, output, block
+
+    def forward(self, x: Any) -> torch.Tensor:
+        return embed(self.model, x, self.output, self.block)
+
+
 def _split_data(data: DataSplits | ImageTensors | ImageFiles, splits: Sequence[str]) -> list[tuple[str, Any]]:
     if not isinstance(data, DataSplits):
         return [("data", data)]
@@ -121,12 +134,16 @@ def extract_features(
     on_batch: Callable[[str, int], None] | None = None,
     naflex: bool = False,
     max_patches: int | None = None,
+    optimize: bool = True,
+    on_optimize: OnReport | None = None,
 ) -> Features:
     """The embeddings of every image of `data` (the `splits` of a DataSplits, or one split) as a
     Features (see the module docstring). `dtype` "auto" picks bf16 where `device` multiplies it
     natively. `on_batch(split, step)` is called after each batch (a progress hook; raising there
     stops the extraction, which `shard_dir` lets a later call resume). `naflex`: each image at its
-    own aspect ratio within `max_patches` patches (vitzoo.naflex; a listed or digit split)."""
+    own aspect ratio within `max_patches` patches (vitzoo.naflex; a listed or digit split).
+    `optimize`: embed the fastest way vitzoo.optimize finds for these batches (a short run is not
+    tuned, NaFlex batches never); `on_optimize` receives its report."""
     from ..train.placement import resolve_device
 
     check_output(model, output, block)
@@ -142,6 +159,9 @@ def extract_features(
         check_model(model)
     parts: list[Features] = []
     parted = _split_data(data, splits)
+    run: nn.Module = Embedder(model, output, block)
+    if optimize and flex is None:
+        run = _tuned(run, [len(split) for _, split in parted], batch_size, spec, (device, torch_dtype), on_optimize)
     try:
         for number, (name, split) in enumerate(parted):
             loader: Any = (
@@ -150,7 +170,7 @@ def extract_features(
                 else NaFlexLoader(split, flex, batch_size=batch_size, workers=workers)
             )
             batches = _resumed_batches(loader, name, shard_dir)
-            rows = _run_split(model, batches, output, block, (device, torch_dtype), progress, len(loader), name)
+            rows = _run_split(run, batches, (device, torch_dtype), progress, len(loader), name)
             if shard_dir is not None:
                 rows = _sharded(rows, Path(shard_dir), name, max(1, SHARD_IMAGES // batch_size), on_batch)
             elif on_batch is not None:
@@ -169,6 +189,27 @@ def extract_features(
         "sources": {name: split.source for name, split in parted},
     }
     return _joined(parts, settings)
+
+
+def _tuned(
+    run: nn.Module,
+    sizes: list[int],
+    batch_size: int,
+    spec: InputSpec,
+    placement: tuple[torch.device, torch.dtype],
+    on_optimize: OnReport | None,
+) -> nn.Module:
+    """The Embedder `run` as vitzoo.optimize runs it fastest for the batches of splits of `sizes`."""
+    return for_batches(
+        run,
+        images=max(sizes),
+        batch_size=batch_size,
+        sample=(spec.channels, *spec.size),
+        dtype=placement[1],
+        device=placement[0],
+        calls=sum(math.ceil(n / batch_size) for n in sizes),
+        on_report=on_optimize,
+    )
 
 
 def _features(
@@ -205,10 +246,8 @@ Rows = Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]  # (step, 
 
 @torch.inference_mode()
 def _run_split(
-    model: nn.Module,
+    run: nn.Module,
     batches: Iterator[Batch],
-    output: str,
-    block: int | None,
     placement: tuple[torch.device, torch.dtype],
     progress: bool,
     total: int,
@@ -222,7 +261,7 @@ def _run_split(
         for step, index, x, y in batches:
             if bar.n == 0 and step:
                 bar.update(step)  # resumed: the shards hold the steps before
-            feats = embed(model, batch_to(x, device, dtype), output, block)
+            feats = run(batch_to(x, device, dtype))
             check_outputs(feats)
             feats = feats.float().cpu()
             bar.update(1)
@@ -341,6 +380,10 @@ def partial_dir(out: str | os.PathLike[str], key: dict[str, Any]) -> Path:
     return out.parent / f".{out.name}.partial-{digest}"
 
 
+# extraction options that leave the features as they are (optimize: within the dtype's rounding)
+_NOT_IN_KEY = ("progress", "on_batch", "workers", "device", "optimize", "on_optimize")
+
+
 def extract_to_file(
     model: nn.Module,
     data: DataSplits | ImageTensors | ImageFiles,
@@ -358,7 +401,7 @@ def extract_to_file(
 
     device = options.get("device", "cpu")
     options["device"] = device = resolve_device(device) if isinstance(device, str) else device
-    changing = {k: v for k, v in options.items() if k not in ("progress", "on_batch", "workers", "device")}
+    changing = {k: v for k, v in options.items() if k not in _NOT_IN_KEY}
     changing["dtype"] = name_of(parse_dtype(options.get("dtype", "fp32"), device)[0])
     key = {
         "settings": settings or {},

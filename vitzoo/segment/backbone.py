@@ -8,6 +8,7 @@ from torch import nn
 from ..data.transforms import InputSpec
 from ..dense import backbone_of, dense_features
 from ..model import VisionTransformer
+from ..tuned import OnReport, for_batches
 
 
 class FrozenBackbone:
@@ -23,6 +24,22 @@ class FrozenBackbone:
         self.model: VisionTransformer = backbone_of(model).to(self.device, dtype).eval()
         for param in self.model.parameters():
             param.requires_grad_(False)
+        self.maps: nn.Module = _DenseMaps(self.model, layers)
+
+    def optimize(self, batch: int, crop: int, calls: int, on_report: OnReport | None = None) -> None:
+        """Compute the maps the fastest way vitzoo.optimize finds for `calls` batches of `batch`
+        crops of `crop` pixels (other shapes run as before; a short run is not tuned)."""
+        spec = self.spec
+        self.maps = for_batches(
+            self.maps,
+            images=batch,
+            batch_size=batch,
+            sample=(spec.channels, crop, crop),
+            dtype=self.dtype,
+            device=self.device,
+            calls=calls,
+            on_report=on_report,
+        )
 
     @property
     def spec(self) -> InputSpec:
@@ -40,6 +57,19 @@ class FrozenBackbone:
     @torch.no_grad()  # not inference_mode: the head trains on these maps
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.device, self.dtype)
-        maps = dense_features(self.model, x, layers=self.layers, concat=True)
+        maps = self.maps(x)
         assert isinstance(maps, torch.Tensor)
         return maps.float()
+
+
+class _DenseMaps(nn.Module):
+    """The maps of FrozenBackbone as a module (what vitzoo.optimize times and compiles)."""
+
+    def __init__(self, model: VisionTransformer, layers: int) -> None:
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        maps = dense_features(self.model, x, layers=self.layers, concat=True)
+        assert isinstance(maps, torch.Tensor)
+        return maps

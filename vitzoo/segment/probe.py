@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +30,7 @@ from tqdm.auto import tqdm
 from ..atomic import write_json, write_safetensors
 from ..data.masks import SegData
 from ..train.placement import peak_memory_mb
+from ..tuned import OnReport
 from .backbone import FrozenBackbone
 from .cache import CACHE_FILE, cache_batches, cached_crops
 from .crops import Geometry, SegmentSettingsError
@@ -197,11 +199,15 @@ def segment_probe(
     threads: int | None = None,
     progress: bool = True,
     about: dict[str, Any] | None = None,
+    optimize: bool = True,
+    on_optimize: OnReport | None = None,
 ) -> dict[str, Any]:
     """Train DINOv3's linear head on `model`'s frozen patch tokens over `data`'s training split,
     measure it on the validation split, write RUN `out` (module docstring). `threads`: torch's
     CPU threads (None: the cores other processes leave free). `about` (the model's name, its
-    weights) goes into the report as it is. Returns the report."""
+    weights) goes into the report as it is. `optimize`: compute the backbone's maps the fastest way
+    vitzoo.optimize finds for the run's batches (a short run is not tuned); `on_optimize` receives its
+    report. Returns the report."""
     settings = settings or SegmentSettings()
     run = Path(out)
     check_run_dir(run)
@@ -209,6 +215,8 @@ def segment_probe(
     device = device or torch.device("cpu")
     backbone = FrozenBackbone(model, settings.layers, device, dtype)
     geometry = geometry_for(backbone, settings)
+    if optimize:
+        backbone.optimize(settings.batch_size, geometry.crop, backbone_calls(data, settings), on_optimize)
     head = LinearHead(backbone.channels, data.num_classes, settings.dropout)
     clock = [time.perf_counter()]
     with _threads(threads) as tick:
@@ -241,6 +249,14 @@ def segment_probe(
     }
     _write_run(run, head, report, rows)
     return report
+
+
+def backbone_calls(data: SegData, settings: SegmentSettings) -> int:
+    """About how many batches of crops the backbone runs (a lower bound: an image gives one window or
+    more): one a training step with augmentation, else the training windows' batches (none when
+    they are cached), and one or more per validation image in a sliding evaluation."""
+    train = settings.steps if settings.augment else math.ceil(len(data.train) / settings.batch_size)
+    return train + (len(data.val) if settings.eval_mode == "slide" else 0)
 
 
 def _write_run(run: Path, head: LinearHead, report: dict[str, Any], rows: list[Any]) -> None:

@@ -14,6 +14,7 @@ from ..data.stream import StreamLoader
 from ..data.tensors import DataKind
 from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model
 from ..precision import check_outputs
+from ..tuned import OnReport, for_batches
 from . import distributed
 from .placement import resolve_device
 from .step import merged_logits
@@ -81,10 +82,14 @@ def evaluate_split(
     workers: int | None = None,
     naflex: bool = False,
     max_patches: int | None = None,
+    optimize: bool = True,
+    on_optimize: OnReport | None = None,
 ) -> EvalResult:
     """Evaluate `model` on one split with the eval transform its pretrained_cfg implies (a
     streamed split: decoded by `workers` processes, None: from the CPU count). `naflex`: each
-    image at its own aspect ratio within `max_patches` patches instead (vitzoo.naflex)."""
+    image at its own aspect ratio within `max_patches` patches instead (vitzoo.naflex).
+    `optimize`: run the model the fastest way vitzoo.optimize finds for these batches (a short
+    run is not tuned, NaFlex batches never); `on_optimize` receives its report."""
     dev = resolve_device(device)
     model.to(dev)
     loader: BatchLoader | StreamLoader | NaFlexLoader
@@ -92,7 +97,8 @@ def evaluate_split(
         check_model(model)
         loader = NaFlexLoader(data, NaFlexSpec.from_model(model, max_patches), batch_size=batch_size, workers=workers)
     else:
-        transform = BatchTransform(spec=InputSpec.from_model(model), train=False, kind=kind)
+        spec = InputSpec.from_model(model)
+        transform = BatchTransform(spec=spec, train=False, kind=kind)
         loader = make_loader(
             data,
             transform=transform,
@@ -101,4 +107,14 @@ def evaluate_split(
             workers=workers,
             pin_memory=dev.type == "cuda",
         )
+        if optimize:
+            model = for_batches(
+                model,
+                images=len(data),
+                batch_size=batch_size,
+                sample=(spec.channels, *spec.size),
+                dtype=torch.float32,  # the loader's batches; the model casts them to its own dtype
+                device=dev,
+                on_report=on_optimize,
+            )
     return evaluate(model, loader, num_classes=data.num_classes, device=dev)
