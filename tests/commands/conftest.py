@@ -5,8 +5,7 @@ tuning short runs cheaply (`tune_short_runs`)."""
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -40,7 +39,7 @@ def one_thread() -> Iterator[None]:
 @pytest.fixture
 def tune_short_runs(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[tuple[int, ...]]:
     """vitzoo.optimize tunes a run of any length, with the model as given its one candidate (nothing
-    compiled) timed over one call (the tuning costs a few calls), its choices cached under tmp_path. Yields the shapes
+    compiled) timed over one call a round (the tuning costs a few calls), its choices cached under tmp_path. Yields the shapes
     of the batches the tuned runner served (padded ones at the tuned size)."""
     from vitzoo import inference
 
@@ -48,12 +47,8 @@ def tune_short_runs(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[tuple[int
     monkeypatch.setattr(inference, "candidate_names", lambda device="cpu": ["eager"])
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "optimize-cache"))
 
-    def timed_once(fn: Callable[[], object], rounds: int) -> float:  # not ~0.2 s of calls per timing
-        start = time.perf_counter()
-        fn()
-        return max(time.perf_counter() - start, 1e-6)
-
-    monkeypatch.setattr(inference, "_time_calls", timed_once)
+    monkeypatch.setattr(inference, "MIN_RUN_S", 0.0)
+    monkeypatch.setattr(inference, "ROUND_S", 0.0)  # each timing one call, not ~0.2 s of calls
     served: list[tuple[int, ...]] = []
     run = inference.OptimizedModule._run
 
