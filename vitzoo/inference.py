@@ -462,8 +462,16 @@ def _zentorch(model: nn.Module, x: torch.Tensor) -> Runner:
 
 def _inductor(model: nn.Module, x: torch.Tensor) -> Runner:
     # On CPU, freezing folds the weights into the graph as constants and lets inductor pre-pack them
-    # for oneDNN once; it is safe because the returned module is for inference only.
-    options: dict[str, Any] | None = {"freezing": True} if x.device.type == "cpu" else None
+    # for oneDNN once; it is safe because the returned module is for inference only. zentorch's
+    # backend installs its graph passes in inductor's global config and leaves them there: this
+    # candidate compiles without them (they fail on some models, and it is meant as plain inductor).
+    import torch._inductor.config as inductor_config
+
+    options: dict[str, Any] = {}
+    if hasattr(inductor_config, "joint_custom_post_pass"):  # torch >= 2.2
+        options["joint_custom_post_pass"] = None
+    if x.device.type == "cpu":
+        options["freezing"] = True
     return torch.compile(model, dynamic=False, options=options)
 
 
