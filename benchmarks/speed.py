@@ -45,11 +45,11 @@ fp32 elsewhere, all with the same weights:
   openvino throughput  the same under PERFORMANCE_HINT THROUGHPUT, the batch split over the
                        compiled model's parallel infer requests
   zentorch             `torch.compile(backend="zentorch")` of a copy of timm's model cast to the dtype
-  timm eager           timm's model under bf16 autocast (what timm's inference does)
-The ratio printed is vitzoo.optimize over the best of the last four (goal >= 1.0). Each
-contestant is built, called twice and checked against timm's fp32 output before any timing; one
-that is not installed, fails, or disagrees is skipped and the table says why. The rounds go through
-balanced orders of the contestants (each runs in every position and right after every other one
+  timm eager           timm's model under bf16 autocast (what timm's inference does; fp32 without native bf16)
+The ratio printed is vitzoo.optimize over the best of the last four (goal >= 1.0), with the
+median of the same ratio round by round. Each contestant is built, called twice and checked
+against timm's fp32 output before any timing; one that is not installed, fails, or disagrees is
+skipped and the output says why. The rounds go through balanced orders of the contestants (each runs in every position and right after every other one
 equally often); the figure is the median over rounds.
 
 OpenVINO and zentorch are not vitzoo's dependencies: install them in a side virtual environment,
@@ -73,7 +73,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -358,7 +358,11 @@ PEERS = CONTESTANTS[2:]
 
 
 def _why(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {_first_line(exc)}"
+    """The exception's type and first line, and the line after where the first only introduces it
+    (torch.compile's "backend='zentorch' raised:")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{lines[0]} {lines[1]}"[:200] if len(lines) > 1 and lines[0].endswith(":") else _first_line(exc)
+    return f"{type(exc).__name__}: {text}"
 
 
 def _error_vs(out: object, reference: torch.Tensor) -> float:
@@ -442,6 +446,21 @@ def _peer_builders(
     return dict(zip(CONTESTANTS, builders, strict=True))
 
 
+@contextlib.contextmanager
+def _inductor_passes_kept() -> Iterator[None]:
+    """Restores inductor's global custom graph pass on leaving. zentorch's backend installs its
+    passes there and leaves them, so that every later torch.compile in the process (inductor's,
+    in vitzoo.optimize of the next model) would run them too."""
+    from torch._inductor import config
+
+    saved = getattr(config, "joint_custom_post_pass", None)  # absent on old torch
+    try:
+        yield
+    finally:
+        if hasattr(config, "joint_custom_post_pass"):
+            config.joint_custom_post_pass = saved
+
+
 def _build_contestants(name: str, batch: int, candidates: list[str] | None) -> tuple[dict, dict]:
     """(label -> call, info): every contestant that builds here and agrees with timm's fp32
     output; info holds the dtype, build seconds, output errors and each skipped one's reason."""
@@ -457,7 +476,7 @@ def _build_contestants(name: str, batch: int, candidates: list[str] | None) -> t
     for label, build in steps:
         start = time.perf_counter()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), _inductor_passes_kept():
                 run = build()
                 run()  # compilers compile on the first calls: that is part of building
                 out = run()
@@ -488,6 +507,9 @@ def balanced_orders(keys: list[str]) -> list[list[str]]:
 def peers_benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int, candidates, clock: str) -> dict:
     """img/s of vitzoo.optimize, vitzoo eager and the peers on `name` at `batch`: interleaved
     rounds through balanced orders, median per contestant."""
+    # Each (model, batch) compiles the same forward code again; dynamo stops compiling a code
+    # object after config.recompile_limit versions and runs it eager, so start afresh every time.
+    torch._dynamo.reset()
     contestants, info = _build_contestants(name, batch, candidates)
     seconds: dict[str, list[float]] = {key: [] for key in contestants}
     orders = balanced_orders(list(contestants)) or [[]]  # nothing built: nothing to time
@@ -503,6 +525,7 @@ def peers_benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int,
     peers = {k: v for k, v in img_s.items() if k in PEERS}
     best = max(peers, key=peers.__getitem__) if peers else None
     ours = img_s.get("vitzoo.optimize")
+    per_round = [t / o for o, t in zip(seconds.get("vitzoo.optimize", []), seconds[best])] if best else []
     return info | {
         "model": name,
         "timm_model": TIMM_NAMES[name],
@@ -510,6 +533,7 @@ def peers_benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int,
         "img_per_s": img_s,
         "best_peer": best,
         "ratio_optimize_over_best_peer": ours / peers[best] if ours and best else None,
+        "median_per_round_ratio": statistics.median(per_round) if per_round else None,
         "seconds_per_round": seconds,
     }
 
@@ -547,7 +571,7 @@ def print_peers(results: list[dict], args: argparse.Namespace, before: dict, loa
             rate = r["img_per_s"].get(c)
             cells.append(f"{rate:>{len(c) + 2}.2f}" if rate else f"{'skipped':>{len(c) + 2}}")
         ratio = r["ratio_optimize_over_best_peer"]
-        shown = f"{ratio:.3f} ({r['best_peer']})" if ratio else "-"
+        shown = f"{ratio:.3f} ({r['best_peer']}; per round {r['median_per_round_ratio']:.3f})" if ratio else "-"
         print(f"{r['model']:<12}{r['batch']:>6}{r['dtype']:>9}" + "".join(cells) + f"  {shown}")
     for r in results:
         opt = r.get("optimize")
