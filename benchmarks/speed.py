@@ -624,8 +624,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-models", action="store_true", help="only the optional sections")
     peers = parser.add_argument_group("--peers: vitzoo.optimize against OpenVINO, zentorch and timm")
     peers.add_argument("--peers", action="store_true", help="this comparison instead of the vitzoo-vs-timm one")
-    peers.add_argument("--models", nargs="+", choices=sorted(TIMM_NAMES), metavar="MODEL", help=f"{PEER_MODELS}")
-    peers.add_argument("--batches", nargs="+", type=int, metavar="B", help="[1, 8]")
+    peers.add_argument(
+        "--models",
+        nargs="+",
+        choices=sorted(TIMM_NAMES),
+        metavar="MODEL",
+        help=f"vitzoo names (default: {' '.join(PEER_MODELS)})",
+    )
+    peers.add_argument("--batches", nargs="+", type=int, metavar="B", help="batch sizes (default: 1 8)")
     peers.add_argument(
         "--optimize-candidates",
         nargs="+",
