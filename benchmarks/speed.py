@@ -29,6 +29,36 @@ matmuls q k^T and attn v of every block as batched matmuls, and the head), run a
 torch.mm / torch.bmm at the model's shapes and dtype, in the same process. A model cannot be faster
 than its GEMMs, so `share = model img/s / bound img/s` says how much time goes to everything
 else (norms, GELU, softmax, copies, dtype casts, Python).
+
+--peers: `vitzoo.optimize` against the other ways to run the same model fast, per model and batch:
+
+    python benchmarks/speed.py --peers [--models vit_b16 vit_s16 dinov3_b16] [--batches 1 8] [--rounds N]
+
+Contestants, all in bf16 where the CPU multiplies bf16 natively (`vitzoo.precision.auto_dtype`),
+fp32 elsewhere, all with the same weights:
+  vitzoo.optimize      `vitzoo.optimize(model, x, cache=False)` on vitzoo's model in that dtype,
+                       every candidate (`--optimize-candidates` restricts them); the table says
+                       which it chose and what each candidate took to build
+  vitzoo eager         the same model called as it is
+  openvino latency     timm's model through `openvino.convert_model(model, example_input=x)`,
+                       compiled for the CPU with INFERENCE_PRECISION_HINT bf16, PERFORMANCE_HINT LATENCY
+  openvino throughput  the same under PERFORMANCE_HINT THROUGHPUT, the batch split over the
+                       compiled model's parallel infer requests
+  zentorch             `torch.compile(backend="zentorch")` of a copy of timm's model cast to the dtype
+  timm eager           timm's model under bf16 autocast (what timm's inference does; fp32 without native bf16)
+The ratio printed is vitzoo.optimize over the best of the last four (goal >= 1.0), with the
+median of the same ratio round by round. Each contestant is built, called twice and checked
+against timm's fp32 output before any timing; one that is not installed, fails, or disagrees is
+skipped and the output says why. The rounds go through balanced orders of the contestants (each runs in every position and right after every other one
+equally often); the figure is the median over rounds.
+
+OpenVINO and zentorch are not vitzoo's dependencies: install them in a side virtual environment,
+so that the one you work in keeps its own versions, and run the script there:
+
+    python -m venv .venv-peers && .venv-peers/bin/pip install -e . timm openvino zentorch
+    .venv-peers/bin/python benchmarks/speed.py --peers --json peers.json
+
+zentorch is AMD's plugin for AMD CPUs; elsewhere leave it out (its row says it is not installed).
 """
 
 from __future__ import annotations
@@ -36,20 +66,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import itertools
-import json
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 import vitzoo
+from vitzoo.atomic import write_json
+from vitzoo.inference import _first_line, _relative_error, candidate_names
+from vitzoo.precision import auto_dtype, name_of
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
 
@@ -312,14 +345,261 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def main(argv: list[str] | None = None) -> None:
+# --- vitzoo.optimize against the other ways to run the same model fast (--peers) -------------------
+
+PEER_MODELS = ["vit_b16", "vit_s16", "dinov3_b16"]
+# A contestant whose output is this far (relative L2) from timm's fp32 logits computes something
+# else: it is skipped rather than timed. bf16 rounding stays well below it.
+PEER_AGREEMENT = 0.1
+# Every contestant, in table order, and the ones that are not vitzoo: the best of those is the
+# number vitzoo.optimize must beat.
+CONTESTANTS = ("vitzoo.optimize", "vitzoo eager", "openvino latency", "openvino throughput", "zentorch", "timm eager")
+PEERS = CONTESTANTS[2:]
+
+
+def _why(exc: BaseException) -> str:
+    """The exception's type and first line, and the line after where the first only introduces it
+    (torch.compile's "backend='zentorch' raised:")."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    text = f"{lines[0]} {lines[1]}"[:200] if len(lines) > 1 and lines[0].endswith(":") else _first_line(exc)
+    return f"{type(exc).__name__}: {text}"
+
+
+def _error_vs(out: object, reference: torch.Tensor) -> float:
+    """Relative L2 error of a contestant's output (a tensor or an array) against `reference`;
+    infinite where the shapes differ or it is NaN."""
+    error = _relative_error(out if isinstance(out, torch.Tensor) else torch.tensor(out), reference)
+    return float("inf") if error is None else error
+
+
+def _peer_openvino(model: nn.Module, x: torch.Tensor, dtype: torch.dtype, hint: str) -> Callable[[], object]:
+    """timm's model converted by OpenVINO and compiled for this CPU under performance `hint`. LATENCY
+    runs the batch as one request; THROUGHPUT splits it over the compiled model's parallel requests."""
+    import openvino as ov
+
+    config: dict[str, object] = {
+        "INFERENCE_PRECISION_HINT": "bf16" if dtype is torch.bfloat16 else "f32",
+        "PERFORMANCE_HINT": hint,
+    }
+    if torch.get_num_threads() < (os.cpu_count() or 1):  # --threads holds for every contestant
+        config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
+    compiled = ov.Core().compile_model(ov.convert_model(model, example_input=x), "CPU", config)
+    if hint == "LATENCY":
+        request = compiled.create_infer_request()
+        data = x.numpy()
+        return lambda: request.infer({0: data}, share_inputs=True)[0]
+    jobs = max(1, min(int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")), x.shape[0]))
+    queue = ov.AsyncInferQueue(compiled, jobs)
+    chunks = [c.contiguous().numpy() for c in x.chunk(jobs)]
+    outputs: list[object] = [None] * len(chunks)
+
+    def keep(request: object, i: int) -> None:
+        outputs[i] = request.get_output_tensor(0).data.copy()  # type: ignore[attr-defined]
+
+    queue.set_callback(keep)
+
+    def run() -> object:
+        for i, chunk in enumerate(chunks):
+            queue.start_async({0: chunk}, userdata=i, share_inputs=True)
+        queue.wait_all()
+        return torch.cat([torch.from_numpy(o) for o in outputs])  # type: ignore[arg-type]
+
+    return run
+
+
+def _peer_zentorch(model: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> Callable[[], object]:
+    import zentorch  # noqa: F401  (registers the backend)
+
+    # zentorch re-lays out the weights of the module it compiles in place: it gets a copy of its own
+    compiled = torch.compile(copy.deepcopy(model).to(dtype), backend="zentorch", dynamic=False)
+    xd = x.to(dtype)
+    return lambda: compiled(xd)
+
+
+def _peer_optimize(model: nn.Module, x: torch.Tensor, candidates: list[str] | None, info: dict) -> Callable[[], object]:
+    fast = vitzoo.optimize(copy.deepcopy(model), x, cache=False, candidates=candidates)
+    info["optimize"] = dataclasses.asdict(fast.report)
+    return lambda: fast(x)
+
+
+def _peer_builders(
+    ours: nn.Module, theirs: nn.Module, x: torch.Tensor, dtype: torch.dtype, candidates: list[str] | None, info: dict
+) -> dict[str, Callable[[], Callable[[], object]]]:
+    """Each contestant's builder, in table order: it builds the contestant and returns its call."""
+    ours_d = copy.deepcopy(ours).to(dtype)
+
+    def timm_eager() -> Callable[[], object]:
+        def run() -> object:
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not torch.float32):
+                return theirs(x)
+
+        return run
+
+    builders = (
+        lambda: _peer_optimize(ours_d, x, candidates, info),
+        lambda: lambda: ours_d(x),
+        lambda: _peer_openvino(theirs, x, dtype, "LATENCY"),
+        lambda: _peer_openvino(theirs, x, dtype, "THROUGHPUT"),
+        lambda: _peer_zentorch(theirs, x, dtype),
+        timm_eager,
+    )
+    return dict(zip(CONTESTANTS, builders, strict=True))
+
+
+@contextlib.contextmanager
+def _inductor_passes_kept() -> Iterator[None]:
+    """Restores inductor's global custom graph pass on leaving. zentorch's backend installs its
+    passes there and leaves them, so that every later torch.compile in the process (inductor's,
+    in vitzoo.optimize of the next model) would run them too."""
+    from torch._inductor import config
+
+    saved = getattr(config, "joint_custom_post_pass", None)  # absent on old torch
+    try:
+        yield
+    finally:
+        if hasattr(config, "joint_custom_post_pass"):
+            config.joint_custom_post_pass = saved
+
+
+def _build_contestants(name: str, batch: int, candidates: list[str] | None) -> tuple[dict, dict]:
+    """(label -> call, info): every contestant that builds here and agrees with timm's fp32
+    output; info holds the dtype, build seconds, output errors and each skipped one's reason."""
+    ours, theirs = build_models(name)
+    x = torch.randn(batch, *ours.pretrained_cfg.input_size, generator=torch.Generator().manual_seed(1))
+    dtype = auto_dtype("cpu")[0]
+    info: dict = {"dtype": name_of(dtype), "build_s": {}, "rel_error": {}, "skipped": {}}
+    with torch.inference_mode():
+        reference = theirs(x).float()
+    builders = _peer_builders(ours, theirs, x, dtype, candidates, info)
+    contestants: dict[str, Callable[[], object]] = {}
+    steps = tqdm(builders.items(), desc=f"{name} b{batch} build", file=sys.stderr) if tqdm else builders.items()
+    for label, build in steps:
+        start = time.perf_counter()
+        try:
+            with torch.inference_mode(), _inductor_passes_kept():
+                run = build()
+                run()  # compilers compile on the first calls: that is part of building
+                out = run()
+        except ImportError as exc:
+            info["skipped"][label] = f"not installed ({_why(exc)})"
+            continue
+        except Exception as exc:  # a peer that cannot take this model is reported, not fatal
+            info["skipped"][label] = f"failed: {_why(exc)}"
+            continue
+        info["build_s"][label] = time.perf_counter() - start
+        info["rel_error"][label] = error = _error_vs(out, reference)
+        if error > PEER_AGREEMENT:
+            info["skipped"][label] = f"output disagrees with timm's fp32 (relative error {error:.2e})"
+            continue
+        contestants[label] = run
+    return contestants, info
+
+
+def balanced_orders(keys: list[str]) -> list[list[str]]:
+    """Orders of `keys` in which each one runs in every position and right after every other one
+    equally often (a Williams design: n orders for even n, 2n for odd n; all six orders of three)."""
+    n = len(keys)
+    first = [0] + [(i + 1) // 2 if i % 2 else n - i // 2 for i in range(1, n)]
+    rows = [[keys[(j + r) % n] for j in first] for r in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
+
+
+def peers_benchmark(name: str, batch: int, rounds: int, calls: int, warmup: int, candidates, clock: str) -> dict:
+    """img/s of vitzoo.optimize, vitzoo eager and the peers on `name` at `batch`: interleaved
+    rounds through balanced orders, median per contestant."""
+    # Each (model, batch) compiles the same forward code again; dynamo stops compiling a code
+    # object after config.recompile_limit versions and runs it eager, so start afresh every time.
+    torch._dynamo.reset()
+    contestants, info = _build_contestants(name, batch, candidates)
+    seconds: dict[str, list[float]] = {key: [] for key in contestants}
+    orders = balanced_orders(list(contestants)) or [[]]  # nothing built: nothing to time
+    with torch.inference_mode():
+        for fn in contestants.values():
+            for _ in range(warmup):
+                fn()
+        progress = tqdm(range(rounds), desc=f"{name} b{batch} peers", file=sys.stderr) if tqdm else range(rounds)
+        for r in progress:
+            for key in orders[r % len(orders)]:
+                seconds[key].append(time_per_call(contestants[key], calls, CLOCKS[clock]))
+    img_s = {key: batch / statistics.median(values) for key, values in seconds.items()}
+    peers = {k: v for k, v in img_s.items() if k in PEERS}
+    best = max(peers, key=peers.__getitem__) if peers else None
+    ours = img_s.get("vitzoo.optimize")
+    per_round = [t / o for o, t in zip(seconds.get("vitzoo.optimize", []), seconds[best])] if best else []
+    return info | {
+        "model": name,
+        "timm_model": TIMM_NAMES[name],
+        "batch": batch,
+        "img_per_s": img_s,
+        "best_peer": best,
+        "ratio_optimize_over_best_peer": ours / peers[best] if ours and best else None,
+        "median_per_round_ratio": statistics.median(per_round) if per_round else None,
+        "seconds_per_round": seconds,
+    }
+
+
+def peer_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for package in ("openvino", "zentorch", "timm"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = None
+    return found
+
+
+def print_peers(results: list[dict], args: argparse.Namespace, before: dict, load_after: float | None) -> None:
+    versions = " / ".join(f"{k} {v or 'absent'}" for k, v in before["versions"].items())
+    print(
+        f"vitzoo.optimize against its peers: CPU inference, torch.inference_mode, median of {args.rounds} "
+        f"interleaved rounds x {args.calls} calls, {args.clock} clock"
+    )
+    print(
+        f"torch {before['torch']} / {versions}, {before['threads']} threads, {before['cpu']}, "
+        f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after"
+    )
+    print(
+        f"{'model':<12}{'batch':>6}{'dtype':>9}"
+        + "".join(f"{c:>{len(c) + 2}}" for c in CONTESTANTS)
+        + "  optimize/best peer"
+    )
+    for r in results:
+        cells = []
+        for c in CONTESTANTS:
+            rate = r["img_per_s"].get(c)
+            cells.append(f"{rate:>{len(c) + 2}.2f}" if rate else f"{'skipped':>{len(c) + 2}}")
+        ratio = r["ratio_optimize_over_best_peer"]
+        shown = f"{ratio:.3f} ({r['best_peer']}; per round {r['median_per_round_ratio']:.3f})" if ratio else "-"
+        print(f"{r['model']:<12}{r['batch']:>6}{r['dtype']:>9}" + "".join(cells) + f"  {shown}")
+    for r in results:
+        opt = r.get("optimize")
+        if opt:
+            built = ", ".join(f"{k} {v:.1f} s" for k, v in opt["compile_s"].items())
+            tried = ", ".join(f"{k} {v:.2f}" for k, v in opt["img_per_s"].items())
+            print(
+                f"{r['model']} b{r['batch']}: optimize chose {opt['choice']} (img/s {tried}; built {built or 'nothing'})"
+            )
+            for k, v in opt["skipped"].items():
+                print(f"  optimize skipped {k}: {v}")
+        built = ", ".join(f"{k} {v:.1f} s" for k, v in r["build_s"].items() if k in PEERS)
+        print(f"{r['model']} b{r['batch']}: peers built (first two calls included) in {built or 'nothing'}")
+        for label, reason in r["skipped"].items():
+            print(f"{r['model']} b{r['batch']}: {label} skipped: {reason}")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--model", default="vit_b16", choices=sorted(TIMM_NAMES), help="vitzoo name (timm counterpart is implied)"
     )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument(
-        "--rounds", type=int, default=18, help="interleaved rounds (6 orders of the three); the median is reported"
+        "--rounds",
+        type=int,
+        default=18,
+        help="interleaved rounds (6 orders of the three; --peers: balanced orders of its contestants); the median is reported",
     )
     parser.add_argument("--calls", type=int, default=1, help="forward calls timed per round and contestant")
     parser.add_argument("--warmup", type=int, default=2)
@@ -342,6 +622,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--predict-folder", type=int, default=0, metavar="N", help="also time predict on N JPEGs")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of --predict-folder")
     parser.add_argument("--skip-models", action="store_true", help="only the optional sections")
+    peers = parser.add_argument_group("--peers: vitzoo.optimize against OpenVINO, zentorch and timm")
+    peers.add_argument("--peers", action="store_true", help="this comparison instead of the vitzoo-vs-timm one")
+    peers.add_argument(
+        "--models",
+        nargs="+",
+        choices=sorted(TIMM_NAMES),
+        metavar="MODEL",
+        help=f"vitzoo names (default: {' '.join(PEER_MODELS)})",
+    )
+    peers.add_argument("--batches", nargs="+", type=int, metavar="B", help="batch sizes (default: 1 8)")
+    peers.add_argument(
+        "--optimize-candidates",
+        nargs="+",
+        choices=candidate_names("cpu"),
+        metavar="NAME",
+        help=f"what vitzoo.optimize may try, of {', '.join(candidate_names('cpu'))} (default: all)",
+    )
+    return parser
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = _parser()
     args = parser.parse_args(argv)
     for flag, value, low in (
         ("--batch", args.batch, 1),
@@ -349,16 +651,60 @@ def main(argv: list[str] | None = None) -> None:
         ("--calls", args.calls, 1),
         ("--warmup", args.warmup, 0),
         ("--threads", args.threads or 1, 1),
+        ("--batches", min(args.batches or [1]), 1),
     ):
         if value < low:
             parser.error(f"{flag} must be >= {low}, got {value}")
+    if not args.peers:
+        for flag in ("models", "batches", "optimize_candidates"):
+            if getattr(args, flag) is not None:
+                parser.error(
+                    f"--{flag.replace('_', '-')} goes with --peers (the other sections take --model / --batch)"
+                )
+    if args.peers and (args.agreement or args.predict_folder or args.skip_models):
+        parser.error("--peers runs on its own: leave out --agreement, --predict-folder and --skip-models")
+    args.models = args.models or PEER_MODELS
+    args.batches = args.batches or [1, 8]
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    return args
 
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
     before = conditions()
+    if args.peers:
+        before["versions"] = peer_versions()
+        peers = [
+            peers_benchmark(name, batch, args.rounds, args.calls, args.warmup, args.optimize_candidates, args.clock)
+            for name in args.models
+            for batch in args.batches
+        ]
+        load_after = _loadavg()
+        print_peers(peers, args, before, load_after)
+        if args.json:
+            write_json(
+                args.json,
+                {"args": vars(args), "conditions": before | {"loadavg_1min_after": load_after}, "peers": peers},
+            )
+        return
     results = {}
     if not args.skip_models:
         results = benchmark(args.model, args.batch, args.rounds, args.calls, args.warmup, args.dtypes, args.clock)
+    extra = _optional_sections(args)
+    load_after = _loadavg()
+    if results:
+        _print_results(results, args, before, load_after)
+    if args.json:
+        payload = {"args": vars(args), "conditions": before | {"loadavg_1min_after": load_after}, "results": results}
+        write_json(args.json, payload | extra)
+
+
+def _loadavg() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def _optional_sections(args: argparse.Namespace) -> dict[str, dict]:
     extra: dict[str, dict] = {}
     if args.agreement:
         extra["agreement"] = a = dtype_agreement(args.agreement, args.fashion_dir)
@@ -376,46 +722,35 @@ def main(argv: list[str] | None = None) -> None:
             f"{pf['img_per_s']['predict_folder']:.2f} img/s vs {pf['img_per_s']['model_on_tensors']:.2f} img/s on "
             f"ready tensors: ratio {pf['ratio_folder_over_tensors']:.3f}"
         )
-    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return extra
 
-    if results:
+
+def _print_results(results: dict, args: argparse.Namespace, before: dict, load_after: float | None) -> None:
+    print(
+        f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
+        f"median of {args.rounds} interleaved rounds x {args.calls} calls, {args.clock} clock"
+    )
+    print(
+        f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
+        f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after"
+    )
+    print(
+        f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"
+        f"{'per-round [IQR]':>24}{'vitzoo share':>14}{'timm share':>12}"
+    )
+    for dtype_name, r in results.items():
+        img = r["img_per_s"]
         print(
-            f"{args.model} vs timm {TIMM_NAMES[args.model]}: batch {args.batch}, CPU inference, torch.inference_mode, "
-            f"median of {args.rounds} interleaved rounds x {args.calls} calls, {args.clock} clock"
+            f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
+            f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
+            f"{' [{:.3f}, {:.3f}]'.format(*r['per_round_ratio_quartiles']):>14}"
+            f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}"
         )
+    for dtype_name, r in results.items():
         print(
-            f"torch {before['torch']}, {before['threads']} threads, {before['cpu']}, "
-            f"load average {before['loadavg_1min']:.2f} before / {load_after:.2f} after"
+            f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "
+            f"bound runs them at {r['matmul_bound_gflop_per_s']:.0f} GFLOP/s"
         )
-        print(
-            f"{'dtype':<6}{'vitzoo img/s':>14}{'timm img/s':>12}{'bound img/s':>13}{'vitzoo/timm':>13}"
-            f"{'per-round [IQR]':>24}{'vitzoo share':>14}{'timm share':>12}"
-        )
-        for dtype_name, r in results.items():
-            img = r["img_per_s"]
-            print(
-                f"{dtype_name:<6}{img['vitzoo']:>14.2f}{img['timm']:>12.2f}{img['matmul_bound']:>13.2f}"
-                f"{r['ratio_vitzoo_over_timm']:>13.3f}{r['median_per_round_ratio']:>10.3f}"
-                f"{' [{:.3f}, {:.3f}]'.format(*r['per_round_ratio_quartiles']):>14}"
-                f"{r['share_of_matmul_bound']['vitzoo']:>13.1%}{r['share_of_matmul_bound']['timm']:>12.1%}"
-            )
-        for dtype_name, r in results.items():
-            print(
-                f"{dtype_name}: GEMMs {r['gemm_gflop_per_forward']:.1f} GFLOP per forward, "
-                f"bound runs them at {r['matmul_bound_gflop_per_s']:.0f} GFLOP/s"
-            )
-    if args.json:
-        payload = {
-            "args": vars(args),
-            "conditions": before | {"loadavg_1min_after": load_after},
-            "results": results,
-        } | extra
-        tmp = f"{args.json}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, args.json)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@ its JSON atomically, and its matmul bound covers exactly the model's GEMMs."""
 
 from __future__ import annotations
 
+import collections
+import itertools
 import json
 
 import pytest
@@ -104,3 +106,79 @@ def test_agreement_section_compares_fp32_and_bf16_predictions(speed, tmp_path):
     assert result["images"] == 20
     assert 0.0 <= result["top1_agreement"] <= 1.0
     assert 0.0 <= result["accuracy_fp32"] <= 1.0
+
+
+def test_peers_table_and_json_hold_every_contestant_and_why_peers_were_skipped(speed, tmp_path, capsys, monkeypatch):
+    # The peers stand in for an absent package and for one that cannot take the model, so the test
+    # is the same with or without OpenVINO and zentorch installed; vitzoo.optimize compiles nothing.
+    def absent(*args):
+        raise ImportError("No module named 'zentorch'")
+
+    def cannot_convert(*args):
+        raise RuntimeError("conversion failed\nmore detail")
+
+    monkeypatch.setattr(speed, "_peer_zentorch", absent)
+    monkeypatch.setattr(speed, "_peer_openvino", cannot_convert)
+    out = tmp_path / "peers.json"
+    threads = torch.get_num_threads()
+    try:
+        speed.main(
+            [
+                *("--peers", "--models", "vit_ti16", "--batches", "1", "--rounds", "2", "--warmup", "0"),
+                *("--threads", "1", "--optimize-candidates", "eager", "--json", str(out)),
+            ]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert "vitzoo.optimize against its peers" in printed and "optimize/best peer" in printed
+    assert "zentorch skipped: not installed (ImportError: No module named 'zentorch')" in printed
+    assert "openvino latency skipped: failed: RuntimeError: conversion failed" in printed
+    (result,) = json.loads(out.read_text())["peers"]
+    assert not list(tmp_path.glob("*.tmp"))
+    assert (result["model"], result["timm_model"], result["batch"]) == ("vit_ti16", "vit_tiny_patch16_224", 1)
+    rates = result["img_per_s"]
+    assert set(rates) == {"vitzoo.optimize", "vitzoo eager", "timm eager"} and all(v > 0 for v in rates.values())
+    assert set(result["skipped"]) == {"openvino latency", "openvino throughput", "zentorch"}
+    assert result["best_peer"] == "timm eager"
+    assert result["ratio_optimize_over_best_peer"] == pytest.approx(rates["vitzoo.optimize"] / rates["timm eager"])
+    assert result["median_per_round_ratio"] > 0 and "per round" in printed
+    assert result["optimize"]["choice"] == "eager" and "inductor" not in result["optimize"]["compile_s"]
+    assert all(err < speed.PEER_AGREEMENT for err in result["rel_error"].values())
+    assert all(len(v) == 2 for v in result["seconds_per_round"].values())
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_balanced_orders_put_each_contestant_everywhere_and_after_each_other_equally(speed, n):
+    keys = [str(i) for i in range(n)]
+    orders = speed.balanced_orders(keys)
+    assert all(sorted(order) == keys for order in orders)
+    if n == 3:
+        assert sorted(map(tuple, orders)) == sorted(itertools.permutations(keys))
+    positions = collections.Counter((i, k) for order in orders for i, k in enumerate(order))
+    assert len(positions) == n * n and len(set(positions.values())) == 1
+    pairs = collections.Counter(pair for order in orders for pair in itertools.pairwise(order))
+    assert len(pairs) == n * (n - 1) and len(set(pairs.values())) == 1
+
+
+def test_peer_flags_without_peers_exit_with_a_message(speed, capsys):
+    with pytest.raises(SystemExit):
+        speed.main(["--models", "vit_ti16"])
+    assert "--models goes with --peers" in capsys.readouterr().err
+
+
+def test_a_contestant_build_leaves_inductors_custom_pass_as_it_found_it(speed):
+    # zentorch's backend sets this global and leaves it set: the next model's inductor build would run its passes
+    config = pytest.importorskip("torch._inductor.config")
+    if not hasattr(config, "joint_custom_post_pass"):
+        pytest.skip(f"torch {torch.__version__} has no inductor joint_custom_post_pass")
+    before = config.joint_custom_post_pass
+    with speed._inductor_passes_kept():
+        config.joint_custom_post_pass = lambda graph: None
+    assert config.joint_custom_post_pass is before
+
+
+def test_a_failed_compile_is_reported_with_its_cause(speed):
+    exc = RuntimeError("backend='zentorch' raised:\nAssertionError: Expected bool\n\nSet TORCHDYNAMO_VERBOSE=1")
+    assert speed._why(exc) == "RuntimeError: backend='zentorch' raised: AssertionError: Expected bool"
+    assert speed._why(ValueError("one line\nmore")) == "ValueError: one line"
