@@ -408,9 +408,10 @@ def _peer_openvino(model: nn.Module, x: torch.Tensor, dtype: torch.dtype, hint: 
 
 
 def _peer_zentorch(model: nn.Module, x: torch.Tensor, dtype: torch.dtype) -> Callable[[], object]:
-    import zentorch  # noqa: F401  (registers the backend)
+    from vitzoo.inference import import_zentorch
 
-    # zentorch re-lays out the weights of the module it compiles in place: it gets a copy of its own
+    import_zentorch()  # the weight cache out of place, as vitzoo.optimize runs it
+    # a bf16 copy of its own (timm's fp32 model stays the reference)
     compiled = torch.compile(copy.deepcopy(model).to(dtype), backend="zentorch", dynamic=False)
     xd = x.to(dtype)
     return lambda: compiled(xd)

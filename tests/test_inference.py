@@ -137,6 +137,20 @@ def test_absent_backends_are_named_with_how_to_install_them(monkeypatch):
     assert fast.report.skipped["zentorch"] == "not an AMD CPU"
 
 
+def test_copies_that_would_not_fit_in_memory_are_not_made(monkeypatch):
+    from vitzoo.memory import Available
+
+    monkeypatch.setattr(inference, "_missing", lambda name, x: None)  # as if zentorch and openvino were here
+    monkeypatch.setattr(inference, "available_memory", lambda: Available(1000, "a test's limit"))
+    built = []
+    monkeypatch.setitem(inference.BUILDERS, "zentorch", lambda m, x: built.append(m))
+    monkeypatch.setitem(inference.BUILDERS, "openvino", lambda m, x: built.append(m))
+    fast = optimize(tiny(), torch.randn(2, 3, 32, 32), candidates=["zentorch", "openvino"], cache=False)
+    assert not built
+    assert fast.report.skipped["openvino"].startswith("its copies of the model need ")
+    assert fast.report.skipped["zentorch"].endswith("1000 bytes available (a test's limit)")
+
+
 def test_openvino_runs_the_model_when_installed():
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
     fp32 = tiny("fp32")

@@ -18,6 +18,7 @@ Candidates (each only where it applies; `OptimizeReport.skipped` says why one wa
   inductor        `torch.compile` with frozen weights (CPU) / its default mode (GPU)
   max-autotune    `torch.compile(mode="max-autotune-no-cudagraphs")`: GPU, matrix-product tiles tuned
   openvino        the model converted to an OpenVINO model and compiled for this CPU (`openvino` extra)
+  openvino-throughput  the same under OpenVINO's THROUGHPUT hint, the batch split over parallel requests
   cuda-graphs     `torch.compile(mode="reduce-overhead")`: GPU, batches up to 64
   fp8             float8 weights and activations through torchao (`fp8=True`; GPUs of compute
                   capability 8.9 and newer)
@@ -59,6 +60,7 @@ from torch import nn
 from .atomic import write_json
 from .jsonio import read_json
 from .layers.attention import Attention
+from .memory import available_memory, human_bytes, model_bytes
 
 Runner = Callable[[torch.Tensor], Any]
 
@@ -68,6 +70,7 @@ COMPILE_COST_S = {
     "zentorch": 15.0,
     "inductor": 40.0,
     "openvino": 20.0,
+    "openvino-throughput": 20.0,
     "max-autotune": 300.0,
     "cuda-graphs": 60.0,
     "fp8": 90.0,
@@ -292,7 +295,7 @@ def candidate_names(device: torch.device | str = "cpu") -> list[str]:
     """Every candidate that exists for this kind of device, in the order they are tried."""
     if torch.device(device).type == "cuda":
         return ["eager", "inductor", "max-autotune", "cuda-graphs", "fp8"]
-    return ["eager", "eager-explicit", "zentorch", "inductor", "openvino"]
+    return ["eager", "eager-explicit", "zentorch", "inductor", "openvino", "openvino-throughput"]
 
 
 def _check_arguments(model: nn.Module, x: Any, calls: int | None, candidates: list[str] | None) -> None:
@@ -335,7 +338,28 @@ def _why_not(name: str, model: nn.Module, x: torch.Tensor, calls: int | None, ea
         saving = calls * eager_s * MIN_GAIN
         if saving < COMPILE_COST_S[name]:
             return f"run too short to repay compiling ({calls} batches x {eager_s:.2f} s)"
-    return _missing(name, x)
+    return _missing(name, x) or _no_room_for_copy(name, model)
+
+
+def _no_room_for_copy(name: str, model: nn.Module) -> str | None:
+    """CPU candidates that work on copies of the model (zentorch re-lays out a copy in place,
+    OpenVINO converts an fp32 copy and keeps weights of its own) are skipped where the copies would
+    not fit in the memory this process may allocate."""
+    if name not in _CPU_COPIES:
+        return None
+    dtype, count = _CPU_COPIES[name]
+    needed = model_bytes(model, dtype) * count
+    available = available_memory()
+    if available is None or needed <= available.bytes:
+        return None
+    return f"its copies of the model need {human_bytes(needed)}, {human_bytes(available.bytes)} available ({available.limit})"
+
+
+_CPU_COPIES: dict[str, tuple[torch.dtype | None, int]] = {
+    "zentorch": (None, 1),
+    "openvino": (torch.float32, 2),
+    "openvino-throughput": (torch.float32, 2),
+}
 
 
 def _missing(name: str, x: torch.Tensor) -> str | None:
@@ -343,8 +367,11 @@ def _missing(name: str, x: torch.Tensor) -> str | None:
     if name == "zentorch":
         if "AMD" not in _cpu_name():
             return "not an AMD CPU"
+        os.environ.setdefault("ZENDNNL_MATMUL_WEIGHT_CACHE", "1")  # see import_zentorch
         return _import_problem("zentorch", "pip install zentorch (an AMD extra)")
-    if name == "openvino":
+    if name in ("openvino", "openvino-throughput"):
+        if name == "openvino-throughput" and x.shape[0] < 2:
+            return "a batch of 1 cannot be split over parallel requests"
         return _import_problem("openvino", 'pip install "vitzoo[openvino]"')
     if name == "cuda-graphs" and x.shape[0] > 64:
         return "batch over 64 (launch overhead is negligible there)"
@@ -452,12 +479,29 @@ def _eager_explicit(model: nn.Module, x: torch.Tensor) -> Runner:
     return run
 
 
-def _zentorch(model: nn.Module, x: torch.Tensor) -> Runner:
-    import zentorch  # noqa: F401  (registers the backend)
+def import_zentorch() -> None:
+    """Import zentorch (registering its torch.compile backend) with its weight cache out of place.
+    By default ZenDNN re-lays out each weight tensor in place on first use: the eager model sharing
+    those tensors then computes garbage, and a later model whose weights land in the freed memory is
+    refused ("weight-cache miss on a buffer an earlier in-place (WC=2) reorder already rewrote").
+    Out of place (ZENDNNL_MATMUL_WEIGHT_CACHE=1, read at each call) keeps a re-laid-out copy instead.
+    A value the user set is left alone."""
+    os.environ.setdefault("ZENDNNL_MATMUL_WEIGHT_CACHE", "1")
+    import zentorch  # noqa: F401
 
-    # zentorch re-lays out the weights of the module it compiles in place: the eager model (the
-    # fallback for other shapes, and the reference) keeps its own
-    return torch.compile(copy.deepcopy(model), backend="zentorch", dynamic=False)
+    # Its cache is keyed by where a weight lives: a model built where a freed one lived would be
+    # served the old one's entries (seen: an output off by 130%). Out of place, a cleared cache only
+    # costs live models one more re-layout.
+    clear = getattr(torch.ops.zentorch, "zentorch_clear_weight_cache", None)
+    if clear is not None and os.environ["ZENDNNL_MATMUL_WEIGHT_CACHE"] == "1":
+        clear()
+
+
+def _zentorch(model: nn.Module, x: torch.Tensor) -> Runner:
+    import_zentorch()
+    in_place = os.environ["ZENDNNL_MATMUL_WEIGHT_CACHE"] not in ("0", "1")
+    # in place, ZenDNN would rewrite the eager model's weights (the fallback and the reference): a copy
+    return torch.compile(copy.deepcopy(model) if in_place else model, backend="zentorch", dynamic=False)
 
 
 def _inductor(model: nn.Module, x: torch.Tensor) -> Runner:
@@ -499,23 +543,60 @@ def _fp8(model: nn.Module, x: torch.Tensor) -> Runner:
     return torch.compile(quantized, dynamic=False)
 
 
-def _openvino(model: nn.Module, x: torch.Tensor) -> Runner:
+def _openvino_compiled(model: nn.Module, x: torch.Tensor, hint: str) -> Any:
+    """`model` converted by OpenVINO (batch axis open) and compiled for this CPU at the model's
+    precision under performance `hint`."""
     import openvino as ov
 
-    precision = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(_model_dtype(model), "f32")
     from .deploy import to_openvino
 
-    converted = to_openvino(copy.deepcopy(model).float(), x.float())
+    precision = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(_model_dtype(model), "f32")
+    converted = to_openvino(copy.deepcopy(model).float(), x.float(), dynamic_batch=True)
     compiled = ov.Core().compile_model(
-        converted, "CPU", {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": "LATENCY"}
+        converted, "CPU", {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": hint}
     )
-    request = compiled.create_infer_request()
-    outputs = len(compiled.outputs)
+    if len(compiled.outputs) != 1:
+        raise ValueError(f"the model has {len(compiled.outputs)} outputs; the OpenVINO candidates take one")
+    return compiled
 
-    def run(inp: torch.Tensor) -> Any:
-        request.infer({0: inp.float().contiguous().numpy()}, share_inputs=True)
-        results = [torch.from_numpy(request.get_output_tensor(i).data.copy()) for i in range(outputs)]
-        return results[0] if outputs == 1 else tuple(results)
+
+def _openvino(model: nn.Module, x: torch.Tensor) -> Runner:
+    """The batch as one request (OpenVINO's LATENCY hint)."""
+    request = _openvino_compiled(model, x, "LATENCY").create_infer_request()
+    lock = threading.Lock()  # one request object: one call at a time
+
+    def run(inp: torch.Tensor) -> torch.Tensor:
+        with lock:
+            request.infer({0: inp.float().contiguous().numpy()}, share_inputs=True)
+            return torch.from_numpy(request.get_output_tensor(0).data.copy())
+
+    return run
+
+
+def _openvino_throughput(model: nn.Module, x: torch.Tensor) -> Runner:
+    """The batch split over the parallel requests OpenVINO's THROUGHPUT hint sets up (streams of
+    fewer threads each), run at once: on small models and batches it keeps every core busier."""
+    import openvino as ov
+
+    compiled = _openvino_compiled(model, x, "THROUGHPUT")
+    jobs = min(int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")), x.shape[0])
+    if jobs < 2:
+        raise ValueError(f"nothing to run in parallel (batch {x.shape[0]}, {jobs} request)")
+    queue = ov.AsyncInferQueue(compiled, jobs)
+    lock = threading.Lock()  # one queue: one call at a time
+    results: dict[int, torch.Tensor] = {}
+    queue.set_callback(
+        lambda request, i: results.__setitem__(i, torch.from_numpy(request.get_output_tensor(0).data.copy()))
+    )
+
+    def run(inp: torch.Tensor) -> torch.Tensor:
+        with lock:
+            results.clear()
+            chunks = inp.float().contiguous().chunk(jobs)
+            for i, chunk in enumerate(chunks):
+                queue.start_async({0: chunk.numpy()}, userdata=i, share_inputs=True)
+            queue.wait_all()
+            return torch.cat([results[i] for i in range(len(chunks))])
 
     return run
 
@@ -525,6 +606,7 @@ BUILDERS: dict[str, Callable[[nn.Module, torch.Tensor], Runner]] = {
     "zentorch": _zentorch,
     "inductor": _inductor,
     "openvino": _openvino,
+    "openvino-throughput": _openvino_throughput,
     "max-autotune": _max_autotune,
     "cuda-graphs": _cuda_graphs,
     "fp8": _fp8,
