@@ -148,16 +148,19 @@ def test_copies_that_would_not_fit_in_memory_are_not_made(monkeypatch):
     fast = optimize(tiny(), torch.randn(2, 3, 32, 32), candidates=["zentorch", "openvino"], cache=False)
     assert not built
     assert fast.report.skipped["openvino"].startswith("its copies of the model need ")
-    assert fast.report.skipped["zentorch"].endswith("1000 bytes available (a test's limit)")
+    assert fast.report.skipped["zentorch"].endswith("1.0 kB available (a test's limit)")
 
 
 def test_openvino_runs_the_model_when_installed():
     pytest.importorskip("openvino", reason="the openvino extra is not installed")
     fp32 = tiny("fp32")
-    x = torch.randn(2, 3, 32, 32)
-    fast = optimize(fp32, x, candidates=["openvino"], cache=False)
+    x = torch.randn(4, 3, 32, 32)
+    fast = optimize(fp32, x, candidates=["openvino", "openvino-throughput"], cache=False)
     # measured, so built and within fp32's tolerance of the model (TOLERANCE: relative error 1e-3)
-    assert "openvino" in fast.report.img_per_s and "openvino" in fast.report.compile_s, fast.report.skipped
+    for name in ("openvino", "openvino-throughput"):
+        assert name in fast.report.img_per_s and name in fast.report.compile_s, fast.report.skipped
+    one = optimize(fp32, x[:1], candidates=["openvino-throughput"], cache=False)
+    assert one.report.skipped["openvino-throughput"] == "a batch of 1 cannot be split over parallel requests"
 
 
 def test_the_choice_is_remembered_and_a_damaged_cache_is_measured_again(monkeypatch):
