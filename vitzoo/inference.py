@@ -180,11 +180,12 @@ def optimize(
     log: Callable[[str], None] | None = None,
 ) -> OptimizedModule:
     """The fastest way found to run `model` (in eval mode, no autograd) on inputs shaped like
-    `example_input` (see the module docstring). `calls`: how many batches the caller will run
-    (a short run is not tuned, and compiling needs a longer one; None: try everything). `method`: the model's method to speed up ("forward", "forward_features",
-    "encode_image", ...). `candidates`: only these (names above). `fp8`: allow
-    float8 (changes the numbers more than bf16 does; off by default). `cache`: read and record the
-    choice in `cache_file()`. `log`: receives one line per step (e.g. `print` to stderr)."""
+    `example_input` (see the module docstring). `calls`: how many batches the caller will run (a
+    short run is not tuned, and compiling needs a longer one; None: try everything). `method`: the
+    model's method to speed up ("forward", "forward_features", "encode_image", ...). `candidates`:
+    only these (names above). `fp8`: allow float8 (changes the numbers more than bf16 does; off by
+    default). `cache`: read and record the choice in `cache_file()`. `log`: receives one line per
+    step (e.g. `print` to stderr)."""
     _check_arguments(model, example_input, calls, candidates)
     model.eval()
     if method != "forward":
