@@ -38,7 +38,8 @@ from .rope import apply_rope
 def explicit_is_faster(q: torch.Tensor) -> bool:
     """Whether the written-out attention beats the fused kernel for these queries: bf16 training
     on a CPU (see the module docstring). Plain tensors only: tracers and torch.fx keep the fused op."""
-    return type(q) is torch.Tensor and q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.requires_grad
+    # __class__, not type(): Dynamo before torch 2.2 cannot call type() on a traced tensor
+    return q.__class__ is torch.Tensor and q.dtype == torch.bfloat16 and q.device.type == "cpu" and q.requires_grad
 
 
 class Attention(nn.Module):
