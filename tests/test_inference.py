@@ -78,10 +78,15 @@ def test_a_compiled_candidate_is_built_checked_and_timed(monkeypatch):
 
     monkeypatch.setitem(inference.BUILDERS, "inductor", build)
     fast = optimize(tiny(), torch.randn(2, 3, 32, 32), candidates=["inductor"], cache=False)
+    torch._dynamo.reset()
     assert compiled == [torch.Size([2, 3, 32, 32])]
     assert "inductor" in fast.report.img_per_s and "inductor" in fast.report.compile_s
 
 
+@pytest.mark.skipif(
+    tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 2),
+    reason="torch 2.1's Dynamo: a whole-model compile here crashed a later test of the process (segfault)",
+)
 def test_bf16_models_compile_without_graph_breaks():
     model = tiny()
     x = torch.randn(2, 3, 32, 32)
@@ -89,6 +94,7 @@ def test_bf16_models_compile_without_graph_breaks():
     with torch.inference_mode():
         out = torch.compile(model, backend="eager", fullgraph=True)(x)  # fullgraph: a break raises
         want = model(x)  # eager takes oneDNN's fused linear, the graph the portable one
+    torch._dynamo.reset()
     assert ((out.float() - want.float()).norm() / want.float().norm()).item() < 2e-2
 
 
