@@ -81,7 +81,7 @@ from torch import nn
 
 import vitzoo
 from vitzoo.atomic import write_json
-from vitzoo.inference import _first_line, _relative_error, candidate_names
+from vitzoo.inference import _cpu_name, _first_line, _relative_error, candidate_names
 from vitzoo.precision import auto_dtype, name_of
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
@@ -332,17 +332,6 @@ def conditions() -> dict:
         "python": platform.python_version(),
         "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 # --- vitzoo.optimize against the other ways to run the same model fast (--peers) -------------------
