@@ -3,13 +3,20 @@ only for bf16 inference on CPU, and never inside a tracer or under autograd."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from vitzoo.layers.linear import _fused_op_available, linear, use_fused
+import vitzoo.layers.linear as linear_module
+from vitzoo.layers.linear import _fused_op_available, fused_bf16_problem, linear, use_fused
 
-needs_fused = pytest.mark.skipif(not _fused_op_available(), reason="this torch build has no oneDNN linear op")
+# The fused path's own tests run where oneDNN runs it in bf16; elsewhere (AVX2-only x86, or under
+# ONEDNN_MAX_CPU_ISA=AVX2) they skip with the probe's reason, which names the CPU capability.
+needs_fused = pytest.mark.skipif(not _fused_op_available(), reason=f"{fused_bf16_problem()}")
 
 
 def _operands(dtype: torch.dtype, bias: bool = True):
@@ -46,7 +53,6 @@ def test_bf16_inference_takes_the_fused_path_with_the_same_numbers(bias):
             assert torch.allclose(fused, exact, rtol=2e-2, atol=2e-2)
 
 
-@needs_fused
 def test_autograd_and_tracing_take_the_portable_path():
     x, w, b = _operands(torch.bfloat16)
     w.requires_grad_(True)
@@ -94,3 +100,35 @@ def test_fx_tracing_takes_the_portable_path_and_eager_bf16_stays_fused():
     with torch.inference_mode():
         assert use_fused(x, layer.fc.weight)  # eager bf16 inference: still oneDNN's fused path
         assert torch.allclose(traced(x).float(), layer(x).float(), rtol=2e-2, atol=2e-2)
+
+
+def test_a_cpu_whose_onednn_cannot_run_the_fused_op_gets_f_linear(monkeypatch):
+    """Where the probe finds no bf16 inner product, bf16 inference is exactly F.linear (+ GELU)."""
+    monkeypatch.setattr(linear_module, "fused_bf16_problem", lambda: "oneDNN has no bf16 inner product (test)")
+    x, w, b = _operands(torch.bfloat16)
+    with torch.inference_mode():
+        assert not use_fused(x, w)
+        assert torch.equal(linear(x, w, b), F.linear(x, w, b))
+        assert torch.equal(linear(x, w, b, "gelu_tanh"), F.gelu(F.linear(x, w, b), approximate="tanh"))
+
+
+def test_the_probe_finds_an_avx2_only_cpu_and_bf16_inference_still_runs():
+    """oneDNN run as an AVX2-only x86 CPU has no bf16 inner product: the probe says so, naming the
+    ISA, and a bf16 model's forward takes F.linear (a fresh process: the probe runs once per process)."""
+    code = (
+        "import torch, vitzoo\n"
+        "from vitzoo.layers.linear import fused_bf16_problem\n"
+        "print(fused_bf16_problem())\n"
+        "m = vitzoo.create('vit_mnist_tiny', dtype='bf16').eval()\n"
+        "with torch.inference_mode():\n"
+        "    print(tuple(m(torch.randn(2, *m.pretrained_cfg.input_size)).shape))\n"
+    )
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    problem, shape = done.stdout.strip().splitlines()[-2:]
+    if torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+        assert (
+            problem.startswith("oneDNN has no bf16 inner product on this CPU") and "ONEDNN_MAX_CPU_ISA=AVX2" in problem
+        )
+    assert shape == "(2, 10)"

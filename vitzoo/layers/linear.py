@@ -10,7 +10,11 @@ instead, while the numbers are still in registers. `benchmarks/speed.py` (path "
 what this is worth end to end.
 
 The fused path is taken only where it is a pure speed-up with the same meaning:
-- CPU, bf16 input and weights, no autograd (the op has no backward): `create(..., dtype="bf16")`
+- a CPU on which oneDNN runs the op in bf16: decided once per process by running it on a tiny
+  input (`fused_bf16_problem`), since oneDNN has no bf16 inner product on AVX2-only x86 CPUs and
+  its Arm build differs again; a probe of the op itself covers every CPU that a list of flags
+  would not;
+- bf16 input and weights, no autograd (the op has no backward): `create(..., dtype="bf16")`
   under `torch.inference_mode()` / `torch.no_grad()`, which is what predict and eval do;
 - plain tensors outside any tracer (torch.jit.trace, ONNX export, torch.compile / torch.export see
   the portable `F.linear` graph, never a oneDNN-only op).
@@ -25,13 +29,40 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..precision import cpu_isa
+
 # oneDNN's GELU post-op: (attr, algorithm) for exact GELU and its tanh approximation.
 _FUSED_ACTIVATIONS = {"gelu": ("gelu", "none"), "gelu_tanh": ("gelu", "tanh")}
 
 
-@functools.cache
 def _fused_op_available() -> bool:
-    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    """Whether oneDNN's fused linear runs bf16 on this CPU (see `fused_bf16_problem`)."""
+    return fused_bf16_problem() is None
+
+
+@functools.cache
+def fused_bf16_problem() -> str | None:
+    """Why oneDNN's fused linear cannot serve bf16 inference here, or None where it can: this torch
+    build lacks the op, or the op fails (or disagrees with `F.linear`) on a tiny bf16 input on this
+    CPU, as it does where oneDNN has no bf16 inner product (x86 without AVX-512, or under
+    `ONEDNN_MAX_CPU_ISA=AVX2`). Run once per process; the answer names the CPU capability."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return "this torch build has no oneDNN linear op"
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 16, generator=gen).to(torch.bfloat16)
+    w = torch.randn(8, 16, generator=gen).to(torch.bfloat16)
+    b = torch.randn(8, generator=gen).to(torch.bfloat16)
+    try:
+        with torch.no_grad():
+            expected = F.linear(x.float(), w.float(), b.float())
+            for activation in (None, *_FUSED_ACTIVATIONS):
+                y, want = _fused(x, w, b, activation).float(), _activate(expected, activation)
+                if y.shape != want.shape or not torch.allclose(y, want, rtol=5e-2, atol=5e-2):
+                    return f"oneDNN's bf16 inner product disagrees with F.linear on this CPU ({cpu_isa()})"
+    except RuntimeError as exc:
+        first = str(exc).strip().split(". ")[0] or type(exc).__name__
+        return f"oneDNN has no bf16 inner product on this CPU ({cpu_isa()}): {first}"
+    return None
 
 
 def _compiling() -> bool:
@@ -72,9 +103,13 @@ def linear(
     if activation not in (None, *_FUSED_ACTIVATIONS):
         raise ValueError(f"linear: activation={activation!r} is not fusable; expected None, 'gelu' or 'gelu_tanh'")
     if use_fused(x, weight):
-        attr, algorithm = _FUSED_ACTIVATIONS[activation] if activation else ("none", "")
-        return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
+        return _fused(x, weight, bias, activation)
     return _activate(F.linear(x, weight, bias), activation)
+
+
+def _fused(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, activation: str | None) -> torch.Tensor:
+    attr, algorithm = _FUSED_ACTIVATIONS[activation] if activation else ("none", "")
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, attr, [], algorithm)
 
 
 def linear_module(module: nn.Module, x: torch.Tensor, activation: str | None = None) -> torch.Tensor:
