@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,13 +64,55 @@ def test_auto_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path: Pat
     plain.write_text("processor : 0\nflags : fpu sse avx2 avx512f\n")
     assert cpu_bf16_flags(amx) == ("amx_bf16", "avx512_bf16") and cpu_bf16_flags(plain) == ()
     assert cpu_bf16_flags(tmp_path / "missing") == ()
-    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ("amx_bf16",))
     dtype, why = auto_dtype("cpu")
     assert dtype == torch.bfloat16 and "amx_bf16" in why
-    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ())
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ())
     dtype, why = auto_dtype("cpu")
     assert dtype == torch.float32 and "no native bf16" in why
     assert parse_dtype("auto")[0] == torch.float32
+
+
+def test_arm_bf16_and_isa_caps_decide_native_bf16(tmp_path: Path, monkeypatch):
+    arm = tmp_path / "arm"
+    arm.write_text("processor : 0\nFeatures : fp asimd sve bf16 i8mm\n")
+    assert cpu_bf16_flags(arm) == ("bf16",)  # aarch64's FEAT_BF16 (Graviton 3, Neoverse V1 and later)
+    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    monkeypatch.setattr(precision.platform, "machine", lambda: "x86_64")
+    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(var, raising=False)
+    assert precision.bf16_isa_cap() is None and precision.native_bf16_flags() == ("amx_bf16",)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")  # oneDNN run as an AVX2-only CPU
+    assert precision.bf16_isa_cap() == "ONEDNN_MAX_CPU_ISA=AVX2" and precision.native_bf16_flags() == ()
+    dtype, why = auto_dtype("cpu")
+    assert dtype == torch.float32 and "ONEDNN_MAX_CPU_ISA=AVX2" in why and "emulated" in why
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")  # a cap above bf16 changes nothing
+    assert precision.bf16_isa_cap() is None
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # ATEN_CPU_CAPABILITY=avx2
+    assert precision.bf16_isa_cap() == "ATen's CPU capability AVX2"
+    monkeypatch.setattr(precision.platform, "machine", lambda: "aarch64")  # ATen's capability is no x86 ISA there
+    assert precision.bf16_isa_cap() is None
+
+
+def test_bf16_asked_for_without_bf16_units_runs_and_says_once_that_it_is_emulated(monkeypatch):
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ())
+    monkeypatch.setattr(precision, "_warned_emulated", threading.Event())
+    with pytest.warns(precision.EmulatedPrecisionWarning, match="bf16 is emulated here, slower than fp32") as seen:
+        model = vitzoo.create("vit_mnist_tiny", dtype="bf16").eval()
+    assert seen[0].filename == __file__  # the warning points at the user's line, not vitzoo's
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
+        assert parse_dtype("bf16") == (torch.bfloat16, "as asked (emulated on this CPU, slower than fp32)")
+        assert parse_dtype(torch.bfloat16, "cuda")[1] == "as asked"  # a GPU is not this CPU
+    with torch.inference_mode():  # runs (F.linear emulates bf16 where oneDNN's fused op cannot)
+        out = model(torch.randn(2, *model.pretrained_cfg.input_size))
+    assert out.dtype == torch.bfloat16 and bool(torch.isfinite(out).all())
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setattr(precision, "_warned_emulated", threading.Event())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # native: nothing to say
+        assert parse_dtype("bf16") == (torch.bfloat16, "as asked")
 
 
 def test_a_cast_that_would_overflow_is_refused_naming_the_tensor():

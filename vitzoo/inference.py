@@ -61,6 +61,7 @@ from .atomic import write_json
 from .jsonio import read_json
 from .layers.attention import Attention
 from .memory import available_memory, human_bytes, model_bytes
+from .precision import cpu_isa
 
 Runner = Callable[[torch.Tensor], Any]
 
@@ -720,7 +721,7 @@ def _relative_error(out: Any, reference: Any) -> float | None:
 def _device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return _cpu_name()
+    return f"{_cpu_name()} ({cpu_isa()})"
 
 
 def _cpu_name() -> str:

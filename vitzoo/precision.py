@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import platform
+import sys
+import threading
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,8 +26,14 @@ from .errors import VitzooError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 CHOICES = ("auto", *DTYPES)
-# /proc/cpuinfo flags of x86 CPUs that multiply bf16 matrices in hardware.
-NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+# /proc/cpuinfo flags of CPUs that multiply bf16 matrices in hardware: x86 (AMX, AVX512-BF16) and
+# Arm (FEAT_BF16, "bf16" among the Features of aarch64).
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+# oneDNN's ISA names (its ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA cap) below its first one with bf16
+# instructions: under such a cap oneDNN runs as an older x86 CPU, bf16 emulated or not at all.
+ONEDNN_ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI")
+# What torch.backends.cpu.get_cpu_capability() says when ATen's kernels run without AVX-512 on x86.
+ATEN_CAPABILITIES_WITHOUT_BF16 = ("DEFAULT", "AVX2")
 # The way out of both range refusals: the precisions with fp32's range.
 WIDER = "use fp32 or bf16"
 
@@ -38,10 +49,49 @@ def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
     except OSError:
         return ()
     for line in text.splitlines():
-        if line.startswith("flags"):
+        if line.startswith(("flags", "Features")):
             flags = set(line.partition(":")[2].split())
             return tuple(f for f in NATIVE_BF16_FLAGS if f in flags)
     return ()
+
+
+def native_bf16_flags() -> tuple[str, ...]:
+    """The native-bf16 flags PyTorch uses here: this CPU's, unless an ISA cap (`bf16_isa_cap`)
+    keeps the kernels below them. Empty: bf16 is emulated here, slower than fp32."""
+    flags = cpu_bf16_flags()
+    return () if flags and bf16_isa_cap() else flags
+
+
+def bf16_isa_cap() -> str | None:
+    """The setting that makes PyTorch run this x86 CPU as one without bf16 instructions, or None:
+    oneDNN's `ONEDNN_MAX_CPU_ISA` (the matrix products) or ATen's `ATEN_CPU_CAPABILITY` (its own
+    kernels). Both are how a CPU with bf16 units is run as an AVX2-only one, and vitzoo then
+    chooses as it would on that CPU."""
+    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        value = os.environ.get(var, "").strip().upper()
+        if value in ONEDNN_ISAS_WITHOUT_BF16:
+            return f"{var}={value}"
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        capability = torch.backends.cpu.get_cpu_capability()
+        if capability in ATEN_CAPABILITIES_WITHOUT_BF16:
+            return f"ATen's CPU capability {capability}"
+    return None
+
+
+def cpu_isa() -> str:
+    """The vector ISA PyTorch runs this CPU at (ATen's capability), with oneDNN's cap where one is
+    set: "AVX512", "AVX2", "AVX512, ONEDNN_MAX_CPU_ISA=AVX2" (for reports and skip reasons)."""
+    isa = torch.backends.cpu.get_cpu_capability()
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
+    return f"{isa}, ONEDNN_MAX_CPU_ISA={cap.strip().upper()}" if cap else isa
+
+
+def no_native_bf16_reason() -> str:
+    """Why bf16 is emulated on this CPU (for the messages of auto, of an explicit bf16, of --amp)."""
+    cap = bf16_isa_cap()
+    if cap is not None:
+        return f"this CPU runs with no native bf16 under {cap}"
+    return "this CPU has no native bf16 matrix units (no AMX, AVX512-BF16 or Arm BF16)"
 
 
 def auto_dtype(device: torch.device | str = "cpu") -> tuple[torch.dtype, str]:
@@ -52,11 +102,39 @@ def auto_dtype(device: torch.device | str = "cpu") -> tuple[torch.dtype, str]:
             return torch.bfloat16, "this GPU has bf16 matrix units"
         return torch.float32, "this GPU has no bf16 support"
     if device.type == "cpu":
-        flags = cpu_bf16_flags()
+        flags = native_bf16_flags()
         if flags:
             return torch.bfloat16, f"this CPU multiplies bf16 matrices natively ({', '.join(flags)})"
-        return torch.float32, "this CPU has no native bf16 matrix units (bf16 would be emulated, slower than fp32)"
+        return torch.float32, f"{no_native_bf16_reason()}: bf16 would be emulated, slower than fp32"
     return torch.float32, f"no bf16 rule for device {device.type!r}"
+
+
+class EmulatedPrecisionWarning(UserWarning):
+    """bf16 was asked for on a CPU that has no bf16 units: it runs, emulated, slower than fp32."""
+
+
+_warned_emulated = threading.Event()
+
+
+def warn_if_emulated(dtype: torch.dtype, device: torch.device | str = "cpu") -> str | None:
+    """Say once per process, as an EmulatedPrecisionWarning, that bf16 asked for on this CPU is
+    emulated; returns the sentence (or None where bf16 is native or not asked for)."""
+    if dtype != torch.bfloat16 or torch.device(device).type != "cpu" or native_bf16_flags():
+        return None
+    message = f"bf16 is emulated here, slower than fp32 ({no_native_bf16_reason()})"
+    if not _warned_emulated.is_set():
+        _warned_emulated.set()
+        warnings.warn(message, EmulatedPrecisionWarning, stacklevel=_outside_vitzoo())
+    return message
+
+
+def _outside_vitzoo() -> int:
+    """The `stacklevel` of the first caller outside the vitzoo package (the user's line)."""
+    package = str(Path(__file__).parent)
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def parse_dtype(value: str | torch.dtype | None, device: torch.device | str = "cpu") -> tuple[torch.dtype, str]:
@@ -65,10 +143,14 @@ def parse_dtype(value: str | torch.dtype | None, device: torch.device | str = "c
     if isinstance(value, torch.dtype):
         if not value.is_floating_point:
             raise ValueError(f"dtype={value} is invalid; expected a floating-point dtype (fp32, bf16 or fp16)")
+        if warn_if_emulated(value, device):
+            return value, "as asked (emulated on this CPU, slower than fp32)"
         return value, "as asked"
     if value is None or value == "auto":
         return auto_dtype(device)
     if value in DTYPES:
+        if warn_if_emulated(DTYPES[value], device):
+            return DTYPES[value], "as asked (emulated on this CPU, slower than fp32)"
         return DTYPES[value], "as asked"
     raise ValueError(f"dtype={value!r} is invalid; expected one of {', '.join(CHOICES)} or a torch floating dtype")
 

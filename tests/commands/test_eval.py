@@ -25,7 +25,7 @@ def test_eval_dtype_auto_says_what_it_picked(mnist_dir: Path, tmp_path: Path, ca
         finetune("test_tiny_vit", *args, "--epochs", "1", "--batch-size", "64", "--out", str(out), "--no-progress") == 0
     )
     capsys.readouterr()
-    monkeypatch.setattr(precision, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ("amx_bf16",))
     assert evaluate("test_tiny_vit", "--weights", str(out / "best"), *args, "--dtype", "auto", "--json") == 0
     captured = capsys.readouterr()
     assert "evaluating in bf16: this CPU multiplies bf16 matrices natively (amx_bf16)" in captured.err

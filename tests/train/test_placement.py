@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import warnings
+
 import pytest
 import torch
 from conftest import tiny_model
 
+from vitzoo import precision
 from vitzoo.train import placement
 from vitzoo.train.placement import choose_bf16
 
@@ -13,17 +17,32 @@ CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("amp, expected", [("bf16", True), ("off", False)])
-def test_bf16_and_off_are_taken_as_asked(amp: str, expected: bool) -> None:
+def test_bf16_and_off_are_taken_as_asked(amp: str, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(placement, "native_bf16_flags", lambda: ("amx_bf16",))
     assert choose_bf16(amp, CPU, tiny_model()) == (expected, f"--amp {amp}")
+
+
+def test_bf16_asked_for_on_a_cpu_without_bf16_units_runs_and_says_it_is_emulated(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ())
+    monkeypatch.setattr(placement, "native_bf16_flags", lambda: ())
+    monkeypatch.setattr(precision, "_warned_emulated", threading.Event())
+    with pytest.warns(precision.EmulatedPrecisionWarning, match="bf16 is emulated here, slower than fp32"):
+        on, why = choose_bf16("bf16", CPU, tiny_model())
+    assert on and why.startswith("--amp bf16; bf16 is emulated here")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per process, not at every run
+        assert choose_bf16("bf16", CPU, tiny_model())[0]
 
 
 def test_auto_on_a_cpu_follows_native_bf16_and_the_measured_crossover(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(placement, "CPU_BF16_MIN_WIDTH", 32)  # the branch below it, whatever the constant
     narrow, wide = tiny_model(), tiny_model(embed_dim=32, num_heads=4)
-    monkeypatch.setattr(placement, "cpu_bf16_flags", lambda: ())
+    monkeypatch.setattr(placement, "native_bf16_flags", lambda: ())
     on, why = choose_bf16("auto", CPU, wide)
     assert not on and "no native bf16" in why
-    monkeypatch.setattr(placement, "cpu_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setattr(placement, "native_bf16_flags", lambda: ("amx_bf16",))
     on, why = choose_bf16("auto", CPU, narrow)
     assert not on and "width 16 is below 32, where bf16 trains slower" in why
     on, why = choose_bf16("auto", CPU, wide)

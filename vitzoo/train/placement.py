@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..precision import cpu_bf16_flags
+from ..precision import native_bf16_flags, no_native_bf16_reason, warn_if_emulated
 from . import distributed
 from .threads import AutoThreads
 
@@ -54,6 +54,8 @@ def choose_bf16(amp: str, device: torch.device, model: nn.Module | None = None) 
     """Whether a run's steps go under bf16 autocast, and why (the run says it at its start).
     `amp`: "bf16" or "off" as asked; "auto": on CUDA where the GPU has bf16; on a CPU with native
     bf16 (AMX, AVX512-BF16) for models at least CPU_BF16_MIN_WIDTH wide; else fp32."""
+    if amp == "bf16" and (emulated := warn_if_emulated(torch.bfloat16, device)):
+        return True, f"--amp bf16; {emulated}"
     if amp in ("bf16", "off"):
         return amp == "bf16", f"--amp {amp}"
     if device.type == "cuda":
@@ -62,9 +64,9 @@ def choose_bf16(amp: str, device: torch.device, model: nn.Module | None = None) 
         return False, "auto: this GPU has no bf16"
     if device.type != "cpu":
         return False, f"auto: no bf16 rule for device {device.type!r}"
-    flags = cpu_bf16_flags()
+    flags = native_bf16_flags()
     if not flags:
-        return False, "auto: this CPU has no native bf16 (it would be emulated, slower than fp32)"
+        return False, f"auto: {no_native_bf16_reason()} (bf16 would be emulated, slower than fp32)"
     width = getattr(getattr(model, "config", None), "embed_dim", None)
     if not isinstance(width, int):
         return False, "auto: the model states no embedding width, so the CPU crossover cannot be applied"
