@@ -84,6 +84,21 @@ def test_zeroshot_top1_equals_open_clips_pipeline(setup, capsys, tmp_path):
     assert "given twice" in capsys.readouterr().err
 
 
+def test_zeroshot_in_bf16_classifies_as_fp32(setup, capsys):
+    """--dtype bf16 (native, or emulated with a warning on a CPU without bf16 units)."""
+    _, weights, images = setup
+    argv = ["zeroshot", "clip_b16", str(images), "--weights", str(weights), "--labels", ",".join(LABELS), "--json"]
+    probs = {}
+    for dtype in ("fp32", "bf16"):
+        assert cli.main([*argv, "--dtype", dtype, "--topk", str(len(LABELS)), "--no-optimize"]) == 0
+        records = json.loads(capsys.readouterr().out)
+        probs[dtype] = [{p["label"]: p["probability"] for p in r["predictions"]} for r in records]
+    for a, b in zip(probs["fp32"], probs["bf16"]):
+        # the logit scale (e^4) multiplies bf16's rounding of the embeddings: a few points of probability
+        assert a.keys() == b.keys() and all(abs(a[k] - b[k]) < 0.06 for k in a), (a, b)
+        assert max(a, key=a.__getitem__) == max(b, key=b.__getitem__)
+
+
 def test_a_labels_file_of_100000_names_is_checked_in_seconds(tmp_path, capsys):
     """The checks of the class names are linear: a repeated name among 100,000 is reported at once,
     and so is the next problem (a missing image) when they are all distinct."""

@@ -53,6 +53,18 @@ def add_dtype_option(parser: argparse.ArgumentParser, *, auto: bool, help: str |
     parser.add_argument("--dtype", choices=CHOICES if auto else tuple(DTYPES), default="fp32", help=help)
 
 
+def chosen_dtype(args: argparse.Namespace, device: Any, doing: str) -> Any:
+    """`--dtype` as a torch dtype for `device`. "auto" says on stderr what it picked and why
+    ("vitzoo: `doing` in bf16: ..."); bf16 asked for on a CPU without bf16 units says once (a
+    warning) that it is emulated."""
+    from ..precision import name_of, parse_dtype
+
+    dtype, why = parse_dtype(args.dtype, device)
+    if args.dtype == "auto":
+        print(f"{PROG}: {doing} in {name_of(dtype)}: {why}", file=sys.stderr)
+    return dtype
+
+
 def add_naflex_options(parser: argparse.ArgumentParser) -> None:
     """--naflex [--max-patches N]: each image at its own aspect ratio within a patch budget
     (vitzoo.naflex; docs/naflex.md). `naflex_budget` reads them."""

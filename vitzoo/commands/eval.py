@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from .base import (
     add_dtype_option,
     add_naflex_options,
     add_optimize_option,
+    chosen_dtype,
     in_range,
     printable,
     require_vit,
@@ -56,15 +56,13 @@ def saved_overrides(weights: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Accuracy and confusion matrix of `--weights` on the evaluation split of `--data`."""
     from ..builder import create
-    from ..precision import name_of, parse_dtype, refuse_nonfinite
+    from ..precision import refuse_nonfinite
     from ..train import evaluate_split, format_confusion, resolve_device
 
     spec = data_spec(args)
     naflex_data(args, spec)
     overrides = saved_overrides(args.weights) or {"num_classes": spec.num_classes()}
-    dtype, why = parse_dtype(args.dtype, resolve_device(args.device))
-    if args.dtype == "auto":
-        print(f"vitzoo: evaluating in {name_of(dtype)}: {why}", file=sys.stderr)
+    dtype = chosen_dtype(args, resolve_device(args.device), "evaluating")
     model = require_vit(create(args.model, weights=args.weights, dtype=dtype, **overrides), args.model)
     refuse_nonfinite(model, f"the weights {args.weights}")
     splits = load_splits(args, spec, model, args.seed)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from .base import (
     add_optimize_option,
     add_weights_option,
     bounded_int,
+    chosen_dtype,
     create_model,
     printable,
     require_vit,
@@ -85,7 +85,6 @@ def backbone_from_args(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Write the features of `DATA` to `--out`."""
     from ..naflex import NaFlexSpec
-    from ..precision import name_of, parse_dtype
     from ..probe.extract import check_output, extract_to_file
     from ..train.placement import resolve_device
 
@@ -98,9 +97,7 @@ def run(args: argparse.Namespace) -> int:
     model = backbone_from_args(args)
     check_output(model, args.output, args.block)
     device = resolve_device(args.device)
-    dtype, why = parse_dtype(args.dtype, device)
-    if args.dtype == "auto":
-        print(f"vitzoo: embedding in {name_of(dtype)}: {why}", file=sys.stderr)
+    dtype = chosen_dtype(args, device, "embedding")
     if spec.name == "folder":
         args.stream = True  # every split, train included, through the evaluation preprocessing
     splits = load_splits(args, spec, model, args.seed, eval_train=True)

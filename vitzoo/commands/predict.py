@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +13,7 @@ from .base import (
     add_naflex_options,
     add_optimize_option,
     add_weights_option,
+    chosen_dtype,
     create_model,
     describe,
     emit,
@@ -157,12 +157,10 @@ def _check_readable(path: str, streams: Mapping[str, bytes]) -> None:
 
 
 def _predict_model(args: argparse.Namespace) -> Any:
-    from ..precision import name_of, parse_dtype, refuse_nonfinite
+    from ..precision import refuse_nonfinite
     from ..pretrained_cfg import pretrained_cfg_of
 
-    dtype, why = parse_dtype(args.dtype, "cpu")
-    if args.dtype == "auto":
-        print(f"vitzoo: predicting in {name_of(dtype)}: {why}", file=sys.stderr)
+    dtype = chosen_dtype(args, "cpu", "predicting")
 
     model = create_model(args.name, args.weights, dtype=dtype)
     model.eval()

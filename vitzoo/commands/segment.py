@@ -5,7 +5,6 @@ The engine is vitzoo.segment (docs/segmentation.md); the data layouts are vitzoo
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from .base import (
@@ -14,6 +13,7 @@ from .base import (
     add_optimize_option,
     add_weights_option,
     bounded_int,
+    chosen_dtype,
     describe,
     emit,
     number,
@@ -77,7 +77,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Train and measure the probe; print the metrics (a table, or --json)."""
     from ..data.masks import load_segmentation
-    from ..precision import name_of, parse_dtype
     from ..segment import SegmentSettings, segment_probe
     from ..train.placement import resolve_device
     from .features import backbone_from_args
@@ -91,9 +90,7 @@ def run(args: argparse.Namespace) -> int:
     )
     model = backbone_from_args(args)
     device = resolve_device(args.device)
-    dtype, why = parse_dtype(args.dtype, device)
-    if args.dtype == "auto":
-        print(f"vitzoo: backbone in {name_of(dtype)}: {why}", file=sys.stderr)
+    dtype = chosen_dtype(args, device, "backbone")
     settings = SegmentSettings(
         layers=args.layers,
         crop=args.crop,

@@ -11,9 +11,11 @@ from typing import Any
 from .base import (
     OptimizeNote,
     UsageError,
+    add_dtype_option,
     add_naflex_options,
     add_optimize_option,
     add_weights_option,
+    chosen_dtype,
     describe,
     emit,
     naflex_budget,
@@ -49,6 +51,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=["csv", "jsonl"], help="format of --output (default: from its suffix)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N", help="images per forward pass (default: 32)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_dtype_option(parser, auto=True, help="default")
     add_optimize_option(parser)
     add_naflex_options(parser)
 
@@ -98,6 +101,7 @@ def read_templates(values: list[str] | None) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from .. import builder, predict
+    from ..precision import cast_model
     from ..text.model import ZeroShotClassifier
 
     for option in ("topk", "batch_size"):
@@ -115,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--format applies to --output FILE; without --output use --json")
     paths, _ = predict.find_images(args.images)
     pretrained = args.weights is None
+    dtype = chosen_dtype(args, "cpu", "classifying")
     model: Any = builder.create(args.name, pretrained=pretrained, weights=args.weights, text=True).eval()
+    model = cast_model(model, dtype)
     classifier = ZeroShotClassifier(model, labels, prompts).eval()
     topk = min(args.topk, len(labels))
     note = OptimizeNote(quiet=args.no_progress)
