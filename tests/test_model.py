@@ -339,14 +339,15 @@ def test_timm_state_dict_loads_key_by_key_with_identical_logits(name):
     x = torch.randn(2, 3, 224, 224)
     with torch.inference_mode():
         expected, got = reference(x), ours(x)
-    # Bit-identical in practice (the same sequence of ops); 1e-6 leaves room for a BLAS kernel choice.
-    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    # The same sequence of ops: equal up to the summation order of the kernels chosen for each call
+    # (AVX2's and AVX-512's differ in the last bits of fp32).
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
     reference.train(), ours.train()
     if ours.config.distilled:  # timm returns the pair in train mode too (outside distilled training)
         reference.set_distilled_training(True)
         with torch.no_grad():
             for a, b in zip(ours(x), reference(x)):
-                torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------- hybrid (conv stem)
