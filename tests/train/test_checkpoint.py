@@ -11,6 +11,7 @@ from conftest import tiny_model
 from safetensors.torch import save_file
 
 from vitzoo.train import CheckpointError, TrainState, WarmupCosine, load_checkpoint, param_groups, save_checkpoint
+from vitzoo.train.checkpoint import checkpoint_meta
 
 
 def _setup(seed: int):
@@ -121,3 +122,36 @@ def test_a_checkpoint_with_the_distillation_sum_in_extra_resumes_with_it(tmp_pat
     old["extra"] = {}  # a run without a teacher: nothing to carry over
     save_file(load_file(str(path)), str(path), metadata={"vitzoo.train": json.dumps({**meta, "state": old})})
     assert load_checkpoint(path, model=model, optimizer=opt, scheduler=sched)[0].epoch_distill_loss_sum == 0.0
+
+
+def _meta(**changes) -> dict:
+    meta = {"state": TrainState().__dict__, "scheduler": {"step_count": 3}, "param_groups": [{}]}
+    return {**meta, "optimizer_scalars": {"0": {}}, "run": {"train_config": {}}, **changes}
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"state": {**TrainState().__dict__, "epoch": "x"}}, r"state\.epoch is 'x'; expected a whole number >= 0"),
+        ({"state": {**TrainState().__dict__, "step": -2}}, r"state\.step is -2; expected a whole number >= 0"),
+        (
+            {"state": {**TrainState().__dict__, "best_epoch": 1.5}},
+            r"state\.best_epoch is 1\.5; expected a whole number",
+        ),
+        ({"state": {**TrainState().__dict__, "best_acc": True}}, r"state\.best_acc is True; expected a number"),
+        ({"state": {"epoch": 1, "lr": 2}}, r"state\.lr is not part of a run's state"),
+        ({"state": {"extra": {"epoch_distill_loss_sum": "x"}}}, r"state\.epoch_distill_loss_sum is 'x'"),
+        ({"scheduler": {"bogus": 1}}, r"scheduler\.step_count is missing; expected a whole number >= 0"),
+        ({"scheduler": {"step_count": "7"}}, r"scheduler\.step_count is '7'"),
+        ({"param_groups": [1]}, r"param_groups\[0\] is 1; expected an object"),
+        ({"optimizer_scalars": {"x": {}}}, r"optimizer_scalars\.x is \{\}; expected an object under a parameter's"),
+        ({"run": {"train_config": []}}, r"run\.train_config is \[\]; expected an object"),
+        ({"run": []}, r"it lacks run \(param_groups a list, the others objects\)"),
+    ],
+)
+def test_a_bad_resume_record_names_the_key(changes: dict, message: str) -> None:
+    """vitzoo.json / the checkpoint's metadata with a wrong type or range: one error naming the file
+    and key, before anything loads (not a TypeError from the training loop later)."""
+    assert checkpoint_meta(_meta(), where="RUN/vitzoo.json")  # the record as written resumes
+    with pytest.raises(CheckpointError, match=rf"cannot resume from RUN/vitzoo\.json: .*{message}"):
+        checkpoint_meta(_meta(**changes), where="RUN/vitzoo.json")

@@ -13,7 +13,15 @@ import torch.distributed as dist
 from conftest import tiny_model
 
 from vitzoo.train import CheckpointError, TrainState, WarmupCosine
-from vitzoo.train.dcp import LATEST_NAME, SHARDED_NAME, find_checkpoint, load_sharded, remove_stale, save_sharded
+from vitzoo.train.dcp import (
+    LATEST_NAME,
+    SHARDED_NAME,
+    find_checkpoint,
+    load_sharded,
+    read_meta,
+    remove_stale,
+    save_sharded,
+)
 from vitzoo.train.fsdp import MIN_TORCH, fsdp_available
 
 needs_dcp_state_dict = pytest.mark.skipif(
@@ -79,3 +87,12 @@ def test_a_pointer_to_no_complete_checkpoint_is_refused(tmp_path: Path) -> None:
     (root / LATEST_NAME).write_text(json.dumps({"dir": "step-3-abcdef12"}))
     with pytest.raises(CheckpointError, match=r"latest\.json names no complete checkpoint"):
         find_checkpoint(tmp_path)
+
+
+def test_a_bad_resume_record_names_the_file_and_key(tmp_path: Path) -> None:
+    step = tmp_path / SHARDED_NAME / "step-1-abcdef12"
+    step.mkdir(parents=True)
+    meta = {"state": {"epoch": "x"}, "scheduler": {"step_count": 1}, "param_groups": [], "optimizer_scalars": {}}
+    (step / "vitzoo.json").write_text(json.dumps({**meta, "run": {}}))
+    with pytest.raises(CheckpointError, match=r"step-1-abcdef12/vitzoo\.json: state\.epoch is 'x'; expected a whole"):
+        read_meta(step)

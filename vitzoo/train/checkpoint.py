@@ -15,7 +15,7 @@ is unpickled on load: safetensors is data only, the rest is JSON.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +26,12 @@ from ..atomic import write_safetensors
 from ..errors import VitzooError
 from ..jsonio import JSONFileError, parse_json, to_json
 from .ema import WeightEma
+from .optim import WarmupCosine
 
 CHECKPOINT_NAME = "checkpoint.safetensors"
 _META_KEY = "vitzoo.train"
-# The parts of the metadata that resuming reads (objects, param_groups a list).
-_META_FIELDS = ("state", "scheduler", "param_groups", "optimizer_scalars", "run")
+# The parts of the metadata that resuming reads.
+_META_FIELDS = {"state": dict, "scheduler": dict, "param_groups": list, "optimizer_scalars": dict, "run": dict}
 
 
 class CheckpointError(VitzooError, ValueError):
@@ -72,11 +73,18 @@ class TrainState:
     def from_dict(cls, values: dict[str, Any]) -> TrainState:
         """The state a checkpoint stored. Checkpoints written before the distillation sum was a
         field kept it in `extra`: it is read from there, so they resume as they were."""
-        values = dict(values)
-        extra = values.pop("extra", None) or {}
-        if "epoch_distill_loss_sum" in extra:
-            values.setdefault("epoch_distill_loss_sum", float(extra["epoch_distill_loss_sum"]))
-        return cls(**values)
+        return cls(**_state_fields(values))
+
+
+def _state_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """A stored state's fields, the distillation sum of an older checkpoint's `extra` among them."""
+    values = dict(values)
+    extra = values.pop("extra", None) or {}
+    if not isinstance(extra, dict):
+        raise CheckpointError(f"state.extra is {extra!r}; expected an object")
+    if "epoch_distill_loss_sum" in extra:
+        values.setdefault("epoch_distill_loss_sum", extra["epoch_distill_loss_sum"])
+    return values
 
 
 def save_checkpoint(
@@ -147,13 +155,55 @@ def read_checkpoint_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def checkpoint_meta(meta: dict[str, Any], *, where: str) -> dict[str, Any]:
     """`meta` if it has the parts resuming reads; `where` names it in the error."""
-    missing = [k for k in _META_FIELDS if not isinstance(meta.get(k), dict | list)]
+    missing = [k for k, kind in _META_FIELDS.items() if not isinstance(meta.get(k), kind)]
     if missing:
         raise CheckpointError(
-            f"cannot resume from {where}: it lacks {', '.join(missing)}; "
+            f"cannot resume from {where}: it lacks {', '.join(missing)} (param_groups a list, the others objects); "
             "expected the checkpoint a vitzoo training run writes"
         )
+    problem = _meta_problem(meta)
+    if problem is not None:
+        raise CheckpointError(f"cannot resume from {where}: {problem} (in the checkpoint a vitzoo training run writes)")
     return meta
+
+
+def _meta_problem(meta: dict[str, Any]) -> str | None:
+    """What makes the parts resuming reads unusable (the key and its value), or None."""
+    problem = _state_problem(meta["state"])
+    if problem is not None:
+        return problem
+    problem = WarmupCosine.state_problem(meta["scheduler"])
+    if problem is not None:
+        return f"scheduler.{problem}"
+    for i, group in enumerate(meta["param_groups"]):
+        if not isinstance(group, dict):
+            return f"param_groups[{i}] is {group!r}; expected an object"
+    for index, scalars in meta["optimizer_scalars"].items():
+        if not index.isdigit() or not isinstance(scalars, dict):
+            return f"optimizer_scalars.{index} is {scalars!r}; expected an object under a parameter's number"
+    for key in ("train_config", "model_config"):
+        if not isinstance(meta["run"].get(key, {}), dict):
+            return f"run.{key} is {meta['run'][key]!r}; expected an object"
+    return None
+
+
+def _state_problem(state: dict[str, Any]) -> str | None:
+    """What makes `state` not a TrainState's fields (counts whole numbers, sums numbers), or None."""
+    kinds = {f.name: f.type for f in fields(TrainState)}
+    try:
+        values = _state_fields(state)
+    except CheckpointError as err:
+        return str(err)
+    for key, value in values.items():
+        if key not in kinds:
+            return f"state.{key} is not part of a run's state ({', '.join(kinds)})"
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        least = -1 if key == "best_epoch" else 0
+        if kinds[key] == "int" and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+            return f"state.{key} is {value!r}; expected a whole number >= {least}"
+        if not number:
+            return f"state.{key} is {value!r}; expected a number"
+    return None
 
 
 def read_tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -29,6 +29,7 @@ from torch import nn
 
 from ..atomic import write_json
 from ..jsonio import JSONFileError, read_json
+from . import dcp_read
 from .checkpoint import (
     CHECKPOINT_NAME,
     CheckpointError,
@@ -187,19 +188,16 @@ def load_sharded(
     ema: WeightEma | None = None,
 ) -> TrainState:
     """Restore a sharded checkpoint into `model` (sharded or not, any number of processes)."""
-    import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
     meta = read_meta(path)
     saved_ema = bool((meta.get("run") or {}).get("train_config", {}).get("ema_decay"))
     check_same_ema(path, saved=saved_ema, ema=ema)
+    index = dcp_read.read_index(path)
     state = _state(model, optimizer, ema)
-    try:
-        with warnings.catch_warnings():  # one process reading whole tensors is what we mean
-            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, checkpoint_id=str(path))
-    except Exception as err:  # DCP raises CheckpointException, wrapping each rank's error
-        raise CheckpointError(f"checkpoint {path} does not fit this run: {_first_line(err)}") from err
+    with warnings.catch_warnings():  # one process reading whole tensors is what we mean
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp_read.load(state, path, index)
     set_model_state_dict(model, state["model"])
     set_optimizer_state_dict(model, optimizer, state["optim"])
     if ema is not None:
@@ -249,15 +247,10 @@ def load_full_into_sharded(
         if ema is not None:
             set_model_state_dict(ema.module, ema_state, options=full)
     except (KeyError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {path} does not fit this run: {_first_line(err)}") from err
+        raise CheckpointError(f"checkpoint {path} does not fit this run: {dcp_read.first_line(err)}") from err
     scheduler.load_state_dict(meta["scheduler"])
     torch.set_rng_state(tensors["rng.torch"])
     return TrainState.from_dict(meta["state"])
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def checkpoint_label(out_dir: Path) -> str:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -145,6 +146,16 @@ class WarmupCosine:
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step_count = int(state["step_count"])
         self._apply()
+
+    @staticmethod
+    def state_problem(state: Any) -> str | None:
+        """What makes `state` not one `state_dict` returns (a checkpoint's), or None."""
+        if not isinstance(state, dict) or "step_count" not in state:
+            return "step_count is missing; expected a whole number >= 0"
+        count = state["step_count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return f"step_count is {count!r}; expected a whole number >= 0"
+        return None
 
 
 # torch < 2.4 has a fused AdamW on CUDA only (fused=True with CPU parameters raises RuntimeError).
