@@ -52,3 +52,14 @@ def test_image_bounds():
         check_image_bounds((MAX_IMAGE_SIDE + 1, 16), (1, 1))
     with pytest.raises(ValueError, match=rf"{MAX_TOKENS + 1} here"):
         check_image_bounds((16, 16), (MAX_TOKENS + 1, 1))
+
+
+def test_nested_folders_are_found_through_links_and_dots(tmp_path):
+    from vitzoo.checks import nested
+
+    (tmp_path / "data" / "masks").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    assert nested(tmp_path / "data", tmp_path / "data" / "masks" / "new")  # the second need not exist
+    assert nested(tmp_path / "link" / "masks", tmp_path / "data")
+    assert nested(tmp_path / "data" / "masks" / "..", tmp_path / "data")
+    assert not nested(tmp_path / "data", tmp_path / "data2") and not nested(tmp_path / "data" / "masks", tmp_path / "x")

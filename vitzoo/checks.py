@@ -178,6 +178,16 @@ def env_seconds(name: str, default: float, what: str) -> float | None:
     return None if math.isinf(value) else value
 
 
+def nested(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether the folders `a` and `b` are the same, or one is inside the other (links and `..`
+    resolved; either may not exist yet): an output there would write into the input."""
+    first, second = os.path.realpath(a), os.path.realpath(b)
+    try:
+        return os.path.commonpath([first, second]) in (first, second)
+    except ValueError:  # on different Windows drives
+        return False
+
+
 # Control, format, line and paragraph separator characters: a terminal or a Markdown line acts on them.
 UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp"})
 

@@ -91,3 +91,22 @@ def test_a_tuned_run_says_what_it_chose_and_scores_as_no_optimize(
     assert fast.pop("optimize") and list(fast["per_class_iou"]) == list(plain["per_class_iou"])
     for key in ("miou", "pixel_accuracy"):
         assert fast[key] == pytest.approx(plain[key], abs=1e-3)
+
+
+def test_num_classes_is_bounded_by_the_ignore_index(capsys, tmp_path, digit_scenes):
+    for count in ("1000000000", "300", "0"):
+        argv = ["segment", "vit_mnist_tiny", str(digit_scenes), "--out", str(tmp_path), "--num-classes", count]
+        code, _, err = run(capsys, *argv)
+        assert code == 2, err
+        assert f"--num-classes: expected a class count in [1, 254] (255 marks ignored pixels), got '{count}'" in err
+
+
+def test_predictions_into_the_data_s_own_folders_are_refused(capsys, tmp_path, digit_scenes, tiny_weights):
+    masks = digit_scenes / "val" / "masks"
+    before = {p.name: p.read_bytes() for p in masks.iterdir()}
+    argv = ["segment", "vit_mnist_tiny", str(digit_scenes), "--weights", tiny_weights, *FAST]
+    code, out, err = run(capsys, *argv, "--out", str(tmp_path / "run"), "--predictions", str(masks))
+    assert code == 1 and out == "", err
+    assert err.startswith(f"vitzoo: error: --predictions {masks} and the data's folder {masks} are the same or one")
+    assert {p.name: p.read_bytes() for p in masks.iterdir()} == before
+    assert not (tmp_path / "run").exists()

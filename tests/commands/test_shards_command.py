@@ -56,3 +56,19 @@ def test_shards_refuses_what_it_cannot_write(tmp_path: Path, capsys) -> None:
     assert "image folder" in capsys.readouterr().err
     assert main(["shards", str(tmp_path), str(tmp_path / "out"), "--max-size", "1x"]) == 2
     assert "expected a size such as 1GB, 500MB or 64MiB, got '1x'" in capsys.readouterr().err
+
+
+def test_shards_refuses_an_output_inside_its_input(tmp_path: Path, capsys) -> None:
+    folder = _folder(tmp_path / "imgs")
+    assert main(["shards", str(folder), str(folder / "inside")]) == 1
+    err = capsys.readouterr().err
+    assert f"output folder {folder / 'inside'} and image folder {folder} are the same or one holds the other" in err
+    assert not (folder / "inside").exists()
+
+
+def test_shards_refuses_a_max_size_out_of_range_naming_the_range(tmp_path: Path, capsys) -> None:
+    for size in ("9" * 400, "2TB", "1KB"):
+        assert main(["shards", str(tmp_path), str(tmp_path / "out"), "--max-size", size]) == 2
+        err = capsys.readouterr().err
+        assert "argument --max-size: expected a size in bytes in [10240, 1e+12] (one tar record to 1TB" in err
+        assert "Traceback" not in err

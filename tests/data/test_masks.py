@@ -3,6 +3,7 @@ for each kind of bad file (wrong size, values that are no class, missing partner
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,32 @@ def test_an_unreadable_mask_and_a_bad_class_list_are_named(tmp_path):
     _grey(_mask(0)).save(tmp_path / "val/masks/im0.png")
     (tmp_path / "classes.txt").write_text("a\n\nb\n")
     assert _error(tmp_path) == f"{tmp_path / 'classes.txt'}, line 2: empty; expected one distinct class name a line"
+
+
+def test_a_class_list_of_a_million_lines_is_refused_at_once(tmp_path):
+    plain(tmp_path)
+    (tmp_path / "classes.txt").write_text("".join(f"c{i}\n" for i in range(10**6)))
+    started = time.monotonic()
+    assert _error(tmp_path) == (
+        f"{tmp_path / 'classes.txt'} names 1000000 classes; expected a class count in [1, 254] (255 marks ignored pixels)"
+    )
+    assert time.monotonic() - started < 10  # the count is checked before the names are compared
+    (tmp_path / "classes.txt").write_text("".join(f"c{i}\n" for i in range(200)) + "c7\n")
+    assert (
+        _error(tmp_path) == f"{tmp_path / 'classes.txt'}, line 201: 'c7' again; expected one distinct class name a line"
+    )
+
+
+def test_num_classes_and_the_masks_keep_the_class_count_below_the_ignore_index(tmp_path):
+    plain(tmp_path)
+    for count in (10**9, 300, 255, 0):
+        with pytest.raises(
+            MaskDataError, match=rf"num_classes={count} is invalid; expected a class count in \[1, 254\]"
+        ):
+            load_segmentation(tmp_path, num_classes=count)
+    assert load_segmentation(tmp_path, num_classes=254).num_classes == 254
+    _grey(np.full((6, 8), 254)).save(tmp_path / "val/masks/im0.png")  # one class too many
+    assert _error(tmp_path) == (
+        f"{tmp_path}: the masks hold class 254, so 255 classes; expected a class count in [1, 254] "
+        "(255 marks ignored pixels)"
+    )

@@ -74,3 +74,43 @@ def test_bad_parquet_is_named_and_a_corrupt_image_is_a_counted_skip(tmp_path: Pa
     )
     with pytest.warns(UserWarning, match=r"skipping unreadable image .*ok\.parquet:row 4: cannot identify image"):
         assert sum(len(y) for _, y in loader.iterate(0)) == 6
+
+
+def test_a_label_beyond_any_class_count_is_refused_naming_the_file(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    image = _image(0, 0)["bytes"]
+    pq.write_table(pa.table({"image": [image] * 2, "label": [1, 10**12]}), tmp_path / "big.parquet")
+    with pytest.raises(ShardDataError, match=r"big\.parquet: sample 'row 1' has label 1000000000000; without class"):
+        read_parquet(str(tmp_path / "big.parquet"))  # refused before any class name is made
+
+
+def test_a_damaged_page_is_one_error_naming_the_file(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"image": [_image(0, 0)["bytes"]] * 4, "label": [0, 1, 0, 1]})
+    pq.write_table(table, tmp_path / "p.parquet", compression="none")
+    data = bytearray((tmp_path / "p.parquet").read_bytes())
+    start = pq.ParquetFile(tmp_path / "p.parquet").metadata.row_group(0).column(1).data_page_offset
+    data[start : start + 4] = b"\xff" * 4  # the label column's page header
+    (tmp_path / "p.parquet").write_bytes(bytes(data))
+    with pytest.raises(
+        ShardDataError, match=r"shard .*p\.parquet: row group 0 of column 'label' is damaged \(Couldn't"
+    ):
+        read_parquet(str(tmp_path / "p.parquet"))
+
+
+def test_class_label_names_that_are_not_strings_are_named(tmp_path: Path) -> None:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    features = {"image": {"_type": "Image"}, "label": {"_type": "ClassLabel", "names": 5}}
+    table = pa.table({"image": [_image(0, 0)["bytes"]], "label": [0]})
+    table = table.replace_schema_metadata({"huggingface": json.dumps({"info": {"features": features}})})
+    pq.write_table(table, tmp_path / "odd.parquet")
+    with pytest.raises(ShardDataError, match=r"odd\.parquet: the ClassLabel names of column 'label' are not a list"):
+        read_parquet(str(tmp_path / "odd.parquet"))

@@ -22,7 +22,7 @@ from PIL import Image
 
 import vitzoo
 from vitzoo import registry
-from vitzoo.data import DataSpec, ShardDataError, load_data
+from vitzoo.data import DataSpec, FolderDataError, ShardDataError, load_data
 from vitzoo.data.shard_writer import write_shards
 from vitzoo.data.shards import expand_shards, read_shards, shuffle_buffer
 from vitzoo.train import TrainConfig, fit
@@ -163,6 +163,61 @@ def test_bad_shards_raise_one_error_naming_shard_and_key(tmp_path: Path) -> None
         read_shards(str(tmp_path / "gz"))
 
 
+@pytest.mark.parametrize("label", [10**12, 10**30], ids=["beyond-any-class-count", "beyond-int64"])
+def test_a_huge_label_is_one_error_naming_shard_key_and_label(tmp_path: Path, label: int) -> None:
+    # without classes.txt, one name per class index was built; a label beyond int64 did not fit the array
+    root = _bad(tmp_path, [("k6.png", _png(1, 0)), ("k6.cls", str(label).encode())])
+    started = time.monotonic()
+    with pytest.raises(ShardDataError, match=rf"b\.tar: sample 'k6\.png' has label {label}; without class names"):
+        read_shards(str(root))
+    assert time.monotonic() - started < 10
+    (root / "classes.txt").write_text("a\nb\n")
+    with pytest.raises(
+        ShardDataError, match=rf"names 2 classes but shard .*b\.tar: sample 'k6\.png' has label {label}"
+    ):
+        read_shards(str(root))
+
+
+def test_a_json_label_nested_too_deep_is_one_error_naming_it(tmp_path: Path) -> None:
+    deep = b'{"label": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"
+    root = _bad(tmp_path, [("k7.png", _png(1, 0)), ("k7.json", deep)])
+    with pytest.raises(ShardDataError, match=r"b\.tar: label k7\.json is not a class index \(it nests deeper"):
+        read_shards(str(root))
+
+
+def test_a_key_twice_in_a_shard_is_one_error_naming_shard_and_key(tmp_path: Path) -> None:
+    pairs = [[(f"k{i}.png", _png(i, 0)), (f"k{i}.cls", b"0")] for i in (1, 2, 1)]
+    root = _bad(tmp_path / "apart", [m for pair in pairs for m in pair])
+    with pytest.raises(ShardDataError, match=r"b\.tar: key 'k1' is used twice \(again at member 'k1\.png'\)"):
+        read_shards(str(root))
+    root = _bad(tmp_path / "together", [m for pair in pairs[:1] * 2 for m in pair])  # WebDataset raises here too
+    with pytest.raises(ShardDataError, match=r"b\.tar: key 'k1' is used twice \(again at member 'k1\.png'\)"):
+        read_shards(str(root))
+
+
+def test_a_brace_pattern_naming_too_many_shards_is_refused_before_listing_them(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(ShardDataError, match=r"names more than 1000000 shards \(its ranges multiplied\)"):
+        expand_shards(f"{tmp_path}/s-{{000..999}}{{000..999}}{{000..999}}.tar")
+    assert time.monotonic() - started < 5
+    with pytest.raises(ShardDataError, match=r"range \{2\.\.1\} is empty"):
+        expand_shards(f"{tmp_path}/s-{{2..1}}.tar")
+    assert len(expand_shards(f"{tmp_path}/s-{{0..9}}{{00..99}}.tar")) == 1000
+
+
+def test_a_class_list_that_is_not_utf8_or_skips_a_line_is_named(tmp_path: Path) -> None:
+    root = _bad(tmp_path, [("k8.png", _png(1, 0)), ("k8.cls", b"1")])
+    (root / "classes.txt").write_bytes(b"caf\xe9\ndog\n")
+    with pytest.raises(ShardDataError, match=r"classes\.txt is not UTF-8 text \(invalid continuation byte at byte 3\)"):
+        read_shards(str(root))
+    (root / "classes.txt").write_text("cat\n\ndog\n\n")  # skipped, the blank line would renumber dog
+    with pytest.raises(ShardDataError, match=r"classes\.txt, line 2: empty; expected one class name a line"):
+        read_shards(str(root))
+    (root / "list.txt").write_bytes(b"a.tar\n\xff.tar\n")
+    with pytest.raises(ShardDataError, match=r"list\.txt is not UTF-8 text"):
+        read_shards(str(root / "list.txt"))
+
+
 def test_a_corrupt_image_is_a_counted_skip_naming_shard_and_key(tmp_path: Path) -> None:
     from vitzoo.data import BatchTransform, InputSpec, make_loader
 
@@ -198,6 +253,29 @@ def test_vitzoo_shards_output_is_read_back_and_by_webdataset(tmp_path: Path) -> 
     read = list(webdataset.WebDataset(summary.shards, shardshuffle=False))
     assert [int(s["cls"]) for s in read] == samples.labels.tolist()
     assert [s["__key__"] for s in read] == [p.rsplit(":", 1)[1].split(".")[0] for p in samples.paths]
+
+
+def test_vitzoo_shards_refuses_class_names_that_would_not_read_back(tmp_path: Path) -> None:
+    for name in ("a\nb", " sp ", "dog"):  # written as lines, these read back as sp, a, b, dog: dog labelled b
+        (tmp_path / "imgs" / name).mkdir(parents=True)
+        (tmp_path / "imgs" / name / "0.png").write_bytes(_png(0, 0))
+    with pytest.raises(FolderDataError, match=r"class folder ' sp ' cannot be named in classes\.txt \(it starts or"):
+        write_shards(tmp_path / "imgs", tmp_path / "out")
+    (tmp_path / "imgs" / " sp ").rename(tmp_path / "imgs" / "sp")
+    with pytest.raises(
+        FolderDataError, match=r"class folder 'a\\nb' cannot be named in classes\.txt \(it holds a line"
+    ):
+        write_shards(tmp_path / "imgs", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_vitzoo_shards_refuses_an_output_inside_its_input_and_the_reverse(tmp_path: Path) -> None:
+    (tmp_path / "imgs" / "cat").mkdir(parents=True)
+    (tmp_path / "imgs" / "cat" / "0.png").write_bytes(_png(0, 0))
+    for folder, out in ((tmp_path / "imgs", tmp_path / "imgs" / "inside"), (tmp_path / "imgs" / "cat", tmp_path)):
+        with pytest.raises(ShardDataError, match=rf"output folder {out} and image folder {folder} are the same or one"):
+            write_shards(folder, out, overwrite=True)
+    assert [p.name for p in (tmp_path / "imgs").rglob("*")] == ["cat", "0.png"]
 
 
 TRAIN_TESTS = Path(__file__).resolve().parents[1] / "train"  # _worker.py: `vitzoo finetune` on a tiny model

@@ -89,3 +89,17 @@ def test_a_folder_holding_other_files_is_refused_untouched(digit_scenes, model, 
     with pytest.raises(SegmentSettingsError, match="holds files that are not a probe run's"):
         segment_probe(model, load_segmentation(digit_scenes), tmp_path, SegmentSettings(**FAST))
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_predictions_are_refused_in_or_around_the_data_s_image_and_mask_folders(digit_scenes, model, tmp_path):
+    data = load_segmentation(digit_scenes)
+    masks = digit_scenes / "val" / "masks"
+    before = {p.name: p.read_bytes() for p in masks.iterdir()}
+    for folder, source in (
+        (masks, masks),  # NAME.png is the mask's own name
+        (masks / "new", masks),
+        (digit_scenes / "train", digit_scenes / "train" / "images"),
+    ):
+        with pytest.raises(SegmentSettingsError, match=rf"--predictions {folder} and the data's folder {source} are"):
+            segment_probe(model, data, tmp_path / "run", SegmentSettings(**FAST), predictions_dir=folder)
+    assert {p.name: p.read_bytes() for p in masks.iterdir()} == before and not (tmp_path / "run").exists()

@@ -16,6 +16,7 @@ from .base import (
     chosen_dtype,
     describe,
     emit,
+    in_range,
     number,
     table,
 )
@@ -26,6 +27,7 @@ _POSITIVE = bounded_int(1, "an int >= 1")
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Arguments of `vitzoo segment MODEL DATA --out RUN`."""
+    from ..data.masks import CLASS_COUNT
     from ..segment.infer import EVAL_MODES
 
     describe(
@@ -60,7 +62,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--eval-mode", choices=EVAL_MODES, default="slide", help="slide: windows of --crop (default); whole: one pass"
     )
     parser.add_argument("--predictions", metavar="DIR", help="write the predicted masks as DIR/<image name>.png")
-    parser.add_argument("--num-classes", type=_POSITIVE, help="the class count, where no classes.txt says it")
+    parser.add_argument(
+        "--num-classes",
+        type=in_range(CLASS_COUNT),
+        help=f"the class count, where no classes.txt says it ({CLASS_COUNT.describe()})",
+    )
     parser.add_argument("--hf-image-column", metavar="NAME", help="a datasets dataset's image column")
     parser.add_argument("--hf-mask-column", metavar="NAME", help="a datasets dataset's mask column")
     parser.add_argument("--seed", type=bounded_int(0, "an int >= 0"), default=0, help="(default 0)")

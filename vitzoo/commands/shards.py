@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import re
 
+from ..checks import Range
 from .base import bounded_int, describe, emit, table
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+# From one tar record (the smallest tar file) to a terabyte (far beyond any shard worth streaming).
+SHARD_BYTES = Range(
+    float, low=10240, high=10**12, noun="a size in bytes", note="one tar record to 1TB, such as 1GB, 500MB or 64MiB"
+)
 
 
 def parse_size(text: str) -> int:
@@ -18,10 +23,10 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a size such as 1GB, 500MB or 64MiB, got {text!r}")
     unit = match.group(2).lower()
     scale = _UNITS[unit[:1]] if "i" not in unit else 1024 ** "bkmgt".index(unit[0])
-    value = int(float(match.group(1)) * scale)
-    if value < 10240:
-        raise argparse.ArgumentTypeError(f"expected a size of at least 10240 bytes (one tar record), got {text!r}")
-    return value
+    value = float(match.group(1)) * scale  # inf for too many digits: out of range, not an OverflowError
+    if not SHARD_BYTES.contains(value):
+        raise argparse.ArgumentTypeError(f"expected {SHARD_BYTES.describe()}, got {text!r}")
+    return int(value)
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:

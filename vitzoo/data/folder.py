@@ -101,6 +101,54 @@ def list_classes(directory: Path) -> tuple[list[str], list[tuple[str, int]]]:
     return classes, samples
 
 
+# A class list or a list of files larger than this is not one (real ones are far smaller).
+MAX_LIST_BYTES = 1 << 24
+
+
+def read_lines(path: Path, error: type[ValueError] = FolderDataError) -> list[str]:
+    """The lines of a small text file (a class list, a list of shards or image IDs); one that is
+    too large, not UTF-8 or unreadable is one `error` naming it."""
+    try:
+        if path.stat().st_size > MAX_LIST_BYTES:
+            raise error(f"{path} is larger than {MAX_LIST_BYTES} bytes; expected a short list, one a line")
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise error(
+            f"{path} is not UTF-8 text ({err.reason} at byte {err.start}); expected a list, one a line"
+        ) from err
+    except OSError as err:
+        raise error(f"cannot read {path}: {err.strerror or type(err).__name__}") from err
+
+
+def read_class_names(path: Path, error: type[ValueError] = FolderDataError, *, what: str = "class name") -> list[str]:
+    """The names in a classes.txt, line i naming class i, surrounding whitespace dropped. Blank
+    lines at the end are ignored; one before a name is an error, since skipping it would renumber
+    every class after it. `what` names a line in the error ("distinct class name")."""
+    lines = read_lines(path, error)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    names = [line.strip() for line in lines]
+    if "" in names:
+        raise error(f"{path}, line {names.index('') + 1}: empty; expected one {what} a line")
+    return names
+
+
+def unwritable_class_name(name: str) -> str | None:
+    """Why `name` cannot be a line of a classes.txt that read_class_names reads back as it is (a
+    line break, surrounding whitespace, no UTF-8 form), or None when it can."""
+    if not name:
+        return "it is empty"
+    if name.splitlines() != [name]:
+        return "it holds a line break"
+    if name != name.strip():
+        return "it starts or ends with whitespace"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "it is not valid UTF-8"
+    return None
+
+
 def _class_images(class_dir: Path, extensions: tuple[str, ...], skipped: list[str]) -> list[str]:
     """The image files under one class folder, without following links: a link is kept only when
     it names a regular file inside this class folder; everything else it could reach (a parent,

@@ -40,10 +40,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..checks import Range
 from ..errors import VitzooError
-from .folder import FolderDataError, UnreadableImageError, decode_image
+from .folder import FolderDataError, UnreadableImageError, decode_image, read_class_names, read_lines
 
 IGNORE_INDEX = 255
+# The class count (from a classes.txt, num_classes, or the masks' largest index): every class,
+# even shifted by one as ADE20K's predictions are written, a uint8 value other than IGNORE_INDEX.
+CLASS_COUNT = Range(
+    int, low=1, high=IGNORE_INDEX - 1, noun="a class count", note=f"{IGNORE_INDEX} marks ignored pixels"
+)
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 CLASSES_FILE = "classes.txt"
 LAYOUTS = ("plain", "voc", "ade20k", "datasets")
@@ -53,7 +59,6 @@ VOC_CLASSES = (
 )  # fmt: skip
 ADE20K_CLASSES = 150
 _MASK_COLUMNS = ("mask", "label", "annotation", "segmentation", "semantic_segmentation", "seg")
-_MAX_LIST_BYTES = 1 << 24  # a classes.txt or an ImageSets list larger than this is not one
 _ID = re.compile(r"[\w.-]+")
 _WORDS = {"L": "a grey (mode L)", "P": "a palette (mode P)"}
 _EXPECTED = {  # layout -> the mask modes it stores, and what it calls its folders
@@ -186,33 +191,23 @@ def _header_size(sample: SegSample) -> tuple[int, int]:
         raise MaskDataError(f"image {sample.image_file}: cannot read it: {reason}") from err
 
 
-def _read_text(path: Path) -> list[str]:
-    """The lines of a small text file (a class list, an ImageSets list)."""
-    try:
-        if path.stat().st_size > _MAX_LIST_BYTES:
-            raise MaskDataError(f"{path} is larger than {_MAX_LIST_BYTES} bytes; expected a short list, one a line")
-        return path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise MaskDataError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start})") from err
-    except OSError as err:
-        raise MaskDataError(f"cannot read {path}: {err.strerror or type(err).__name__}") from err
-
-
 def _class_names(folder: Path | None) -> tuple[str, ...] | None:
     path = None if folder is None else folder / CLASSES_FILE
     if path is None or not path.is_file():
         return None
-    lines = _read_text(path)
-    while lines and not lines[-1].strip():
-        lines.pop()
-    names = tuple(line.strip() for line in lines)
+    names = read_class_names(path, MaskDataError, what="distinct class name")
+    _check_count(len(names), f"{path} names {len(names)} classes")  # first: the count bounds the work below
+    first: dict[str, int] = {}
     for number, name in enumerate(names, 1):
-        if not name or name in names[: number - 1]:
-            what = "empty" if not name else f"{name!r} again"
-            raise MaskDataError(f"{path}, line {number}: {what}; expected one distinct class name a line")
-    if not 0 < len(names) < IGNORE_INDEX:
-        raise MaskDataError(f"{path} names {len(names)} classes; expected 1 to {IGNORE_INDEX - 1} (255 is ignored)")
-    return names
+        if first.setdefault(name, number) != number:
+            raise MaskDataError(f"{path}, line {number}: {name!r} again; expected one distinct class name a line")
+    return tuple(names)
+
+
+def _check_count(count: int, what: str) -> None:
+    """A class count within CLASS_COUNT, else one error starting with `what`."""
+    if not CLASS_COUNT.contains(count):
+        raise MaskDataError(f"{what}; expected {CLASS_COUNT.describe()}")
 
 
 # ---------------------------------------------------------------------------------- layouts
@@ -255,7 +250,7 @@ def _voc_split(root: Path, split: str) -> tuple[SegSample, ...]:
     if not listing.is_file():
         raise MaskDataError(f"{listing} is missing; expected the list of the {split} IDs, one a line")
     samples = []
-    for number, line in enumerate(_read_text(listing), 1):
+    for number, line in enumerate(read_lines(listing, MaskDataError), 1):
         key = line.strip()
         if not key:
             continue
@@ -397,6 +392,8 @@ def load_segmentation(
     """The segmentation dataset at `path` (a folder in one of LAYOUTS, or "hf:SPEC"), every pair
     checked (see the module docstring). `num_classes` fixes the class count where neither a
     classes.txt nor the layout does; the column names pick a `datasets` dataset's columns."""
+    if num_classes is not None:
+        _check_count(num_classes, f"num_classes={num_classes} is invalid")
     spec = os.fspath(path)
     layout = find_layout(spec)
     source, train, val = _layout_samples(spec, layout, image_column, mask_column)
@@ -412,6 +409,7 @@ def load_segmentation(
         count = num_classes if num_classes is not None else top + 1
         if count < 1:
             raise MaskDataError(f"{source}: every mask is all {IGNORE_INDEX} (ignored); expected labelled pixels")
+        _check_count(count, f"{source}: the masks hold class {top}, so {count} classes")
         classes = tuple(str(i) for i in range(count))
     data = SegData(source, layout, classes, train, val, reduce_zero_label=layout == "ade20k")
     limit = data.num_classes + int(data.reduce_zero_label)

@@ -39,6 +39,7 @@ from .shards import (
     ShardSamples,
     build_samples,
     expand_shards,
+    index_classes,
     load_shards,
     split_folders,
 )
@@ -118,9 +119,17 @@ def _scan_file(path: Path) -> tuple[str, str, list[str] | None, list[tuple[int, 
             "and a label column (ClassLabel feature, or 'label')"
         )
     classes = (features.get(label) or {}).get("names")
+    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+        raise ShardDataError(f"shard {path}: the ClassLabel names of column {label!r} are not a list of strings")
     rows: list[tuple[int, int, int]] = []
     for group in range(handle.metadata.num_row_groups):
-        values = handle.read_row_group(group, columns=[label]).column(0).to_pylist()
+        try:
+            values = handle.read_row_group(group, columns=[label]).column(0).to_pylist()
+        except Exception as err:  # pyarrow raises its own types (ArrowInvalid, OSError, ...)
+            raise ShardDataError(
+                f"shard {path}: row group {group} of column {label!r} is damaged ({' '.join(str(err).split())}); "
+                "rewrite the file"
+            ) from None
         for row, value in enumerate(values):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ShardDataError(f"shard {path}: row {len(rows)} has label {value!r}; expected a class index")
@@ -140,9 +149,9 @@ def read_parquet(
     rows = [(i, f"row {n}", *row) for i, (_, _, _, found) in enumerate(scanned) for n, row in enumerate(found)]
     if not rows:
         raise ShardDataError(f"{spec}: the parquet files hold no rows")
-    names = scanned[0][2]
+    names: Sequence[str] | None = scanned[0][2]
     if names is None:
-        names = [str(c) for c in range(max(row[2] for row in rows) + 1)]
+        names = index_classes(files, rows, "store the label column as a datasets ClassLabel, which names them")
     image_column = scanned[0][0]
     return build_samples(
         ParquetSamples,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..atomic import atomic_path
-from .folder import FolderDataError, list_classes
+from ..checks import nested
+from .folder import FolderDataError, list_classes, unwritable_class_name
 from .shards import CLASSES_NAME, IMAGE_EXTENSIONS, ShardDataError
 
 __all__ = ["ShardSummary", "write_shards"]
@@ -142,12 +143,24 @@ def write_shards(
     root, target = Path(folder).expanduser(), Path(out).expanduser()
     if not root.is_dir():
         raise FolderDataError(f"image folder {root} does not exist or is not a directory")
+    if nested(root, target):
+        raise ShardDataError(
+            f"output folder {target} and image folder {root} are the same or one holds the other; "
+            "expected an output folder outside the image folder (shards written there would become its input)"
+        )
     splits = ["train", "val"] if (root / "train").is_dir() and (root / "val").is_dir() else [""]
     listed = {split: list_classes(root / split if split else root) for split in splits}
     classes = listed[splits[0]][0]
     for names, _ in listed.values():
         if names != classes:
             raise FolderDataError(f"{root}: train/ and val/ must have the same class folders")
+    for name in classes:
+        why = unwritable_class_name(name)
+        if why is not None:
+            raise FolderDataError(
+                f"{root}: class folder {name!r} cannot be named in {CLASSES_NAME} ({why}), which holds one name "
+                "a line, surrounding whitespace dropped; rename the folder"
+            )
     unsupported = sorted(
         {Path(p).suffix.lower() for _, s in listed.values() for p, _ in s} - {f".{e}" for e in IMAGE_EXTENSIONS}
     )

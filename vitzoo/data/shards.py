@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from .files import ImageFiles, PathTable
-from .folder import FolderDataError, UnreadableImageError, decode_image, split_off_val
+from .folder import FolderDataError, UnreadableImageError, decode_image, read_class_names, read_lines, split_off_val
 from .loader import mix_seeds
 from .tensors import DataSplits
 
@@ -66,6 +66,12 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "t
 DEFAULT_SHUFFLE_BUFFER = 1000
 _MAX_LABEL_BYTES = 1 << 16  # a .cls or .json member is read whole: bound it
 _BRACE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+# The shards a brace pattern may name: far more than any dataset's, few enough to list at once.
+MAX_SHARDS = 1_000_000
+# Without a classes.txt the classes are named by index up to the largest label, which would size
+# that list (and the model's head) by whatever a label member says. Real label sets are far
+# smaller (ImageNet-21k's is among the largest); a larger one names its classes in a classes.txt.
+MAX_INDEX_CLASSES = 2**20
 
 
 S = TypeVar("S", bound="ShardSamples")
@@ -82,14 +88,12 @@ def expand_shards(spec: str, suffix: str = ".tar") -> list[Path]:
     the list's folder), a directory (its `*.tar`, or files with another `suffix`, sorted) or one file."""
     matches = list(_BRACE.finditer(spec))
     if matches:
+        ranges = _brace_ranges(spec, matches)
         names = [""]
         last = 0
-        for m in matches:
-            first, end = m.group(1), m.group(2)
-            if int(end) < int(first) or int(end) - int(first) >= 1_000_000:
-                raise ShardDataError(f"shard pattern {spec!r}: range {m.group(0)} is empty or too long")
-            width = len(first)
-            numbers = [str(i).zfill(width) for i in range(int(first), int(end) + 1)]
+        for m, (first, end) in zip(matches, ranges):
+            width = len(m.group(1))
+            numbers = [str(i).zfill(width) for i in range(first, end + 1)]
             names = [n + spec[last : m.start()] + x for n in names for x in numbers]
             last = m.end()
         return [Path(n + spec[last:]).expanduser() for n in names]
@@ -105,9 +109,32 @@ def expand_shards(spec: str, suffix: str = ".tar") -> list[Path]:
             raise ShardDataError(f"{path} holds no {suffix} shards; expected files like {path}/shard-000000{suffix}")
         return found
     if path.suffix == ".txt" and path.is_file():
-        lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+        lines = [line.strip() for line in read_lines(path, ShardDataError)]
         return [path.parent / line for line in lines if line and not line.startswith("#")]
     return [path]
+
+
+def _brace_ranges(spec: str, matches: list[re.Match[str]]) -> list[tuple[int, int]]:
+    """(first, last) of every `{a..b}` of a pattern, refused when one is empty or the names they
+    make together (the product of their lengths) are more than MAX_SHARDS, before any is made."""
+    ranges, total = [], 1
+    for m in matches:
+        try:
+            first, end = int(m.group(1)), int(m.group(2))
+        except ValueError:  # more digits than Python converts
+            first, end = 1, 0
+        if end < first:
+            raise ShardDataError(
+                f"shard pattern {spec!r}: range {m.group(0)} is empty or unreadable; expected {{FIRST..LAST}}"
+            )
+        ranges.append((first, end))
+        total *= end - first + 1
+    if total > MAX_SHARDS:
+        raise ShardDataError(
+            f"shard pattern {spec!r} names more than {MAX_SHARDS} shards (its ranges multiplied); "
+            "expected fewer, or a list file (.txt) of the shards"
+        )
+    return ranges
 
 
 def _key_and_extension(name: str) -> tuple[str, str]:
@@ -146,17 +173,21 @@ def _label(tar: tarfile.TarFile, shard: Path, sample: _Sample) -> int:
             value = value.get("label", value.get("cls"))
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{value!r} is not an integer")
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
+        reason = "it nests deeper than Python parses" if isinstance(err, RecursionError) else err
         raise ShardDataError(
-            f"shard {shard}: label {sample.key}.{extension} is not a class index ({err}); "
+            f"shard {shard}: label {sample.key}.{extension} is not a class index ({reason}); "
             'expected an integer (a .json: {"label": N})'
         ) from None
     return value
 
 
 def _samples_of(tar: tarfile.TarFile, shard: Path, size: int) -> Iterator[_Sample]:
-    """The samples of an open tar, members grouped by key in the order stored."""
+    """The samples of an open tar, members grouped by key in the order stored. A key met again
+    (after other keys, or a member of its sample repeated) is an error: WebDataset refuses the
+    second, and keeping either would drop a sample without a word."""
     current: _Sample | None = None
+    seen: set[str] = set()
     for info in tar:
         if not info.isfile():
             continue
@@ -170,6 +201,15 @@ def _samples_of(tar: tarfile.TarFile, shard: Path, size: int) -> Iterator[_Sampl
             if current is not None:
                 yield current
             current = _Sample(key, {})
+            again = key in seen
+            seen.add(key)
+        else:
+            again = extension in current.members
+        if again:
+            raise ShardDataError(
+                f"shard {shard}: key {key!r} is used twice (again at member {info.name!r}); "
+                "expected each sample's key once per shard"
+            )
         current.members[extension] = info
     if current is not None:
         yield current
@@ -204,20 +244,34 @@ def _scan_shard(shard: Path) -> list[tuple[str, str, int, int, int]]:
     return found
 
 
-def _class_names(shards: Sequence[Path], labels: np.ndarray) -> tuple[str, ...]:
+def _class_names(shards: Sequence[Path], rows: Sequence[tuple[int, str, int, int, int]]) -> tuple[str, ...]:
     """The names in classes.txt beside the first shard (or in its parent folder); without one,
-    the class indices as names, up to the largest label."""
+    the class indices as names, up to the largest label (`index_classes`)."""
     folder = shards[0].parent
     for candidate in (folder / CLASSES_NAME, folder.parent / CLASSES_NAME):
         if candidate.is_file():
-            names = [line.strip() for line in candidate.read_text(encoding="utf-8").splitlines() if line.strip()]
-            if len(labels) and int(labels.max()) >= len(names):
+            names = read_class_names(candidate, ShardDataError)
+            top = max(rows, key=lambda row: row[2])
+            if top[2] >= len(names):
                 raise ShardDataError(
-                    f"{candidate} names {len(names)} classes but the shards hold label {int(labels.max())}; "
-                    "expected one name per class index"
+                    f"{candidate} names {len(names)} classes but shard {shards[top[0]]}: sample {top[1]!r} has "
+                    f"label {top[2]}; expected one name per class index"
                 )
             return tuple(names)
-    return tuple(str(i) for i in range(int(labels.max()) + 1 if len(labels) else 0))
+    return index_classes(shards, rows, f"name the classes in a {CLASSES_NAME} beside the shards")
+
+
+def index_classes(shards: Sequence[Path], rows: Sequence[tuple[int, str, int, int, int]], fix: str) -> tuple[str, ...]:
+    """The class indices as names ("0", "1", ...) up to the largest label of `rows` (shard index,
+    sample name, label, ...), for shards whose classes are not named: more than MAX_INDEX_CLASSES
+    is refused naming the sample (`fix` says how to name the classes instead)."""
+    top = max(rows, key=lambda row: row[2])
+    if top[2] >= MAX_INDEX_CLASSES:
+        raise ShardDataError(
+            f"shard {shards[top[0]]}: sample {top[1]!r} has label {top[2]}; without class names the classes "
+            f"are numbered up to the largest label, at most {MAX_INDEX_CLASSES} of them: {fix}"
+        )
+    return tuple(str(i) for i in range(max(top[2] + 1, 0)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -330,7 +384,7 @@ def _read(
     ]
     if not rows:
         raise ShardDataError(f"{spec}: the shards hold no samples; expected KEY.jpg + KEY.cls members")
-    classes = _class_names(shards, np.array([row[2] for row in rows], dtype=np.int64))
+    classes = _class_names(shards, rows)
     return build_samples(ShardSamples, shards, rows, classes, source=source, strict=strict, shuffle_buffer=buffer)
 
 
@@ -347,13 +401,13 @@ def build_samples(
 ) -> S:
     """`kind` (ShardSamples or a subclass) from rows (shard index, sample name, label, offset,
     size), every label checked to be a class index."""
-    labels = np.array([row[2] for row in rows], dtype=np.int64)
-    bad = int(np.argmax((labels < 0) | (labels >= len(classes)))) if len(rows) else 0
-    if len(rows) and not 0 <= labels[bad] < len(classes):
+    bad = next((row for row in rows if not 0 <= row[2] < len(classes)), None)  # Python ints: any size
+    if bad is not None:
         raise ShardDataError(
-            f"shard {shards[rows[bad][0]]}: sample {rows[bad][1]!r} has label {labels[bad]}; "
+            f"shard {shards[bad[0]]}: sample {bad[1]!r} has label {bad[2]}; "
             f"expected a class index in [0, {len(classes) - 1}]"
         )
+    labels = np.array([row[2] for row in rows], dtype=np.int64)
     return kind(
         PathTable([f"{shards[row[0]]}:{row[1]}" for row in rows]),
         torch.from_numpy(labels),

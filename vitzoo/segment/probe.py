@@ -28,6 +28,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..atomic import write_json, write_safetensors
+from ..checks import nested
 from ..data.masks import SegData
 from ..train.placement import peak_memory_mb
 from ..tuned import OnReport
@@ -101,6 +102,20 @@ def check_run_dir(out: Path) -> None:
             f"--out {out} holds files that are not a probe run's ({shown}); expected a new or empty folder "
             f"(a run writes {REPORT_FILE}, {HEAD_FILE}, {EXAMPLES_FILE} and {CACHE_FILE} into it)"
         )
+
+
+def check_predictions_dir(folder: Path, data: SegData) -> None:
+    """The predictions folder must be apart from the data's image and mask folders: a prediction
+    is written as NAME.png, the name of the image's mask, which it would overwrite."""
+    sources = {
+        Path(s).parent for sample in data.train + data.val for s in (sample.image, sample.mask) if isinstance(s, str)
+    }
+    for source in sorted(sources):
+        if nested(folder, source):
+            raise SegmentSettingsError(
+                f"--predictions {folder} and the data's folder {source} are the same or one holds the other; "
+                "expected a predictions folder apart from the images and masks (NAME.png would overwrite a mask)"
+            )
 
 
 @contextlib.contextmanager
@@ -211,6 +226,8 @@ def segment_probe(
     settings = settings or SegmentSettings()
     run = Path(out)
     check_run_dir(run)
+    if predictions_dir is not None:
+        check_predictions_dir(Path(predictions_dir), data)
     torch.manual_seed(settings.seed)
     device = device or torch.device("cpu")
     backbone = FrozenBackbone(model, settings.layers, device, dtype)
