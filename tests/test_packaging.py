@@ -56,5 +56,6 @@ def test_ci_installs_as_the_readme_says_and_runs_both_venvs():
     assert 'pip install -q -e ".[dev]" -c .ci/oldest.txt' in ci
     readme_runs = [line for line in ci.splitlines() if line.split("#")[0].strip() == "python -m pytest -q"]
     assert len(readme_runs) == 2  # the README's test command, in each venv
+    assert ci.count("\npython -m pytest -q -m slow") == 2  # and the slow tests it leaves out
     # and the CPU-dependent tests again as an AVX2-only CPU (no AVX-512, no bf16 units)
     assert "export ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2" in ci

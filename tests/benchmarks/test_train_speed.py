@@ -25,6 +25,7 @@ def bench(load_benchmark):
     return load_benchmark("train_speed")
 
 
+@pytest.mark.slow  # a benchmark end to end: CI runs it (-m slow), the README's command does not
 @needs_hybrid_embed
 def test_models_report_every_ratio_and_what_auto_picks(bench, tmp_path, capsys):
     out = tmp_path / "r.json"
@@ -37,6 +38,7 @@ def test_models_report_every_ratio_and_what_auto_picks(bench, tmp_path, capsys):
     assert "--amp auto: " in capsys.readouterr().out
 
 
+@pytest.mark.slow  # a benchmark end to end: CI runs it (-m slow), the README's command does not
 def test_a_224_model_is_measured_against_its_gemm_ceiling(bench, tmp_path):
     out = tmp_path / "t.json"
     bench.main(["--models", "vit_ti16", "--batch", "1", "--rounds", "1", "--steps", "1", "--json", str(out)])
@@ -59,6 +61,7 @@ def test_the_twins_start_from_the_same_weights(bench):
         torch.testing.assert_close(ours.eval()(x), theirs.eval()(x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # a benchmark end to end: CI runs it (-m slow), the README's command does not
 def test_crossover_and_attention_sections(bench, tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "ATTENTION_SHAPES", {"tiny": (2, 2, 5, 4)})
     out = tmp_path / "c.json"
