@@ -82,7 +82,7 @@ from torch import nn
 import vitzoo
 from vitzoo.atomic import write_json
 from vitzoo.inference import _cpu_name, _first_line, _relative_error, candidate_names
-from vitzoo.precision import auto_dtype, name_of
+from vitzoo.precision import auto_dtype, cpu_isa, name_of
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
 
@@ -327,7 +327,7 @@ def conditions() -> dict:
     return {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "cpu": _cpu_name(),
+        "cpu": f"{_cpu_name()} ({cpu_isa()})",
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "loadavg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
