@@ -102,6 +102,19 @@ def test_fx_tracing_takes_the_portable_path_and_eager_bf16_stays_fused():
         assert torch.allclose(traced(x).float(), layer(x).float(), rtol=2e-2, atol=2e-2)
 
 
+def test_a_trace_before_any_eager_call_never_runs_the_probe_inside_it():
+    """The probe's first call runs the op: inside torch.jit.trace (OpenVINO's converter, a process's
+    first bf16 forward) that corrupted the trace ("outputs_[i]->uses().empty()")."""
+    fused_bf16_problem.cache_clear()
+    x, w, b = _operands(torch.bfloat16)
+    with torch.no_grad():
+        traced = torch.jit.trace(lambda x: linear(x, w, b, "gelu"), (x,), check_trace=False)
+    assert fused_bf16_problem.cache_info().currsize == 0  # not probed while tracing
+    assert "mkldnn" not in str(traced.graph)
+    with torch.no_grad():
+        assert torch.allclose(traced(x).float(), linear(x, w, b, "gelu").float(), rtol=2e-2, atol=2e-2)
+
+
 def test_a_cpu_whose_onednn_cannot_run_the_fused_op_gets_f_linear(monkeypatch):
     """Where the probe finds no bf16 inner product, bf16 inference is exactly F.linear (+ GELU)."""
     monkeypatch.setattr(linear_module, "fused_bf16_problem", lambda: "oneDNN has no bf16 inner product (test)")

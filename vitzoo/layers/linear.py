@@ -90,8 +90,9 @@ def use_fused(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and weight.dtype == torch.bfloat16
         and x.device.type == "cpu"
         and not torch.is_grad_enabled()
-        and _fused_op_available()
         and not _tracing()
+        # Last: its first call runs the op on a tiny input, which must not happen inside a tracer.
+        and _fused_op_available()
     )
 
 
