@@ -59,7 +59,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .checks import check_fields, check_heads, check_types
+from .checks import check_fields, check_heads, check_image_bounds, check_types
 from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.layer_scale import LayerScale
@@ -188,6 +188,7 @@ class ViTConfig:
                 "expected img_size to be a positive multiple of patch_size on both axes "
                 "(or drop_remainder=True to ignore the pixels past the last whole patch)"
             )
+        check_image_bounds(img, self.grid_size)  # the position table and attention are sized by it
         check_heads(self.embed_dim, self.num_heads)
         check_fields(
             self,

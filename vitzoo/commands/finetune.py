@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..checks import IMAGE_SIDE
 from .base import bounded_int, in_range, number, require_vit
 from .data_args import add_data_arguments, data_spec, load_splits
 
@@ -48,7 +49,7 @@ _RECIPE_OPTIONS: tuple[tuple[str, Any, Any, str | None], ...] = (
     ),
     ("--linear-probe", None, False, "freeze the backbone, train only the classifier head"),
     ("--drop-path", number(low=0, high=1, high_open=True), None, "stochastic depth rate of the model"),
-    ("--img-size", number(int, low=1), None, "model input size (pretrained position embeddings are resampled)"),
+    ("--img-size", in_range(IMAGE_SIDE), None, "model input size (pretrained position embeddings are resampled)"),
     (
         "--augment",
         _setting("augment"),
