@@ -1021,7 +1021,8 @@ class VisionTransformer(nn.Module):
         maps = [y[:, p:] for y in intermediates]
         if output_fmt == "NCHW":
             rows, cols = grid
-            maps = [y.reshape(y.shape[0], rows, cols, -1).permute(0, 3, 1, 2).contiguous() for y in maps]
+            # The width named, not -1: an empty batch has no elements to infer it from.
+            maps = [y.reshape(y.shape[0], rows, cols, y.shape[-1]).permute(0, 3, 1, 2).contiguous() for y in maps]
 
         if output_dict:
             result: dict[str, Any] = {"image_intermediates": maps}
