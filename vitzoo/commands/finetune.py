@@ -587,12 +587,15 @@ def _build_model(args: argparse.Namespace, num_classes: int, config: Any) -> Any
     from ..builder import create
     from ..registry import build_meta
     from ..train.start import check_training_memory
+    from ..weights.sources import check_local_source
 
     overrides: dict[str, Any] = {"num_classes": num_classes}
     if args.img_size is not None:
         overrides["img_size"] = args.img_size
     if getattr(args, "drop_path", None) is not None:
         overrides["drop_path_rate"] = args.drop_path
+    if args.weights is not None:
+        check_local_source(args.weights)  # a truncated file named before a refusal for memory
     check_training_memory(args.model, build_meta(args.model, **overrides), config)
     if config.fsdp:  # no process holds the whole model: each rank reads its rows after sharding
         from ..train.fsdp_load import create_unloaded
