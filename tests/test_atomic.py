@@ -1,5 +1,6 @@
 """vitzoo/atomic.py: saved files get the permissions open() would give them, a failed write names
-its file (and keeps the errno), and left-over temporary files are recognised and removed."""
+its file (and keeps the errno), left-over temporary files are recognised and removed (those of a
+killed writer by the next write into their folder), and no signal handler is touched."""
 
 from __future__ import annotations
 
@@ -92,15 +93,19 @@ def test_temporary_files_are_recognised_and_only_they_are_removed(tmp_path: Path
     with atomic_path(tmp_path / "model.safetensors") as tmp:
         assert is_temp_file(tmp.name) and tmp.name.startswith(".model.safetensors.")
         tmp.write_bytes(b"x")
-    ours = [".checkpoint.safetensors.a1b2c3d4.tmp", ".metrics.jsonl.zz_zz_zz.tmp"]
+    ours = [".checkpoint.safetensors.a1b2c3d4.tmp", ".metrics.jsonl.zz_zz_zz.tmp", ".p.png.123-0a1b2c3d-zz_zz_zz.tmp"]
     theirs = [".notes.tmp", "checkpoint.safetensors.a1b2c3d4.tmp", ".x.ABCDEFGH.tmp", ".x.a1b2c3d.tmp"]
     for name in ours + theirs:
         (tmp_path / name).write_bytes(b"partial")
-    (tmp_path / ".dir.a1b2c3d4.tmp").mkdir()  # not a file: left alone
+    # A scratch folder (temp_folder, an OpenVINO IR's) is removed with its contents; a link is not followed.
+    (tmp_path / ".m.xml.123-0a1b2c3d-a1b2c3d4.tmp").mkdir()
+    (tmp_path / ".m.xml.123-0a1b2c3d-a1b2c3d4.tmp" / "model.xml").write_bytes(b"partial")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / ".link.a1b2c3d4.tmp").symlink_to(tmp_path / "elsewhere")
     removed = remove_stale_temp_files(tmp_path)
-    assert sorted(p.name for p in removed) == sorted(ours)
+    assert sorted(p.name for p in removed) == sorted([*ours, ".m.xml.123-0a1b2c3d-a1b2c3d4.tmp"])
     left = {p.name for p in tmp_path.iterdir()}
-    assert left == {"model.safetensors", ".dir.a1b2c3d4.tmp", *theirs}
+    assert left == {"model.safetensors", "elsewhere", ".link.a1b2c3d4.tmp", *theirs}
     assert remove_stale_temp_files(tmp_path / "missing") == []
 
 
@@ -109,82 +114,122 @@ def test_write_json_round_trip(tmp_path: Path) -> None:
     assert path.read_text() == '{\n  "x": [\n    1,\n    2\n  ]\n}\n'
 
 
+# A writer that a test ends with SIGTERM in the middle of a write: it writes half of `out` through
+# the writer named by argv[1] (the plain atomic_path, a viz PNG or an OpenVINO IR), prints the
+# temporary path it is writing and waits to be killed.
 _WRITER = """
-import multiprocessing, signal, sys, time
-from vitzoo.atomic import atomic_path
+import signal, sys, time
+from pathlib import Path
 
-# the default actions of a program started from a shell (under nohup SIGHUP arrives ignored,
-# and atomic_path rightly leaves an ignored signal ignored)
-signal.signal(signal.SIGTERM, signal.SIG_DFL)
-signal.signal(signal.SIGHUP, signal.SIG_DFL)
+kind, out = sys.argv[1], Path(sys.argv[2])
+signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the default action of a program started from a shell
 
-def nap(ready):
-    ready.set()
+def half_written(path):
+    Path(path).write_bytes(b"half" * 1000)
+    print(path, flush=True)
     time.sleep(60)
 
-with atomic_path(sys.argv[1]) as tmp, open(tmp, "w") as f:
-    f.write("partial\\n" * 1000)
-    f.flush()
-    # a forked child (a DataLoader worker) ended by SIGTERM leaves its parent's file alone
-    context = multiprocessing.get_context("fork")
-    ready = context.Event()
-    child = context.Process(target=nap, args=(ready,))
-    child.start()
-    assert ready.wait(30)
-    child.terminate()
-    child.join()
-    assert tmp.exists() and child.exitcode == -15, child.exitcode
-    print(tmp, flush=True)
-    time.sleep(60)
+if kind == "atomic":
+    from vitzoo.atomic import atomic_path
+    with atomic_path(out) as tmp:
+        half_written(tmp)
+elif kind == "png":
+    from vitzoo.viz._figure import new_figure, save_png
+    fig = new_figure(2, 1)
+    fig.savefig = lambda f, **kwargs: half_written(f.name)
+    save_png(fig, out)
+else:
+    from vitzoo.deploy import _save_ir
+    class FakeOpenVINO:
+        @staticmethod
+        def save_model(model, xml, compress_to_fp16):
+            Path(xml).with_suffix(".bin").write_bytes(b"weights")
+            half_written(xml)
+    _save_ir(FakeOpenVINO, None, out)
 """
 
 
-@pytest.mark.slow
-@posix_only
-@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
-def test_a_signal_mid_write_removes_the_temporary_file(tmp_path: Path, signame: str) -> None:
+def _killed_mid_write(kind: str, out: Path) -> tuple[int, Path]:
+    """Run _WRITER, end it with SIGTERM once it is writing; its pid and the path it was writing."""
     import signal
     import subprocess
     import sys
 
-    out = tmp_path / "out" / "predictions.csv"
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(out)], stdout=subprocess.PIPE, text=True, env=env)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, kind, str(out)], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert writer.stdout is not None
-        tmp = Path(writer.stdout.readline().strip())
-        assert tmp.parent == out.parent and is_temp_file(tmp.name) and tmp.stat().st_size == 8000
-        writer.send_signal(getattr(signal, signame))
-        assert writer.wait(timeout=60) == -getattr(signal, signame)  # ended by the signal, as without us
+        writing = Path(writer.stdout.readline().strip())
+        writer.send_signal(signal.SIGTERM)
+        assert writer.wait(timeout=60) == -signal.SIGTERM  # ended by the signal, as without vitzoo
     finally:
         writer.kill()
-    assert list(out.parent.iterdir()) == []  # no temporary file, no half output
+    return writer.pid, writing
+
+
+@pytest.mark.slow
+@posix_only
+@pytest.mark.parametrize("kind", ["atomic", "png", "openvino"])
+def test_a_write_killed_by_sigterm_is_cleaned_by_the_next_write(tmp_path: Path, kind: str) -> None:
+    out = tmp_path / "out" / ("m.xml" if kind == "openvino" else "p.png" if kind == "png" else "predictions.csv")
+    pid, writing = _killed_mid_write(kind, out)
+    assert writing.exists() and writing.stat().st_size == 4000
+    # No half file under the destination's name: only temporaries, hidden and naming the dead writer.
+    left = [p.name for p in out.parent.iterdir()]
+    assert left and all(is_temp_file(name) and f".{pid}-" in name for name in left), left
+    write_json(out.parent / "next.json", {"a": 1})  # the next write into the folder, by another process
+    assert [p.name for p in out.parent.iterdir()] == ["next.json"]
+
+
+def test_only_temporaries_of_processes_that_ended_are_removed(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from vitzoo import atomic
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, machine = int(ended.stdout), atomic._machine_tag()
+    names = {
+        "dead": f".a.json.{dead}-{machine}-abcd1234.tmp",
+        "dead folder": f".m.xml.{dead}-{machine}-abcd1234.tmp",
+        "live (this process)": f".b.json.{os.getpid()}-{machine}-abcd1234.tmp",
+        "live (the parent)": f".c.json.{os.getppid()}-{machine}-abcd1234.tmp",
+        "another machine": f".d.json.{dead}-00000000-abcd1234.tmp",
+        "an older vitzoo's (writer unknown)": ".e.json.abcd1234.tmp",
+        "the user's": f"e.json.{dead}-{machine}-abcd1234.tmp",
+    }
+    for what, name in names.items():
+        if what == "dead folder":
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "model.xml").write_text("half")
+        else:
+            (tmp_path / name).write_text("half")
+    write_json(tmp_path / "x.json", {})
+    kept = {p.name for p in tmp_path.iterdir()} - {"x.json"}
+    assert kept == {name for what, name in names.items() if not what.startswith("dead")}
 
 
 @posix_only
-def test_signal_handlers_are_only_borrowed_while_writing(tmp_path: Path) -> None:
+def test_atomic_writes_leave_signal_handlers_alone(tmp_path: Path) -> None:
+    """A library that swaps process-wide handlers surprises torchrun, Ray and notebook hosts."""
     import signal
-
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    with atomic_path(tmp_path / "a.json") as tmp:
-        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        tmp.write_text("{}")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    with pytest.raises(ValueError), atomic_path(tmp_path / "b.json"):
-        raise ValueError("failed")
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
     def own(signum: int, frame: object) -> None:
         pass
 
-    previous = signal.signal(signal.SIGTERM, own)
-    try:
-        with atomic_path(tmp_path / "c.json") as tmp:
-            assert signal.getsignal(signal.SIGTERM) is own  # the program's own handler is left alone
-            tmp.write_text("{}")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    hangup = signal.getsignal(signal.SIGHUP)
+    for handler in (signal.SIG_DFL, own):
+        previous = signal.signal(signal.SIGTERM, handler)
+        try:
+            with atomic_path(tmp_path / "a.json") as tmp:
+                assert signal.getsignal(signal.SIGTERM) is handler
+                assert signal.getsignal(signal.SIGHUP) is hangup
+                tmp.write_text("{}")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def test_write_json_writes_valid_json_for_nan(tmp_path: Path) -> None:

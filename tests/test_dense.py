@@ -126,6 +126,16 @@ def test_layers_lists_and_the_ms_concatenation():
     assert model.config.dynamic_img_size is False and model.patch_embed.strict_img_size  # restored
 
 
+@pytest.mark.parametrize("window", [None, 16])
+def test_an_empty_batch_gives_empty_maps(window):
+    """As any torch module does for a batch of 0: (0, D, rows, columns), the shape of a full batch."""
+    model = _tiny()
+    with torch.no_grad():
+        maps = vitzoo.dense_features(model, torch.randn(0, 3, 24, 40), layers=[0, -1], window=window)
+        full = vitzoo.dense_features(model, torch.randn(2, 3, 24, 40), layers=[0, -1], window=window)
+    assert [m.shape for m in maps] == [(0, *f.shape[1:]) for f in full] == [(0, 32, 3, 5)] * 2
+
+
 def test_two_threads_at_different_sizes_share_one_fixed_size_model():
     """The wide image's call reaches the patch embedding first and waits there until the tall
     one's has too; the tall one then waits until the wide one's call has returned. With a model

@@ -302,7 +302,14 @@ def test_export_program_command_with_dtype_and_img_size(tmp_path, capsys):
         (["--out", "m.bin"], "cannot tell the export format from 'm.bin'"),
         (["--out", "m.pt2", "--opset", "18"], "--opset 18 is invalid; expected a positive ONNX opset version"),
         (["--out", "m.onnx", "--opset", "0"], "--opset 0 is invalid"),
-        (["--out", "m.onnx", "--img-size", "0"], "--img-size must be >= 1, got 0"),
+        (
+            ["--out", "m.onnx", "--img-size", "0"],
+            "argument --img-size: expected an int in [1, 65536] (pixels), got '0'",
+        ),
+        (
+            ["--out", "m.onnx", "--img-size", "100000"],
+            "--img-size: expected an int in [1, 65536] (pixels), got '100000'",
+        ),
         (["--out", "m.onnx", "--pretrained", "--weights", "w"], "--pretrained and --weights both choose the weights"),
         (["--out", "m.onnx", "--format", "tflite"], "invalid choice: 'tflite'"),
         (["--out", "m.bin", "--format", "openvino"], "'m.bin' does not end in .xml"),

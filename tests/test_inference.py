@@ -195,6 +195,24 @@ def test_the_choice_is_remembered_and_a_damaged_cache_is_measured_again(monkeypa
     assert json.loads(path.read_text())["choices"]  # rewritten whole
 
 
+@pytest.mark.parametrize("speed", [-5, 1e300, 0, "fast", None])
+def test_a_cached_speed_that_is_no_measurement_is_measured_again(speed):
+    """A tampered cache's -5 or 1e300 img/s was reported as measured."""
+    model = tiny()
+    x = torch.randn(2, 3, 32, 32)
+    first = optimize(model, x, candidates=["eager-explicit"])
+    path = inference.cache_file()
+    data = json.loads(path.read_text())
+    (entry,) = data["choices"].values()
+    entry["img_per_s"][first.report.choice] = speed
+    path.write_text(json.dumps(data))
+    again = optimize(model, x, candidates=["eager-explicit"])
+    assert not again.report.cached
+    assert all(0 < v < 1e9 for v in again.report.img_per_s.values()), again.report.img_per_s
+    (entry,) = json.loads(path.read_text())["choices"].values()
+    assert entry["img_per_s"] == again.report.img_per_s  # the bad entry replaced by the new measurement
+
+
 def test_optimize_a_method_other_than_forward():
     model = tiny()
     x = torch.randn(2, 3, 32, 32)

@@ -58,6 +58,27 @@ def test_finetune_counts_weights_gradients_and_adamw_state(six_gb, tmp_path, cap
     assert not (tmp_path / "run").exists()
 
 
+def _truncated_13gb(path: Path) -> Path:
+    """What is left of a 13.4 GB safetensors file cut short after its header."""
+    import json
+
+    header = json.dumps({"w": {"dtype": "F32", "shape": [3_350_000_000], "data_offsets": [0, 13_400_000_000]}})
+    path.write_bytes(len(header).to_bytes(8, "little") + header.encode() + b"\0" * 1000)
+    return path
+
+
+@pytest.mark.parametrize("command", ["export", "finetune"])
+def test_a_truncated_file_is_named_before_the_memory_refusal(command, six_gb, tmp_path, capsys):
+    """Finding more memory only to learn that the file is broken wastes the user's time."""
+    weights = _truncated_13gb(tmp_path / "dinov3_7b16.safetensors")
+    out = ["--out", str(tmp_path / ("m.onnx" if command == "export" else "run"))]
+    data = ["--data", "mnist-sample", "--epochs", "1"] if command == "finetune" else []
+    code, _, err = _run(capsys, command, BIG, "--weights", str(weights), *out, *data)
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"{str(weights)!r} is not a readable safetensors file (truncated or corrupt: its header places the " in err
+    assert "13,400,000," in err and "needed" not in err
+
+
 def test_a_model_that_fits_is_built(six_gb):
     assert vitzoo.create("vit_mnist_tiny") is not None
 

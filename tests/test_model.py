@@ -272,6 +272,15 @@ def test_bad_config_values_are_value_errors():
         _tiny(global_pool="max")
 
 
+def test_an_image_size_beyond_any_vit_is_refused_before_anything_is_allocated():
+    """img_size=100000 (`vitzoo export --img-size 100000`) sized the position table by it (an allocator error)."""
+    with pytest.raises(ValueError, match=r"img_size=\(4112, 4112\) is invalid; .* at most 65536 patches \(257 x 257"):
+        ViTConfig(img_size=4112, patch_size=16)
+    with pytest.raises(ValueError, match=r"img_size=\(100000, 100000\) is invalid; expected at most 65536 pixels"):
+        vitzoo.create("vit_mnist_tiny", img_size=100000)
+    assert ViTConfig(img_size=(16, 4096 * 16), patch_size=16).grid_size == (1, 4096)  # a long strip is fine
+
+
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [

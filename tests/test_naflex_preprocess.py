@@ -153,6 +153,25 @@ def test_modes_read_as_the_evaluation_transform_reads_them():
         assert torch.equal(naflex.preprocess(_model(), [image], max_patches=16)["patches"], rgb)
 
 
+def test_premultiplied_alpha_modes_read_as_their_straight_alpha_modes():
+    """PIL converts La (and RGBa) to other modes only through LA (RGBA): read that way, not refused."""
+    pixels = np.random.default_rng(0).integers(0, 256, (30, 40, 2), dtype=np.uint8)
+    pixels[..., 1] = 255  # opaque: premultiplying changes nothing, so both must give the same patches
+    straight = Image.fromarray(pixels, "LA")
+    for odd, plain in ((straight.convert("La"), straight), (straight.convert("RGBA").convert("RGBa"), straight)):
+        batch = naflex.preprocess(_model(), [odd, plain], max_patches=16)
+        assert torch.equal(batch["patches"][0], batch["patches"][1]), odd.mode
+
+
+def test_an_image_that_cannot_be_read_is_named_by_its_index_and_mode():
+    bright = Image.fromarray(np.full((30, 40), 5.0, dtype=np.float32), "F")  # intensities beyond 0..1
+    ok = torch.zeros(3, 16, 16, dtype=torch.uint8)
+    with pytest.raises(naflex.NaFlexError, match=r"images\[1\] \(PIL mode 'F'\): 32-bit float image .* from 5 to 5"):
+        naflex.preprocess(_model(), [ok, bright], max_patches=16)
+    with pytest.raises(naflex.NaFlexError, match=r"images\[2\]: image tensor torch.float32"):
+        naflex.preprocess(_model(), [ok, ok, torch.zeros(3, 8, 8)], max_patches=16)
+
+
 @pytest.mark.parametrize("value", [0, -3, 2.5, True, "64", naflex.MAX_PATCHES + 1])
 def test_bad_budgets_are_refused(value):
     with pytest.raises(naflex.NaFlexError, match=r"max_patches=.* expected an int in \[1, 65536\]"):

@@ -7,11 +7,13 @@ It imports only `jsonio` of vitzoo (standard library only), so every layer may u
 from __future__ import annotations
 
 import errno as errno_codes
+import functools
+import hashlib
 import os
 import re
 import secrets
-import signal
-import threading
+import shutil
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,9 +25,12 @@ from .jsonio import to_json
 
 StateDict = dict[str, torch.Tensor]
 
-# Temporary files are named `.<final name>.<8 random characters>.tmp` (the random part uses
-# tempfile's alphabet), so a left-over one is recognisable and never mistaken for a user's file.
-_TEMP_RE = re.compile(r"\A\.(?P<name>.+)\.[a-z0-9_]{8}\.tmp\Z")
+# Temporary files (and folders) are named `.<final name>.<pid>-<machine>-<8 random characters>.tmp`:
+# recognisable, never mistaken for a user's file, and saying which process writes them, so that a
+# later write can tell a live writer's file from one a killed process left (_remove_dead_temps).
+# Older versions wrote `.<final name>.<8 random characters>.tmp`, without the writer; those are
+# still recognised, and removed by remove_stale_temp_files only. The random part uses tempfile's alphabet.
+_TEMP_RE = re.compile(r"\A\.(?P<name>.+)\.(?:(?P<pid>[0-9]+)-(?P<machine>[0-9a-f]{8})-)?[a-z0-9_]{8}\.tmp\Z")
 _TEMP_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789_"
 
 
@@ -37,13 +42,86 @@ class AtomicWriteError(OSError):
         return f"cannot write {self.filename}: {self.strerror}"
 
 
+@functools.cache
+def _machine_tag() -> str:
+    """Which process table a pid in a temporary name belongs to: the host name and, on Linux, the
+    pid namespace (a container that shares the host's name and a folder has its own pids)."""
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = ""
+    return hashlib.blake2s(f"{socket.gethostname()}/{namespace}".encode(), digest_size=4).hexdigest()
+
+
 def _temp_name(final: str) -> str:
-    return f".{final}.{''.join(secrets.choice(_TEMP_ALPHABET) for _ in range(8))}.tmp"
+    random_part = "".join(secrets.choice(_TEMP_ALPHABET) for _ in range(8))
+    return f".{final}.{os.getpid()}-{_machine_tag()}-{random_part}.tmp"
 
 
 def is_temp_file(name: str) -> bool:
-    """Whether `name` is one of atomic_path's temporary files (a left-over one after a crash)."""
+    """Whether `name` is one of atomic_path's temporary files or folders (a left-over one after a crash)."""
     return _TEMP_RE.match(name) is not None
+
+
+def pid_running(pid: int) -> bool:
+    """Whether a process `pid` runs on this machine. True where that cannot be told: on Windows
+    os.kill(pid, 0) would end the process instead of probing it."""
+    if os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: it runs, as another user
+        return True
+    return True
+
+
+def _left_by_dead_process(name: str) -> bool:
+    """Whether `name` is a temporary file or folder of a process of this machine that no longer runs."""
+    found = _TEMP_RE.match(name)
+    if found is None or found["pid"] is None or found["machine"] != _machine_tag():
+        return False
+    pid = int(found["pid"])
+    return pid != os.getpid() and not pid_running(pid)
+
+
+def _remove_entry(entry: os.DirEntry[str]) -> bool:
+    """Delete a temporary file or folder (never a link's target); whether something was removed."""
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path, ignore_errors=True)
+    elif entry.is_file(follow_symlinks=False):
+        Path(entry.path).unlink(missing_ok=True)
+    else:
+        return False
+    return True
+
+
+# Folders whose dead writers' temporaries this process has removed: once per folder and process,
+# so that writing many files into one folder does not list it again for each file.
+_swept: set[str] = set()
+_MAX_SWEPT = 4096
+
+
+def _remove_dead_temps(directory: Path) -> None:
+    """Delete the temporaries in `directory` that a killed process (SIGTERM, SIGKILL, power loss)
+    left behind, once per folder and process. A live writer's are kept, whatever its folder."""
+    key = os.path.abspath(directory)
+    if key in _swept:
+        return
+    if len(_swept) >= _MAX_SWEPT:
+        _swept.clear()
+    _swept.add(key)
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        if _left_by_dead_process(entry.name):
+            try:
+                _remove_entry(entry)
+            except OSError:  # another process removed it first, or it is not ours to remove
+                pass
 
 
 def _create_temp(path: Path) -> tuple[Path, int]:
@@ -75,62 +153,6 @@ def _create_temp(path: Path) -> tuple[Path, int]:
     raise FileExistsError(errno_codes.EEXIST, "no unused temporary file name", str(path.parent))
 
 
-# Temporary files being written, with the process writing them. SIGINT raises KeyboardInterrupt,
-# and atomic_path's cleanup runs; SIGTERM and SIGHUP end the process without running it, so while a
-# temporary file is open their default action is replaced by _remove_live_temps, which deletes the
-# files and then lets the signal end the process as it would have (same exit status). A handler the
-# program installed itself is left alone; SIGKILL cannot be caught (remove_stale_temp_files).
-_live: dict[Path, int] = {}
-_replaced: dict[int, Any] = {}  # signal -> the handler _remove_live_temps stands in for
-_CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
-
-
-def _remove_live_temps(signum: int, frame: Any) -> None:
-    for tmp, pid in list(_live.items()):
-        if pid == os.getpid():  # not a forked child's copy of the parent's list (DataLoader workers)
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-
-
-def _restore_in_child() -> None:
-    """A forked child (a DataLoader worker) writes none of its parent's files: it gets the default
-    signal actions back at once, so a SIGTERM ends it as it would have without us."""
-    _live.clear()
-    for sig, previous in list(_replaced.items()):
-        try:
-            if signal.getsignal(sig) is _remove_live_temps:
-                signal.signal(sig, previous)
-        except ValueError:  # not the main thread
-            pass
-    _replaced.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_restore_in_child)
-
-
-def _track(tmp: Path) -> None:
-    if threading.current_thread() is threading.main_thread():  # handlers can only be set there
-        for sig in _CLEANUP_SIGNALS:
-            if sig not in _replaced and signal.getsignal(sig) is signal.SIG_DFL:
-                _replaced[sig] = signal.signal(sig, _remove_live_temps)
-    _live[tmp] = os.getpid()
-
-
-def _untrack(tmp: Path) -> None:
-    _live.pop(tmp, None)
-    if _live or threading.current_thread() is not threading.main_thread():
-        return
-    for sig, previous in list(_replaced.items()):
-        if signal.getsignal(sig) is _remove_live_temps:
-            signal.signal(sig, previous)
-        del _replaced[sig]
-
-
 def _write_error(path: Path, err: OSError) -> AtomicWriteError:
     reason = err.strerror or str(err) or type(err).__name__
     return AtomicWriteError(err.errno, reason, str(path))
@@ -139,8 +161,12 @@ def _write_error(path: Path, err: OSError) -> AtomicWriteError:
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to `path`; on success fsync it and rename it over `path`, on
-    failure (an exception, Ctrl-C, SIGTERM or SIGHUP) delete it. Readers therefore see either the
-    old file or the complete new one, and an interrupted write leaves nothing behind.
+    failure (an exception, Ctrl-C) delete it. Readers therefore see either the old file or the
+    complete new one.
+
+    No signal handler is installed (a library that swaps process-wide handlers surprises torchrun,
+    Ray and notebook hosts): a process ended by SIGTERM or SIGKILL leaves its temporary file, which
+    names the process, and the next write into that folder by a later process removes it.
 
     An OSError while writing (disk full, permission denied) is raised as AtomicWriteError, which
     keeps the errno and names `path`: the caller's own message ("No space left on device") would
@@ -148,12 +174,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_dead_temps(path.parent)
         tmp, mode = _create_temp(path)
     except AtomicWriteError:
         raise
     except OSError as err:
         raise _write_error(path, err) from err
-    _track(tmp)
     try:
         yield tmp
         with open(tmp, "rb+") as f:
@@ -167,15 +193,40 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         if isinstance(err, OSError) and not isinstance(err, AtomicWriteError):
             raise _write_error(path, err) from err
         raise
-    finally:
-        _untrack(tmp)
     _fsync_dir(path.parent)
 
 
+@contextmanager
+def temp_folder(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A scratch folder next to `path`, named like atomic_path's temporary files (so a killed
+    process's one is removed by a later write there), deleted with its contents on exit. For
+    writers that produce several files at once (OpenVINO's save_model); move each into place with
+    atomic_path."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_dead_temps(path.parent)
+        for _ in range(100):
+            scratch = path.parent / _temp_name(path.name)
+            try:
+                scratch.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(errno_codes.EEXIST, "no unused temporary folder name", str(path.parent))
+    except OSError as err:
+        raise _write_error(path, err) from err
+    try:
+        yield scratch
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[Path]:
-    """Delete atomic_path's temporary files left in `directory` (not below it) by a crashed write;
-    returns what was removed. Only call this while no other writer can be using `directory`
-    (e.g. under a run directory's lock): a live writer's temporary file looks the same."""
+    """Delete atomic_path's temporary files and folders left in `directory` (not below it) by a
+    crashed write, whichever process wrote them; returns what was removed. Only call this while no
+    other writer can be using `directory` (e.g. under a run directory's lock)."""
     directory = Path(directory)
     removed: list[Path] = []
     try:
@@ -183,8 +234,7 @@ def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[Path]:
     except (FileNotFoundError, NotADirectoryError):
         return removed
     for entry in entries:
-        if is_temp_file(entry.name) and entry.is_file(follow_symlinks=False):
-            Path(entry.path).unlink(missing_ok=True)
+        if is_temp_file(entry.name) and _remove_entry(entry):
             removed.append(Path(entry.path))
     return removed
 

@@ -51,6 +51,7 @@ from .weights.adapt import FitReport
 from .weights.exporter import EXPORT_FORMATS
 from .weights.files import reading_partially
 from .weights.hub import HF_PREFIX, TIMM_PREFIX, fetch_source
+from .weights.sources import check_local_source
 
 Source = str | os.PathLike[str]
 
@@ -167,6 +168,8 @@ def _create(
     _, tag = registry.split_name(name)
     loading = weights is not None or registry.wants_weights(name, pretrained)
     # not on the meta device, nor a GPU's memory; nor weights left unread (fsdp_load: sharded later)
+    if weights is not None:
+        check_local_source(weights)  # a truncated file named before a refusal for its size
     if (loading and not reading_partially()) or (not loading and torch.empty(()).device.type == "cpu"):
         require_weights_memory(
             name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading

@@ -159,6 +159,40 @@ class Range:
         return text + (f" ({'; '.join(extra)})" if extra else "")
 
 
+# The side of an input image a command may ask for (--img-size, a shorter side): within what
+# check_image_bounds allows any ViT, so the flag fails in one line before a model is built.
+IMAGE_SIDE = Range(int, low=1, high=MAX_IMAGE_SIDE, note="pixels")
+
+# A picture is rendered whole in memory, four bytes a pixel, before it is compressed to PNG: the
+# dpi of a figure is bounded, and so are the pixels it makes at that dpi (both far above a print's).
+MAX_DPI = 2400
+DPI = Range(int, low=1, high=MAX_DPI, note="pixels per inch")
+MAX_PICTURE_SIDE = 2**15
+MAX_PICTURE_PIXELS = 2**27
+
+
+def check_picture_size(width_in: float, height_in: float, dpi: Any, *, field: str = "dpi") -> tuple[int, int]:
+    """The (width, height) in pixels of a `width_in` x `height_in` inch figure at `dpi`; ValueError
+    naming `field` when `dpi` is out of DPI or the picture would exceed MAX_PICTURE_SIDE pixels a
+    side or MAX_PICTURE_PIXELS in all."""
+    if not DPI.contains(dpi):
+        raise ValueError(f"{field}={dpi!r} is invalid; expected {DPI.describe()}")
+    width, height = round(width_in * dpi), round(height_in * dpi)
+    if max(width, height) > MAX_PICTURE_SIDE or width * height > MAX_PICTURE_PIXELS:
+        raise ValueError(
+            f"{field}={dpi} is invalid for this {width_in:g} x {height_in:g} inch figure: it makes {width} x {height} "
+            f"pixels; expected at most {MAX_PICTURE_SIDE} a side and {MAX_PICTURE_PIXELS} in all, so a dpi of at most "
+            f"{_largest_dpi(width_in, height_in)}"
+        )
+    return width, height
+
+
+def _largest_dpi(width_in: float, height_in: float) -> int:
+    side = MAX_PICTURE_SIDE / max(width_in, height_in)
+    area = math.sqrt(MAX_PICTURE_PIXELS / (width_in * height_in))
+    return max(1, math.floor(min(side, area, MAX_DPI)))
+
+
 def env_seconds(name: str, default: float, what: str) -> float | None:
     """Seconds from the environment variable `name` (`default` when unset or empty); None for
     "inf" (wait for ever). Anything but seconds > 0 is a ValueError naming the variable, and `what`

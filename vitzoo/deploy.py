@@ -42,8 +42,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -53,7 +51,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .atomic import atomic_path
+from .atomic import atomic_path, temp_folder
 from .layers.helpers import to_2tuple
 from .layers.lora import merge_lora
 from .precision import check_outputs, narrower_than_fp32
@@ -365,17 +363,13 @@ def _conversion_failure(exc: BaseException) -> str:
 
 def _save_ir(openvino: Any, converted: Any, path: Path) -> None:
     """save_model into a temporary folder beside `path`, then each file through atomic_path: the
-    .bin appears first, then the .xml, and a failure or a Ctrl-C leaves neither half-written."""
-    with atomic_path(path) as tmp_xml, atomic_path(path.with_suffix(".bin")) as tmp_bin:
-        # Named like atomic_path's temporary files (is_temp_file), so a left-over one is recognisable.
-        scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-        try:
-            # compress_to_fp16=False: the weights as they are, so the IR computes what the model does.
-            openvino.save_model(converted, str(scratch / "model.xml"), compress_to_fp16=False)
-            os.replace(scratch / "model.bin", tmp_bin)
-            os.replace(scratch / "model.xml", tmp_xml)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+    .bin appears first, then the .xml, and a failure or a Ctrl-C leaves neither half-written (nor
+    any temporary; those of a killed process go at the next write into the folder)."""
+    with atomic_path(path) as tmp_xml, atomic_path(path.with_suffix(".bin")) as tmp_bin, temp_folder(path) as scratch:
+        # compress_to_fp16=False: the weights as they are, so the IR computes what the model does.
+        openvino.save_model(converted, str(scratch / "model.xml"), compress_to_fp16=False)
+        os.replace(scratch / "model.bin", tmp_bin)
+        os.replace(scratch / "model.xml", tmp_xml)
     # The contexts close inner first: the .bin is renamed into place before the .xml.
 
 

@@ -58,6 +58,7 @@ import torch
 from torch import nn
 
 from .atomic import write_json
+from .checks import Range
 from .jsonio import read_json
 from .layers.attention import Attention
 from .memory import available_memory, human_bytes, model_bytes
@@ -641,6 +642,9 @@ def _cache_key(model: nn.Module, x: torch.Tensor, fp8: bool) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+_CACHED_SPEED = Range(float, low=0, high=1e9, low_open=True)  # img/s; far above any machine's
+
+
 def _cached_entry(key: str) -> dict[str, Any] | None:
     """The remembered choice for `key` ({"choice", "img_per_s", ...}), or None."""
     path = cache_file()
@@ -651,7 +655,11 @@ def _cached_entry(key: str) -> dict[str, Any] | None:
             return None
     entry = entries.get(key) if isinstance(entries, dict) else None
     choice = entry.get("choice") if isinstance(entry, dict) else None
-    if isinstance(choice, str) and (choice == "eager" or choice in BUILDERS):
+    speeds = entry.get("img_per_s") if isinstance(entry, dict) else None
+    # Speeds are reported as measured: a negative, infinite or absurd one (a tampered or damaged
+    # file) makes the entry absent, and the choice is measured again.
+    plausible = isinstance(speeds, dict) and all(_CACHED_SPEED.contains(v) for v in speeds.values())
+    if isinstance(choice, str) and (choice == "eager" or choice in BUILDERS) and plausible:
         return entry
     return None
 

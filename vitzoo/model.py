@@ -59,7 +59,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .checks import check_fields, check_heads, check_types
+from .checks import check_fields, check_heads, check_image_bounds, check_types
 from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.layer_scale import LayerScale
@@ -188,6 +188,7 @@ class ViTConfig:
                 "expected img_size to be a positive multiple of patch_size on both axes "
                 "(or drop_remainder=True to ignore the pixels past the last whole patch)"
             )
+        check_image_bounds(img, self.grid_size)  # the position table and attention are sized by it
         check_heads(self.embed_dim, self.num_heads)
         check_fields(
             self,
@@ -1020,7 +1021,8 @@ class VisionTransformer(nn.Module):
         maps = [y[:, p:] for y in intermediates]
         if output_fmt == "NCHW":
             rows, cols = grid
-            maps = [y.reshape(y.shape[0], rows, cols, -1).permute(0, 3, 1, 2).contiguous() for y in maps]
+            # The width named, not -1: an empty batch has no elements to infer it from.
+            maps = [y.reshape(y.shape[0], rows, cols, y.shape[-1]).permute(0, 3, 1, 2).contiguous() for y in maps]
 
         if output_dict:
             result: dict[str, Any] = {"image_intermediates": maps}

@@ -242,7 +242,14 @@ def preprocess(
         raise NaFlexError("images is empty; expected at least one image")
     spec = NaFlexSpec.from_model(model, max_patches)
     resize = NaFlexResize(spec)
-    return assemble([resize(img) for img in images], spec, pad_to_budget=pad_to_budget)
+    resized = []
+    for i, img in enumerate(images):
+        try:
+            resized.append(resize(img))
+        except ValueError as err:  # a NaFlexError too: which of the images, and its mode
+            mode = f" (PIL mode {img.mode!r})" if isinstance(getattr(img, "mode", None), str) else ""
+            raise NaFlexError(f"images[{i}]{mode}: {err}") from err
+    return assemble(resized, spec, pad_to_budget=pad_to_budget)
 
 
 def check_model(model: nn.Module) -> None:

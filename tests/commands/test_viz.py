@@ -153,6 +153,26 @@ def test_errors_are_one_line_with_exit_code_1(argv, message, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("kind", ["patches", "embedding", "posembed", "attention", "curves", "pca", "similarity"])
+def test_every_kind_bounds_dpi_before_drawing(kind, capsys):
+    """--dpi 100000 made a picture of 10^12 pixels (std::bad_alloc); --dpi 5000 one of 5 GB."""
+    parser = argparse.ArgumentParser()
+    configure_parser(parser)
+    with pytest.raises(SystemExit) as exit_info:
+        parser.parse_args([kind, "--dpi", "100000"])
+    assert exit_info.value.code == 2
+    assert "argument --dpi: expected an int in [1, 2400] (pixels per inch), got '100000'" in capsys.readouterr().err
+
+
+def test_a_dpi_that_makes_too_many_pixels_for_the_figure_is_one_line(tmp_path, capsys):
+    out = tmp_path / "never.png"
+    assert main(["viz", "patches", "--dpi", "2400", "--out", str(out)]) == 1  # 12 x 4 inches: 28800 x 9600
+    err = capsys.readouterr().err
+    assert err.startswith("vitzoo: error: dpi=2400 is invalid for this 12 x 4 inch figure: it makes 28800 x 9600")
+    assert "so a dpi of at most 1672" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_can_be_called_directly(tmp_path, png_size):
     parser = argparse.ArgumentParser()
     configure_parser(parser)

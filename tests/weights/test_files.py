@@ -55,6 +55,23 @@ def test_truncated_file_is_named(tmp_path, tiny_state, suffix):
         vitzoo.create("vit_ti16", weights=str(path), depth=1)
 
 
+def test_check_complete_reads_only_the_ends(tmp_path, tiny_state, monkeypatch):
+    from vitzoo.weights import files
+
+    path = tmp_path / "model.safetensors"
+    save_file(tiny_state, path)
+    monkeypatch.setattr(files, "_read_safetensors", lambda *a: pytest.fail("no tensor is read"))
+    files.check_complete(path)  # whole: nothing to say
+    data = path.read_bytes()
+    path.write_bytes(data[:-1])
+    with pytest.raises(WeightsFileError, match=rf"ends at byte {len(data) - 1:,}"):
+        files.check_complete(path)
+    for head, problem in ((b"\xff" * 8, "a header of"), ((5).to_bytes(8, "little") + b"[1,2]", "unreadable header")):
+        path.write_bytes(head + data[8:])
+        with pytest.raises(WeightsFileError, match=problem):
+            files.check_complete(path)
+
+
 def test_garbage_and_missing_files(tmp_path):
     junk = tmp_path / "notes.txt"
     junk.write_text("hello")

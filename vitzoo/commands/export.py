@@ -6,7 +6,8 @@ import argparse
 import warnings
 from typing import Any
 
-from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, size
+from ..checks import IMAGE_SIDE
+from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, in_range, size
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +35,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="precision of the weights (default: fp32); the input stays float32, the output has this precision",
     )
     parser.add_argument("--opset", type=int, metavar="N", help="ONNX opset version (default: the exporter's)")
-    parser.add_argument("--img-size", type=int, metavar="N", help="input height and width (default: the model's)")
+    parser.add_argument(
+        "--img-size", type=in_range(IMAGE_SIDE), metavar="N", help="input height and width (default: the model's)"
+    )
     parser.add_argument(
         "--dynamic-size",
         action="store_true",
@@ -61,8 +64,6 @@ def _check(args: argparse.Namespace) -> str:
             "--dynamic-size is not available for an OpenVINO IR (its converter traces a fixed height and width); "
             "expected a fixed size, or an ONNX file, which OpenVINO also reads"
         )
-    if args.img_size is not None and args.img_size < 1:
-        raise UsageError(f"--img-size must be >= 1, got {args.img_size}")
     if args.pretrained and args.weights is not None:
         raise UsageError("--pretrained and --weights both choose the weights; pass one of them")
     return fmt

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..checks import IMAGE_SIDE
 from .base import bounded_int, in_range, number, require_vit
 from .data_args import add_data_arguments, data_spec, load_splits
 
@@ -48,7 +49,7 @@ _RECIPE_OPTIONS: tuple[tuple[str, Any, Any, str | None], ...] = (
     ),
     ("--linear-probe", None, False, "freeze the backbone, train only the classifier head"),
     ("--drop-path", number(low=0, high=1, high_open=True), None, "stochastic depth rate of the model"),
-    ("--img-size", number(int, low=1), None, "model input size (pretrained position embeddings are resampled)"),
+    ("--img-size", in_range(IMAGE_SIDE), None, "model input size (pretrained position embeddings are resampled)"),
     (
         "--augment",
         _setting("augment"),
@@ -586,12 +587,15 @@ def _build_model(args: argparse.Namespace, num_classes: int, config: Any) -> Any
     from ..builder import create
     from ..registry import build_meta
     from ..train.start import check_training_memory
+    from ..weights.sources import check_local_source
 
     overrides: dict[str, Any] = {"num_classes": num_classes}
     if args.img_size is not None:
         overrides["img_size"] = args.img_size
     if getattr(args, "drop_path", None) is not None:
         overrides["drop_path_rate"] = args.drop_path
+    if args.weights is not None:
+        check_local_source(args.weights)  # a truncated file named before a refusal for memory
     check_training_memory(args.model, build_meta(args.model, **overrides), config)
     if config.fsdp:  # no process holds the whole model: each rank reads its rows after sharding
         from ..train.fsdp_load import create_unloaded

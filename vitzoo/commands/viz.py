@@ -23,8 +23,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..checks import DPI, IMAGE_SIDE
 from ..jsonio import to_json
-from .base import add_debug_option
+from .base import add_debug_option, in_range
 
 KINDS = {
     "patches": "an image cut into its patch grid, and the flattened patch sequence",
@@ -164,7 +165,7 @@ def _add_dense_kinds(kinds: Any) -> None:
             )
         p.add_argument(
             "--size",
-            type=_positive_int,
+            type=in_range(IMAGE_SIDE),
             metavar="S",
             help="the images' shorter side in pixels, aspect ratio kept (default: the model's input size)",
         )
@@ -210,7 +211,7 @@ def _add_output_args(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument(
         "--out", metavar="PNG", default=f"viz_{kind}.png", help=f"where to write the picture (default: viz_{kind}.png)"
     )
-    p.add_argument("--dpi", type=_positive_int, default=100, help="pixels per inch of the PNG (default: 100)")
+    p.add_argument("--dpi", type=in_range(DPI), default=100, help="pixels per inch of the PNG (default: 100)")
     # SUPPRESS: an absent option of the KIND must not overwrite `vitzoo viz --json KIND`.
     p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
     add_debug_option(p)
@@ -219,11 +220,13 @@ def _add_output_args(p: argparse.ArgumentParser, kind: str) -> None:
 # ----------------------------------------------------------------------------- drawing
 def run(args: argparse.Namespace) -> int:
     """Draw the picture `args.kind` asks for, write it to `args.out`, print where it went."""
+    from ..checks import check_picture_size
     from ..viz import require_matplotlib
 
     require_matplotlib()  # fail before any model is built when the extra is missing
     fig = _draw(args)
-    width, height = (round(v * args.dpi) for v in fig.get_size_inches())
+    width_in, height_in = fig.get_size_inches()
+    width, height = check_picture_size(float(width_in), float(height_in), args.dpi)
     if getattr(args, "json", False):
         data = {"kind": args.kind, "out": str(Path(args.out)), "width": width, "height": height, "dpi": args.dpi}
         print(to_json(data, indent=2))

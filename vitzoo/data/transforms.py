@@ -46,6 +46,7 @@ from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 # ITU-R 601 luma weights, the usual RGB -> grayscale conversion (PIL's "L" mode uses them too).
 _LUMA = (0.299, 0.587, 0.114)
 _GRAY_MODES = ("1", "L", "LA", "La", "I", "I;16", "I;16B", "I;16L", "I;16N", "I;16S", "F")
+_PREMULTIPLIED = {"La": "LA", "RGBa": "RGBA"}  # premultiplied alpha -> the same with straight alpha
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,8 +166,16 @@ class ReadAs8Bit(v2.Transform):
             return img
         gray = img.mode in _GRAY_MODES
         img = as_8bit(img)
+        if img.mode in _PREMULTIPLIED:  # PIL converts these only through their straight-alpha mode
+            img = img.convert(_PREMULTIPLIED[img.mode])
         mode = "L" if gray and self.channels == 1 else "RGB"
-        return img if img.mode == mode else img.convert(mode)
+        try:
+            return img if img.mode == mode else img.convert(mode)
+        except ValueError as err:
+            raise ValueError(
+                f"PIL image mode {img.mode!r} cannot be converted to {mode!r} ({err}); expected an image mode "
+                "PIL converts, such as RGB, RGBA, L, LA, P, CMYK or I;16"
+            ) from err
 
 
 class ResizeCovering(v2.Transform):

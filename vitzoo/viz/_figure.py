@@ -9,12 +9,14 @@ registry (a loop drawing hundreds of pictures does not leak).
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+from ..atomic import atomic_path
+from ..checks import check_picture_size
 
 if TYPE_CHECKING:  # matplotlib is optional: imported for type checkers only
     from matplotlib.figure import Figure
@@ -46,35 +48,16 @@ def new_figure(width_in: float, height_in: float, *, constrained: bool = True) -
 
 
 def save_png(fig: Figure, out: str | os.PathLike[str], *, dpi: int = 100) -> Path:
-    """Write `fig` as a PNG of exactly figsize * dpi pixels, atomically.
-
-    The picture goes to a temporary file in the destination folder first and replaces `out` only
-    when complete, so a crash never leaves a half-written PNG behind."""
+    """Write `fig` as a PNG of exactly figsize * dpi pixels, atomically (vitzoo/atomic.py): a
+    crash never leaves a half-written PNG behind."""
     path = Path(out)
     if path.suffix.lower() != ".png":
         raise ValueError(f"output path '{path}' must end in .png (vitzoo.viz writes PNG files)")
-    if dpi <= 0:
-        raise ValueError(f"dpi={dpi} is invalid; expected a positive int")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o666 & ~_current_umask())  # mkstemp makes 0600; a picture is for sharing
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=dpi)  # no bbox_inches="tight": the size stays predictable
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    width_in, height_in = fig.get_size_inches()
+    check_picture_size(float(width_in), float(height_in), dpi)
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        fig.savefig(f, format="png", dpi=dpi)  # no bbox_inches="tight": the size stays predictable
     return path
-
-
-def _current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def finish(fig: Figure, out: str | os.PathLike[str] | None, dpi: int) -> Figure:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import os
 import pickle
 import zipfile
@@ -100,6 +101,52 @@ def read_shapes(path: str | os.PathLike[str]) -> StateDict:
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise _unreadable_safetensors(path, e) from e
     return {key: torch.empty(value.shape, dtype=value.dtype, device="meta") for key, value in _read_whole(path).items()}
+
+
+# The largest safetensors header that safetensors itself reads (its MAX_HEADER_SIZE).
+_MAX_SAFETENSORS_HEADER = 100_000_000
+
+
+def check_complete(path: str | os.PathLike[str]) -> None:
+    """WeightsFileError when a checkpoint file is visibly truncated, found from its ends alone: a
+    safetensors header whose tensors reach past the file's end, a zip archive (a PyTorch state
+    dict, an .npz) without its directory at the end. Cheap (no tensor is read), so that a broken
+    file is named before anything slower or a refusal for memory."""
+    path = Path(path)
+    kind = _sniff_kind(path) if path.is_file() else None
+    if kind == "safetensors":
+        problem = _safetensors_header_problem(path)
+        if problem:
+            raise _unreadable_safetensors(path, ValueError(problem))
+    elif kind in ("torch", "npz") and _starts_as_zip(path) and not zipfile.is_zipfile(path):
+        raise WeightsFileError(
+            f"{str(path)!r} is not a readable {'PyTorch checkpoint' if kind == 'torch' else '.npz archive'} "
+            "(truncated or corrupt: its zip directory is missing at the end); delete it and download or export it again"
+        )
+
+
+def _starts_as_zip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"PK"
+
+
+def _safetensors_header_problem(path: Path) -> str | None:
+    """What is wrong with a safetensors file's header against the file's size, or None."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 0 < length <= min(size - 8, _MAX_SAFETENSORS_HEADER):
+            return f"a header of {length} bytes in a file of {size} bytes"
+        try:
+            header = json.loads(f.read(length))
+            ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+            end = 8 + length + max((int(e) for e in ends), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+            return f"an unreadable header ({_reason(e)})"
+    if end > size:
+        return f"its header places the tensors up to byte {end:,}, but the file ends at byte {size:,}"
+    return None
 
 
 # safetensors' dtype names (a header's "dtype" field), for the meta tensors of `read_shapes`.

@@ -35,7 +35,7 @@ from ..model import ViTConfig
 from ..pretrained_cfg import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, imagenet_label_set
 from .checkpoint import Checkpoint
 from .errors import WeightsFileError, WeightsNotFoundError
-from .files import StateDict, checked_pretrained, read_checkpoint, read_json
+from .files import StateDict, check_complete, checked_pretrained, read_checkpoint, read_json
 from .hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref
 from .keymaps import to_vitzoo
 from .shapes import infer_config_fields, position_prefix
@@ -67,7 +67,7 @@ def read_source(source: str | os.PathLike[str]) -> Checkpoint:
     path = Path(source)
     if path.is_dir():
         config = path / "config.json"
-        found = next((path / n for n in LOCAL_WEIGHT_FILES if (path / n).is_file()), None)
+        found = _weights_in(path)
         if found is None:
             raise WeightsNotFoundError(
                 f"directory {str(path)!r} has no weights file; expected one of {', '.join(LOCAL_WEIGHT_FILES)}"
@@ -85,6 +85,21 @@ def read_source(source: str | os.PathLike[str]) -> Checkpoint:
         f"weights source {str(source)!r} is neither an existing file or directory, nor 'hf-hub:org/repo[@rev]', "
         "nor 'timm:<model name>'"
     )
+
+
+def _weights_in(directory: Path) -> Path | None:
+    return next((directory / n for n in LOCAL_WEIGHT_FILES if (directory / n).is_file()), None)
+
+
+def check_local_source(source: str | os.PathLike[str]) -> None:
+    """WeightsFileError when `source` is a local file or directory whose weights file is visibly
+    truncated (files.check_complete); nothing for a hub or timm source, whose files are fetched later."""
+    if isinstance(source, str) and source.startswith((HF_PREFIX, TIMM_PREFIX)):
+        return
+    path = Path(source)
+    found = _weights_in(path) if path.is_dir() else path if path.is_file() else None
+    if found is not None:
+        check_complete(found)
 
 
 @dataclass
