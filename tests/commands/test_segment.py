@@ -67,8 +67,11 @@ def test_a_bad_mask_is_one_error_line_naming_it(capsys, tmp_path, digit_scenes, 
 
 
 def test_bad_arguments_are_usage_errors_naming_the_flag(capsys, tmp_path, digit_scenes):
-    code, _, err = run(capsys, "segment", "vit_mnist_tiny", str(digit_scenes), "--out", str(tmp_path), "--crop", "0")
-    assert code == 2 and "--crop: expected an int >= 1, got '0'" in err
+    for flag in ("--crop", "--stride", "--size"):  # sides of images: 1 up to what any ViT can take
+        for value in ("0", "100000"):
+            argv = ["segment", "vit_mnist_tiny", str(digit_scenes), "--out", str(tmp_path), flag, value]
+            code, _, err = run(capsys, *argv)
+            assert code == 2 and f"{flag}: expected" in err and f"got '{value}'" in err, err
     code, _, err = run(capsys, "segment", "vit_mnist", str(digit_scenes), "--out", str(tmp_path / "r"), *FAST)
     assert code == 2 and "model 'vit_mnist' has no pretrained weights; pass --weights" in err
 

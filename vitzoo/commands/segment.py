@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ..checks import IMAGE_SIDE
+
 from .base import (
     OptimizeNote,
     add_dtype_option,
@@ -44,9 +46,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--layers", type=_POSITIVE, default=1, help="the last N blocks' tokens, concatenated (1 or 4; default 1)"
     )
-    parser.add_argument("--crop", type=_POSITIVE, help="window / crop side in pixels (default: the model's input)")
-    parser.add_argument("--stride", type=_POSITIVE, help="between windows, pixels (default: two thirds of --crop)")
-    parser.add_argument("--size", type=_POSITIVE, help="resize images' shorter side to N pixels (default: keep)")
+    parser.add_argument(
+        "--crop", type=in_range(IMAGE_SIDE), help="window / crop side in pixels (default: the model's input)"
+    )
+    parser.add_argument(
+        "--stride", type=in_range(IMAGE_SIDE), help="between windows, pixels (default: two thirds of --crop)"
+    )
+    parser.add_argument(
+        "--size", type=in_range(IMAGE_SIDE), help="resize images' shorter side to N pixels (default: keep)"
+    )
     parser.add_argument(
         "--augment",
         action="store_true",
