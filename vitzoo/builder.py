@@ -52,6 +52,7 @@ from .weights.exporter import EXPORT_FORMATS
 from .weights.files import reading_partially
 from .weights.hub import HF_PREFIX, TIMM_PREFIX, fetch_source
 from .weights.sources import check_local_source
+from .weights.timm_files import check_timm_architecture
 
 Source = str | os.PathLike[str]
 
@@ -78,6 +79,7 @@ def _read(source: Source) -> tuple[Checkpoint, Architecture | None]:
     name = ckpt.names
     arch = resolve_architecture(name) if name is not None else None
     ckpt.apply_architecture(arch)
+    check_timm_architecture(ckpt, registered=arch is not None)
     return ckpt, arch
 
 

@@ -198,6 +198,21 @@ def test_transformers_dinov3_model(extra, tmp_path, fake_hub, hf_cache):
     assert cfg.mean == (0.485, 0.456, 0.406)
 
 
+def test_transformers_dinov3_without_registers(tmp_path):
+    """num_register_tokens=0: transformers keeps an empty (1, 0, D) register tensor, which is no
+    registers (it used to be refused as an unexpected reg_token)."""
+    config = _hf("DINOv3ViTConfig")(**HF_TINY, num_register_tokens=0)
+    hf = randomise(_hf("DINOv3ViTModel")(config), 6)
+    hf.save_pretrained(tmp_path / "hf")
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        out = hf(pixel_values=x)
+        model = vitzoo.from_pretrained(tmp_path / "hf").eval()
+        assert model.config.reg_tokens == 0 and model.num_prefix_tokens == 1
+        assert max_diff(model(x), out.pooler_output) <= ATOL
+        assert max_diff(model.forward_features(x), out.last_hidden_state) <= ATOL
+
+
 def test_released_zero_q_v_biases_load_into_the_bias_free_names(tmp_path):
     """DINOv3's released B/L/H+ weights carry q and v biases that are all zero (transformers keeps
     query_bias / value_bias): they load into dinov3_b16 (no biases, as timm's default) unchanged in

@@ -8,7 +8,6 @@ import argparse
 from typing import Any
 
 from ..checks import IMAGE_SIDE
-
 from .base import (
     OptimizeNote,
     add_dtype_option,

@@ -81,6 +81,9 @@ class Checkpoint:
     # config's architecture once `apply_architecture` has been told what the registry calls it.
     architecture: str | None = None
     timm_architecture: str | None = None  # the timm architecture (without tag) a timm config states
+    # The model_args that config states: timm builds the architecture with them to check that
+    # vitzoo computes it (timm_files.check_timm_architecture).
+    timm_model_args: dict[str, Any] = field(default_factory=dict)
     # How a position embedding is resampled to another grid: antialiased bicubic (timm), or plain
     # bicubic where the source's own library resamples so (transformers' Dinov2Model).
     pos_antialias: bool = True

@@ -89,7 +89,12 @@ def to_vitzoo(state: StateDict, *, file: str = "<state dict>", fmt: str | None =
     fmt = fmt or detect_format(list(state), file=file)
     if fmt not in _CONVERTERS:
         raise UnknownFormatError(f"{file}: unknown checkpoint layout {fmt!r}; known: {', '.join(FORMATS)}")
-    return _CONVERTERS[fmt](state, file)
+    converted = _CONVERTERS[fmt](state, file)
+    registers = converted.state.get("reg_token")
+    if registers is not None and registers.ndim == 3 and registers.shape[1] == 0:
+        # no registers, kept as an empty tensor (transformers' DINOv3 with num_register_tokens=0)
+        del converted.state["reg_token"]
+    return converted
 
 
 # ----------------------------------------------------------------------------- rule engine

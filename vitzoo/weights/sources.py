@@ -111,6 +111,7 @@ class _Stated:
     states_all: bool = False  # a vitzoo or transformers config: its preprocessing and labels are all there is
     architecture: str | None = None  # a vitzoo config's "architecture"
     timm_architecture: str | None = None  # a timm config's "architecture", without tag
+    timm_model_args: dict[str, Any] = field(default_factory=dict)  # and the model_args it states
     preprocessing_img: tuple[int, int] | None = None  # an image size from preprocessing data, not the architecture
     model_img: tuple[int, ...] | None = None  # an input size the model is built for, other than its position grid's
     pos_antialias: bool = True
@@ -140,6 +141,7 @@ def _from_files(weights: Path, config_path: Path | None, *, label: str, preproce
             declared["img_size"] = size
         ckpt.pretrained = checked_pretrained(stated.pretrained, where)
         ckpt.architecture, ckpt.timm_architecture = stated.architecture, stated.timm_architecture
+        ckpt.timm_model_args = stated.timm_model_args
         ckpt.pos_antialias = stated.pos_antialias
     # Fields stated by a config win over those read off the shapes; shapes decide the rest.
     fields = {**inferred, **declared}
@@ -189,7 +191,8 @@ def _read_config(config_path: Path, preprocessor: Path | None, num_classes: int)
         return stated
     if "architecture" in cfg:
         fields, pretrained, name, img = timm_config(cfg, where)
-        return _Stated(fields, pretrained, timm_architecture=name, preprocessing_img=img)
+        args = dict(cfg.get("model_args") or {})  # a JSON object: timm_config checked it
+        return _Stated(fields, pretrained, timm_architecture=name, timm_model_args=args, preprocessing_img=img)
     raise WeightsFileError(
         f'{where!r} is not a config vitzoo knows: expected a vitzoo config ("format": "vitzoo"), '
         'a transformers config ("model_type": ' + ", ".join(map(repr, MODEL_TYPES)) + ") "

@@ -11,9 +11,11 @@ config fields taken from the model timm builds.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..pretrained_cfg import CROP_MODES, imagenet_label_set
@@ -23,6 +25,7 @@ from .files import checked_pretrained
 from .hub import TIMM_PREFIX, require_timm
 from .keymaps import to_vitzoo
 from .shapes import infer_config_fields
+from .timm_modules import TIMM_ROPES, check_timm_model
 
 logger = logging.getLogger("vitzoo.weights")
 
@@ -193,6 +196,69 @@ def _naflex_timm_fields(model: nn.Module, label: str) -> dict[str, Any]:
     return fields
 
 
+# model_args of a timm config that the reader reads (TIMM_MODEL_ARGS, NaFlexVit's), or that change
+# nothing the weights compute (the class count the head shows, dropout rates).
+_READ_ARGS = frozenset(
+    {
+        *TIMM_MODEL_ARGS,
+        *_NAFLEX_TABLE_ARGS,
+        *_NAFLEX_ROPE_ARGS,
+        "rope_type",
+        "pos_embed",
+        "pos_embed_grid_size",
+        "num_classes",
+        "dynamic_img_size",
+        "drop_rate",
+        "pos_drop_rate",
+        "patch_drop_rate",
+        "proj_drop_rate",
+        "attn_drop_rate",
+        "drop_path_rate",
+    }
+)
+
+
+_FEATURE_ARGS = ("features_only", "feature_cls", "feature_cfg", "out_indices")
+
+
+def check_timm_architecture(ckpt: Checkpoint, *, registered: bool) -> None:
+    """The architecture a timm config names, built by timm with the config's model_args on the meta
+    device and checked part by part (timm_modules.check_timm_model), unless the caller's registry
+    knows it (`registered`) and the model_args are all ones the reader reads: weights whose blocks
+    hold the same tensors as a pre-norm ViT's (timm's post-norm ones) load only into what they are.
+    Where timm is absent or cannot build the name, the weights load as their tensors and config
+    say, with a warning that nothing checked the rest."""
+    name = ckpt.timm_architecture
+    if name is None or (registered and set(ckpt.timm_model_args) <= _READ_ARGS):
+        return
+    label = f"{ckpt.file} (its config names timm's {name!r})"
+    try:
+        import timm
+    except ImportError:
+        logger.warning(
+            "%s: timm is not installed, so nothing checked that vitzoo computes this architecture "
+            "exactly; install vitzoo[timm] to have it checked",
+            label,
+        )
+        return
+    # the architecture's arguments only: none that loads weights or files, or makes a feature model
+    loading = {*inspect.signature(timm.create_model).parameters, *_FEATURE_ARGS}
+    args = {k: v for k, v in ckpt.timm_model_args.items() if k not in loading}
+    try:
+        with torch.device("meta"):
+            model = timm.create_model(name, pretrained=False, **args)
+    except Exception as e:  # timm's builders fail in many ways on a name or argument they do not take
+        logger.warning(
+            "%s: timm %s cannot build it (%s), so nothing checked that vitzoo computes it exactly",
+            label,
+            timm.__version__,
+            e,
+        )
+        return
+    check_timm_model(model, label)
+    timm_position_and_pool_fields(model, label)  # refuses a rotary embedding vitzoo does not compute
+
+
 def read_timm(name: str) -> Checkpoint:
     """Take the weights from timm's own loader (it downloads through huggingface_hub too)."""
     timm = require_timm(f"{TIMM_PREFIX}{name}")
@@ -201,8 +267,9 @@ def read_timm(name: str) -> Checkpoint:
         model = timm.create_model(name, pretrained=True)
     except RuntimeError as e:
         raise WeightsNotFoundError(f"timm:{name}: timm could not create or load it ({e})") from e
-    state = {k: v for k, v in model.state_dict().items()}
     label = f"timm:{name}"
+    check_timm_model(model, label)
+    state = {k: v for k, v in model.state_dict().items()}
     converted = to_vitzoo(state, file=label)
     fields = infer_config_fields(converted.state, file=label)
     blocks = getattr(model, "blocks", None)
@@ -235,8 +302,7 @@ def read_timm(name: str) -> Checkpoint:
     return data
 
 
-# timm's rotary embedding classes -> ViTConfig.rope, and the attributes that hold each setting.
-_TIMM_ROPES = {"RotaryEmbeddingCat": "cat", "RotaryEmbeddingMixed": "mixed", "RotaryEmbeddingDinoV3": "dinov3"}
+# The attributes of timm's rotary embeddings that hold each setting.
 _TIMM_ROPE_ATTRS = {
     "rope_grid_indexing": "grid_indexing",
     "rope_grid_offset": "grid_offset",
@@ -265,11 +331,11 @@ def timm_position_and_pool_fields(model: nn.Module, label: str) -> dict[str, Any
     rope = getattr(model, "rope", None)
     if rope is None:
         return fields
-    kind = _TIMM_ROPES.get(type(rope).__name__)
+    kind = TIMM_ROPES.get(type(rope).__name__)
     if kind is None or getattr(rope, "in_pixels", False):
         raise WeightsMismatchError(
             f"{label}: the rotary embedding {type(rope).__name__} is not one vitzoo computes; expected one of "
-            f"{', '.join(_TIMM_ROPES)} (RotaryEmbeddingCat with in_pixels=False)"
+            f"{', '.join(TIMM_ROPES)} (RotaryEmbeddingCat with in_pixels=False)"
         )
     fields["rope"] = kind
     if getattr(rope, "temperature", None) is not None:

@@ -1,0 +1,80 @@
+"""vitzoo/weights/timm_modules.py: a timm model whose parts vitzoo does not compute exactly (post-norm
+blocks, parallel branches, relative positions, qk-norm, ...) is refused through "timm:<name>",
+naming each part, while the architectures it does compute still give timm's output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from test_dinov3 import max_diff, randomise
+
+import vitzoo
+from vitzoo.weights import WeightsMismatchError
+
+timm = pytest.importorskip("timm")
+
+ATOL = 1e-5
+TINY = dict(depth=2, embed_dim=64, num_heads=2, img_size=32)
+
+
+def _from_timm(name: str, reference: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> torch.nn.Module:
+    """vitzoo.from_pretrained("timm:<name>") with timm's loader handed `reference` (no download)."""
+    monkeypatch.setattr(timm, "create_model", lambda *args, **kwargs: reference)
+    return vitzoo.from_pretrained(f"timm:{name}")
+
+
+@pytest.mark.parametrize(
+    "name, args, found",
+    [
+        ("vit_base_patch16_rpn_224", {}, r"blocks\.0: ResPostBlock, post-norm blocks"),
+        (
+            "eva02_enormous_patch14_clip_224",
+            dict(img_size=28),
+            r"blocks\.0: EvaBlockPostNorm, post-norm .*use_post_norm",
+        ),
+        ("vit_base_patch16_xp_224", {}, r"ParallelScalingBlock, attention and MLP computed in parallel"),
+        ("vit_small_patch16_18x2_224", {}, r"ParallelThingsBlock, several attention and MLP branches"),
+        ("vit_dwee_patch16_reg1_gap_256", {}, r"blocks\.0\.attn: DiffAttention, differential attention"),
+        ("vit_relpos_base_patch16_224", {}, r"RelPosBlock, relative position bias"),
+        ("beit_base_patch16_224", {}, r"the model: Beit, BEiT: relative position bias"),
+        ("vit_small_r26_s32_224", {}, r"patch_embed: HybridEmbed, a CNN backbone"),
+        ("eva02_base_patch16_clip_224", {}, r"EvaAttention with a norm inside the attention .*scale_attn_inner"),
+        ("vit_base_patch16_224", dict(qk_norm=True), r"blocks\.0\.attn: Attention with qk-norm"),
+        ("vit_base_patch16_224", dict(global_pool="avgmax"), r"global_pool 'avgmax'"),
+        (
+            "vit_base_patch16_224",
+            dict(reg_tokens=1, global_pool="avg", pool_include_prefix=True),
+            "pool_include_prefix",
+        ),
+    ],
+)
+def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, monkeypatch):
+    """Post-norm blocks hold the keys of pre-norm ones: vitzoo used to load them as pre-norm and
+    compute something else without a word. Each such part is now named, with the model's class."""
+    with torch.device("meta"):  # refused before any tensor is read
+        reference = timm.create_model(name, **{**TINY, **args})
+    with pytest.raises(WeightsMismatchError, match=rf"timm:{name}: timm builds it as \w+, .*{found}"):
+        _from_timm(name, reference, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "name, args",
+    [
+        ("vit_base_patch16_siglip_224", {}),  # the attention pool (its norm is before its MLP)
+        ("vit_pe_core_small_patch16_384", {}),  # Eva: rotary, a pool over every token
+        ("eva02_small_patch14_224", dict(img_size=28)),  # Eva: SwiGLU with its sub-norm, q/v biases
+        ("vit_base_patch16_rope_mixed_224", {}),  # AttentionRope
+        ("vit_medium_patch16_gap_256", {}),  # average pooling
+        ("deit_small_distilled_patch16_224", {}),
+        ("vit_base_patch16_clip_quickgelu_224", {}),  # norm_pre, QuickGELU
+    ],
+)
+def test_timm_source_still_loads_what_vitzoo_computes(name, args: dict[str, Any], monkeypatch):
+    reference = randomise(timm.create_model(name, **{**TINY, **args}), 0)
+    model = _from_timm(name, reference, monkeypatch).eval()
+    size = args.get("img_size", TINY["img_size"])
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert max_diff(model(x), reference(x)) <= ATOL

@@ -1,0 +1,193 @@
+"""Whether a live timm model is one `ViTConfig` states, read off its module tree.
+
+Tensors do not tell everything: timm's `ResPostBlock` and Eva's `EvaBlockPostNorm` hold the
+same keys as the pre-norm blocks and compute something else. So a timm model (the one timm's own
+loader builds for "timm:<name>", or one built on the meta device for a timm config's
+architecture) is checked module by module against the classes whose computation vitzoo
+reproduces, and each of those for the settings it has no field for (qk-norm, a norm inside the
+attention, gates, ...). What is left over is refused in one error naming each class and what it
+does, instead of being loaded into a model that would compute something else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import nn
+
+from .errors import WeightsMismatchError
+
+# timm's rotary embedding classes -> ViTConfig.rope.
+TIMM_ROPES = {"RotaryEmbeddingCat": "cat", "RotaryEmbeddingMixed": "mixed", "RotaryEmbeddingDinoV3": "dinov3"}
+
+# The classes whose computation vitzoo reproduces, as "<last part of the module>.<class>": the
+# module tells timm's `vision_transformer.Block` from BEiT's or SAM's `Block`. Attention and
+# LayerScale moved from vision_transformer to timm.layers after timm 1.0.3: both places are listed.
+_EXPRESSED = frozenset(
+    {
+        "vision_transformer.VisionTransformer",
+        "deit.VisionTransformerDistilled",
+        "eva.Eva",
+        "naflexvit.NaFlexVit",
+        "patch_embed.PatchEmbed",
+        "naflexvit.NaFlexEmbeds",
+        "vision_transformer.Block",
+        "eva.EvaBlock",
+        "vision_transformer.Attention",
+        "attention.Attention",
+        "attention.AttentionRope",
+        "eva.EvaAttention",
+        "attention_pool.AttentionPoolLatent",
+        "mlp.Mlp",
+        "mlp.SwiGLU",
+        "mlp.GluMlp",
+        "norm.LayerNorm",
+        "norm.RmsNorm",
+        "normalization.LayerNorm",
+        "vision_transformer.LayerScale",
+        "layer_scale.LayerScale",
+        *(f"pos_embed_sincos.{name}" for name in TIMM_ROPES),
+        "activation.GELU",
+        "activation.SiLU",
+        "activations.GELU",
+        "activations.GELUTanh",
+        "activations.QuickGELU",
+        "activations.Swish",
+        "linear.Linear",
+        "linear.Identity",
+        "conv.Conv2d",
+        "dropout.Dropout",
+        "drop.DropPath",
+        "patch_dropout.PatchDropout",
+        "patch_dropout.PatchDropoutWithIndices",
+        "container.Sequential",
+        "container.ModuleList",
+    }
+)
+# What the timm classes vitzoo has no counterpart for do, for the error message.
+_UNEXPRESSED = {
+    "ResPostBlock": "post-norm blocks (each norm after its residual branch)",
+    "EvaBlockPostNorm": "post-norm blocks (use_post_norm: each norm after its residual branch)",
+    "ResPostRelPosBlock": "post-norm blocks with relative position bias",
+    "VisionTransformerRelPos": "relative position bias (timm's relpos ViT)",
+    "RelPosBlock": "relative position bias",
+    "Beit": "BEiT: relative position bias",
+    "VisionTransformerSAM": "SAM's image encoder: windowed attention with relative positions",
+    "ParallelScalingBlock": "attention and MLP computed in parallel from one norm",
+    "DiffParallelScalingBlock": "parallel attention and MLP with differential attention",
+    "ParallelThingsBlock": "several attention and MLP branches side by side (num_parallel)",
+    "DiffAttention": "differential attention",
+    "RelPosAttention": "relative position bias",
+    "RelPosMlp": "relative position bias",
+    "HybridEmbed": "a CNN backbone as the patch embedding (hybrid ViT)",
+    "AttentionPoolPrr": "the 'prr' attention pool",
+}
+_NORMS = {"LayerNorm": "LayerNorm", "RmsNorm": "RMSNorm"}
+_POOLS = ("", "token", "avg", "map")
+
+
+def _absent(module: object) -> bool:
+    return module is None or isinstance(module, nn.Identity)
+
+
+def _qk_norm(m: nn.Module) -> list[str]:
+    if _absent(getattr(m, "q_norm", None)) and _absent(getattr(m, "k_norm", None)):
+        return []
+    return ["qk-norm (q_norm, k_norm)"]
+
+
+def _attention(m: nn.Module) -> list[str]:
+    """What an attention module does beyond vitzoo's (fused or separate projections, q/v biases, rotary)."""
+    found = _qk_norm(m)
+    if not _absent(getattr(m, "norm", None)):
+        found.append("a norm inside the attention before its projection (scale_attn_inner / scale_attn_norm)")
+    if getattr(m, "gate", None) is not None:
+        found.append("gated attention (gate)")
+    heads = getattr(m, "num_heads", None)
+    if getattr(m, "num_kv_heads", heads) != heads:
+        found.append("grouped-query attention (num_kv_heads)")
+    proj = getattr(m, "proj", None)
+    if isinstance(proj, nn.Linear) and proj.in_features != proj.out_features:
+        found.append("an attention width other than the embedding width (attn_head_dim)")
+    return found
+
+
+def _glu(m: nn.Module) -> list[str]:
+    return ["a packed gated MLP with the gate in its second half (gate_last)"] if getattr(m, "gate_last", True) else []
+
+
+def _pool(m: nn.Module) -> list[str]:
+    """Its norm is the one before its MLP, which vitzoo's pool has too."""
+    found = _qk_norm(m)
+    if getattr(m, "latent_len", 1) != 1:
+        found.append("an attention pool of several latent queries (latent_len)")
+    if getattr(m, "pos_embed", None) is not None:
+        found.append("a position table in the attention pool")
+    return found
+
+
+_SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
+    "Attention": _attention,
+    "AttentionRope": _attention,
+    "EvaAttention": _attention,
+    "GluMlp": _glu,
+    "AttentionPoolLatent": _pool,
+}
+
+
+def check_timm_model(model: nn.Module, label: str) -> None:
+    """Refuse (WeightsMismatchError) a timm model with any part vitzoo's ViTConfig cannot state,
+    naming each kind of part once (its first place in the model), what it does, and the model."""
+    found: dict[str, str] = {}  # what -> where
+    refused: list[str] = []
+    for path, module in model.named_modules():
+        if any(path.startswith(f"{p}.") for p in refused if p):
+            continue  # inside a part already refused (the model's own parts are each named)
+        cls = type(module).__name__
+        where = path or "the model"
+        key = f"{type(module).__module__.rsplit('.', 1)[-1]}.{cls}"
+        if key not in _EXPRESSED:
+            refused.append(path)
+            what = _UNEXPRESSED.get(cls)
+            found.setdefault(f"{cls}, {what}" if what else f"timm's {key}, a part vitzoo has no counterpart for", where)
+            continue
+        for what in _SETTINGS.get(cls, lambda m: [])(module):
+            found.setdefault(f"{cls} with {what}", where)
+    for what, where in _model_settings(model).items():
+        found.setdefault(what, where)
+    if found:
+        listed = "; ".join(f"{where}: {what}" for what, where in found.items())
+        raise WeightsMismatchError(
+            f"{label}: timm builds it as {type(model).__name__}, which vitzoo does not compute exactly: {listed}. "
+            "vitzoo's ViTConfig states pre-norm blocks of plain multi-head attention and an MLP; it refuses "
+            "rather than load these weights into a model that would compute something else"
+        )
+
+
+def _model_settings(model: nn.Module) -> dict[str, str]:
+    """What the model as a whole does beyond vitzoo's: its pooling, and norms of more than one
+    kind or eps (vitzoo has one norm_layer and one norm_eps)."""
+    found: dict[str, str] = {}
+    pool = getattr(model, "global_pool", "token")
+    if pool not in _POOLS:
+        found[f"global_pool {pool!r}; vitzoo pools by {', '.join(map(repr, _POOLS))}"] = "the model"
+    if pool == "avg" and getattr(model, "attn_pool", None) is None and getattr(model, "pool_include_prefix", False):
+        found["average pooling over the prefix tokens too (pool_include_prefix)"] = "the model"
+    norms: dict[tuple[str, float], str] = {}
+    for path, module in model.named_modules():
+        kind = _NORMS.get(type(module).__name__)
+        eps = getattr(module, "eps", None)
+        if kind is not None and isinstance(eps, float):
+            norms.setdefault((kind, eps), path)
+    if len({kind for kind, _ in norms}) > 1 or len({eps for _, eps in norms}) > 1:
+        listed = ", ".join(f"{kind} eps {eps:g} at {path}" for (kind, eps), path in norms.items())
+        found[f"norms of more than one kind or eps ({listed}); vitzoo has one norm_layer and one norm_eps"] = (
+            "the model"
+        )
+    rope = getattr(model, "rope", None)
+    half = bool(getattr(rope, "rotate_half", False))  # what the reader takes for rope_rotate_half
+    for path, module in model.named_modules() if rope is not None else ():
+        if getattr(module, "rotate_half", half) != half:
+            found["an attention whose rotary layout (rotate_half) differs from its rotary embedding's"] = path
+            break
+    return found
