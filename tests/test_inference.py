@@ -172,6 +172,10 @@ def test_openvino_runs_the_model_when_installed():
         assert name in fast.report.img_per_s and name in fast.report.compile_s, fast.report.skipped
     one = optimize(fp32, x[:1], candidates=["openvino-throughput"], cache=False)
     assert one.report.skipped["openvino-throughput"] == "a batch of 1 cannot be split over parallel requests"
+    # bf16 too, on any CPU (OpenVINO computes in bf16 where the CPU has it, else in f32)
+    bf16 = optimize(tiny(), x, candidates=["openvino", "openvino-throughput"], cache=False)
+    for name in ("openvino", "openvino-throughput"):
+        assert name in bf16.report.img_per_s, bf16.report.skipped
 
 
 def test_the_choice_is_remembered_and_a_damaged_cache_is_measured_again(monkeypatch):

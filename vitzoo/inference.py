@@ -62,7 +62,7 @@ from .checks import Range
 from .jsonio import read_json
 from .layers.attention import Attention
 from .memory import available_memory, human_bytes, model_bytes
-from .precision import cpu_isa
+from .precision import cpu_isa, native_bf16_flags
 
 Runner = Callable[[torch.Tensor], Any]
 
@@ -553,14 +553,27 @@ def _openvino_compiled(model: nn.Module, x: torch.Tensor, hint: str) -> Any:
 
     from .deploy import to_openvino
 
-    precision = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(_model_dtype(model), "f32")
+    core = ov.Core()
     converted = to_openvino(copy.deepcopy(model).float(), x.float(), dynamic_batch=True)
-    compiled = ov.Core().compile_model(
-        converted, "CPU", {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": hint}
+    compiled = core.compile_model(
+        converted, "CPU", {"INFERENCE_PRECISION_HINT": _openvino_precision(core, model), "PERFORMANCE_HINT": hint}
     )
     if len(compiled.outputs) != 1:
         raise ValueError(f"the model has {len(compiled.outputs)} outputs; the OpenVINO candidates take one")
     return compiled
+
+
+def _openvino_precision(core: Any, model: nn.Module) -> str:
+    """OpenVINO's inference precision for `model`: its own where this CPU computes in it, else f32.
+    OpenVINO refuses to compile a bf16 hint where oneDNN has no bf16 kernels (an AVX2-only CPU, or
+    one capped to AVX2 by ONEDNN_MAX_CPU_ISA, which OpenVINO's own capability list does not see)."""
+    wanted = {torch.bfloat16: "bf16", torch.float16: "f16"}.get(_model_dtype(model), "f32")
+    capabilities = set(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    if wanted == "bf16" and ("BF16" not in capabilities or not native_bf16_flags()):
+        return "f32"
+    if wanted == "f16" and "FP16" not in capabilities:
+        return "f32"
+    return wanted
 
 
 def _openvino(model: nn.Module, x: torch.Tensor) -> Runner:
