@@ -9,7 +9,9 @@ share runs with `torch.compile(backend="eager")` in their place, and OpenVINO (a
 from __future__ import annotations
 
 import json
+import threading
 
+import filelock
 import pytest
 import torch
 
@@ -192,6 +194,24 @@ def test_the_choice_is_remembered_and_a_damaged_cache_is_measured_again(monkeypa
     path.write_text("{not json")
     assert not optimize(model, x, candidates=["eager-explicit"]).report.cached
     assert json.loads(path.read_text())["choices"]  # rewritten whole
+
+
+def test_recording_a_choice_waits_for_another_process_and_keeps_its_entry():
+    path = inference.cache_file()
+    path.parent.mkdir(parents=True)
+    report = inference.OptimizeReport(choice="eager", device="cpu", batch=2, img_per_s={"eager": 1.0})
+    other = filelock.FileLock(f"{path}.lock")  # another process's lock (flock: one per open file)
+    other.acquire()
+    try:
+        recording = threading.Thread(target=inference._remember, args=("mine", report))
+        recording.start()
+        recording.join(0.5)
+        assert recording.is_alive()  # waits for the lock instead of writing over the other's entry
+        path.write_text(json.dumps({"choices": {"theirs": {"choice": "eager"}}}))
+    finally:
+        other.release()
+    recording.join(30)
+    assert set(json.loads(path.read_text())["choices"]) == {"theirs", "mine"}
 
 
 def test_optimize_a_method_other_than_forward():
