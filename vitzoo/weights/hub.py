@@ -268,7 +268,7 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
 
 def _vitzoo_version() -> str:
     """With library_name="vitzoo": the Hub counts our downloads (the User-Agent header names both)."""
-    from .. import __version__
+    from ..version import __version__
 
     return __version__
 
