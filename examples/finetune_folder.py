@@ -25,7 +25,7 @@ import torch
 
 import vitzoo
 from vitzoo.data import load_image_folder, store_size_for
-from vitzoo.train import TrainConfig, fit, recipe_defaults
+from vitzoo.train import TrainConfig, fit, log_to_terminal, recipe_defaults
 
 
 def count_classes(root: str) -> int:
@@ -84,6 +84,7 @@ def main() -> int:
     config = TrainConfig(**recipe, linear_probe=args.linear_probe, seed=args.seed, threads=args.threads)
 
     out = args.out or f"runs/example-{args.model}-folder-{time.strftime('%Y%m%d-%H%M%S')}"
+    log_to_terminal()  # the epoch lines (the `vitzoo.train` logger; any logging setup works too)
     result = fit(
         model,
         splits,

@@ -21,7 +21,7 @@ import torch
 
 import vitzoo
 from vitzoo.data import load_data
-from vitzoo.train import TrainConfig, fit, recipe_defaults
+from vitzoo.train import TrainConfig, fit, log_to_terminal, recipe_defaults
 
 
 def main() -> int:
@@ -56,6 +56,7 @@ def main() -> int:
     config = TrainConfig(**recipe, seed=args.seed, threads=args.threads)
 
     out = args.out or f"runs/example-{args.model}-{args.data}-{time.strftime('%Y%m%d-%H%M%S')}"
+    log_to_terminal()  # the epoch lines (the `vitzoo.train` logger; any logging setup works too)
     result = fit(model, splits, config=config, out_dir=out, resume=args.resume, run_info={"model": args.model})
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         state = "interrupted (continue with --resume)" if result.interrupted else "finished"

@@ -62,6 +62,7 @@ class FakeHub:
         # repo_id -> revision name or commit -> (commit, {filename: bytes})
         self.repos: dict[str, dict[str, tuple[str, dict[str, bytes]]]] = {}
         self.requests: list[tuple[str, str]] = []
+        self.user_agents: list[str] = []  # the User-Agent header of each file request, in order
         self.failures: dict[str, int] = {}  # repo_id -> HTTP status answered to every request
         self.truncated: set[str] = set()  # repos whose GETs break off half-way
         self.commit_failures: dict[str, int] = {}  # repo_id -> HTTP status answered to its commits
@@ -130,6 +131,7 @@ class FakeHub:
         with self._lock:
             self.repos.clear()
             self.requests.clear()
+            self.user_agents.clear()
             self.failures.clear()
             self.truncated.clear()
             self.commit_failures.clear()
@@ -141,6 +143,7 @@ class FakeHub:
         path = unquote(handler.path.split("?", 1)[0])
         with self._lock:
             self.requests.append((handler.command, path))
+            self.user_agents.append(handler.headers.get("User-Agent", ""))
         parts = path.lstrip("/").split("/")
         # /{org}/{repo}/resolve/{revision}/{filename...}; revisions with '/' arrive URL-encoded.
         if len(parts) < 5 or parts[2] != "resolve":
@@ -290,6 +293,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def fake_hub() -> Iterator[FakeHub]:
     """The local Hub; its repos and request log are emptied after each test."""
     FAKE_HUB.requests.clear()
+    FAKE_HUB.user_agents.clear()
     yield FAKE_HUB
     FAKE_HUB.reset()
 

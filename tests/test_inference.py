@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 
+import filelock
 import pytest
 import torch
 
@@ -215,6 +217,24 @@ def test_a_cached_speed_that_is_no_measurement_is_measured_again(speed):
     assert all(0 < v < 1e9 for v in again.report.img_per_s.values()), again.report.img_per_s
     (entry,) = json.loads(path.read_text())["choices"].values()
     assert entry["img_per_s"] == again.report.img_per_s  # the bad entry replaced by the new measurement
+
+
+def test_recording_a_choice_waits_for_another_process_and_keeps_its_entry():
+    path = inference.cache_file()
+    path.parent.mkdir(parents=True)
+    report = inference.OptimizeReport(choice="eager", device="cpu", batch=2, img_per_s={"eager": 1.0})
+    other = filelock.FileLock(f"{path}.lock")  # another process's lock (flock: one per open file)
+    other.acquire()
+    try:
+        recording = threading.Thread(target=inference._remember, args=("mine", report))
+        recording.start()
+        recording.join(0.5)
+        assert recording.is_alive()  # waits for the lock instead of writing over the other's entry
+        path.write_text(json.dumps({"choices": {"theirs": {"choice": "eager"}}}))
+    finally:
+        other.release()
+    recording.join(30)
+    assert set(json.loads(path.read_text())["choices"]) == {"theirs", "mine"}
 
 
 def test_optimize_a_method_other_than_forward():

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+from torchvision.models import ResNet50_Weights
 
 import vitzoo
+from vitzoo import pretrained_cfg
 from vitzoo.pretrained_cfg import PretrainedCfg, license_flags
 
 timm_data = pytest.importorskip("timm.data")
@@ -30,6 +34,17 @@ def test_read_access_by_key_knows_only_the_fields():
     assert cfg.get("test_input_size") is None and cfg.get("nope", 5) == 5
     with pytest.raises(KeyError):
         cfg["nope"]
+
+
+def test_imagenet_1k_names_come_from_torchvisions_public_weights_metadata(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchvision.models._meta", None)  # private: not to be imported
+    pretrained_cfg._label_set_names.cache_clear()
+    try:
+        names = pretrained_cfg.resolve_label_names(PretrainedCfg(label_set="imagenet-1k"))
+    finally:
+        pretrained_cfg._label_set_names.cache_clear()
+    assert names == tuple(ResNet50_Weights.DEFAULT.meta["categories"])
+    assert names is not None and len(names) == 1000 and names[0] == "tench"
 
 
 def test_crop_mode_is_checked():

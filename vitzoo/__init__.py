@@ -21,13 +21,9 @@ only the model, not the registry, the zoo or the checkpoint machinery.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = importlib.metadata.version("vitzoo")  # one source: pyproject.toml's version
-except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
+from .version import __version__ as __version__  # one source: pyproject.toml's version
 
 # public name -> module that defines it
 _EXPORTS = {

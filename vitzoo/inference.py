@@ -54,6 +54,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import filelock
 import torch
 from torch import nn
 
@@ -90,7 +91,8 @@ FP8_TOLERANCE = 0.15
 # Each timing lasts about this long (enough calls of a fast model to see past the timer's noise).
 ROUND_S = 0.2
 CACHE_VERSION = 1
-_CACHE_LOCK = threading.Lock()
+# How long recording a choice waits for another process recording its own.
+CACHE_LOCK_WAIT_S = 10.0
 
 
 class OptimizeError(ValueError):
@@ -661,11 +663,10 @@ _CACHED_SPEED = Range(float, low=0, high=1e9, low_open=True)  # img/s; far above
 def _cached_entry(key: str) -> dict[str, Any] | None:
     """The remembered choice for `key` ({"choice", "img_per_s", ...}), or None."""
     path = cache_file()
-    with _CACHE_LOCK:
-        try:
-            entries = read_json(path, what="vitzoo's optimize cache").get("choices", {})
-        except (OSError, ValueError):  # no cache yet, or an unreadable one: measure again
-            return None
+    try:  # written whole (atomically): no lock needed to read it
+        entries = read_json(path, what="vitzoo's optimize cache").get("choices", {})
+    except (OSError, ValueError):  # no cache yet, or an unreadable one: measure again
+        return None
     entry = entries.get(key) if isinstance(entries, dict) else None
     choice = entry.get("choice") if isinstance(entry, dict) else None
     speeds = entry.get("img_per_s") if isinstance(entry, dict) else None
@@ -679,18 +680,20 @@ def _cached_entry(key: str) -> dict[str, Any] | None:
 
 def _remember(key: str, report: OptimizeReport) -> None:
     path = cache_file()
-    with _CACHE_LOCK:
-        try:
-            data = read_json(path, what="vitzoo's optimize cache")
-        except (OSError, ValueError):
-            data = {}
-        choices: dict[str, Any] = data["choices"] if isinstance(data.get("choices"), dict) else {}
-        choices[key] = {"choice": report.choice, "device": report.device, "img_per_s": report.img_per_s}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Other processes record their choices too: read, add and write under one file lock, so
+        # that none of them drops another's entry.
+        with filelock.FileLock(f"{path}.lock", timeout=CACHE_LOCK_WAIT_S):
+            try:
+                data = read_json(path, what="vitzoo's optimize cache")
+            except (OSError, ValueError):
+                data = {}
+            choices: dict[str, Any] = data["choices"] if isinstance(data.get("choices"), dict) else {}
+            choices[key] = {"choice": report.choice, "device": report.device, "img_per_s": report.img_per_s}
             write_json(path, {"choices": choices})
-        except OSError as exc:  # a read-only home only costs the next run a new measurement
-            print(f"optimize: could not record the choice in {path}: {exc}", file=sys.stderr)
+    except OSError as exc:  # a read-only home or a lock held too long only costs the next run a new measurement
+        print(f"optimize: could not record the choice in {path}: {exc}", file=sys.stderr)
 
 
 # --- small helpers --------------------------------------------------------------------------------

@@ -217,9 +217,9 @@ def resolve_label_names(cfg: PretrainedCfg) -> tuple[str, ...] | None:
 @functools.cache
 def _label_set_names(name: str) -> tuple[str, ...] | None:
     if name == "imagenet-1k":
-        from torchvision.models._meta import _IMAGENET_CATEGORIES
+        from torchvision.models import ResNet50_Weights  # any of its ImageNet-1k weights names the same classes
 
-        return tuple(_IMAGENET_CATEGORIES)
+        return tuple(ResNet50_Weights.DEFAULT.meta["categories"])
     try:
         from timm.data import ImageNetInfo
     except ImportError:  # timm is optional; the weights work without names

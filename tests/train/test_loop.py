@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import signal
 from pathlib import Path
@@ -311,20 +312,21 @@ def test_lora_trains_adapters_and_head_resumes_exactly_and_exports_merged(
 
 
 def test_auto_precision_is_decided_at_the_start_and_kept_by_a_resume_on_another_cpu(
-    small_splits: DataSplits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    small_splits: DataSplits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """amp="auto" on a CPU with native bf16 and a model at the crossover width trains under bf16
     autocast and says why; a resume on a CPU without native bf16 keeps that decision, so an
     interrupted run still reaches the weights of an uninterrupted one."""
     from vitzoo.train import placement
 
+    caplog.set_level(logging.INFO, logger="vitzoo.train")
     monkeypatch.setattr(placement, "CPU_BF16_MIN_WIDTH", TINY["embed_dim"])
     monkeypatch.setattr(placement, "native_bf16_flags", lambda: ("avx512_bf16",))
     whole = tiny_model()
     fit(whole, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "whole")
     run = json.loads((tmp_path / "whole" / "run.json").read_text())
     assert run["bf16"] is True and "natively (avx512_bf16) and width 16 is at least 16" in run["precision"]
-    assert "precision: bf16 autocast (auto: this CPU computes bf16 natively" in capsys.readouterr().out
+    assert "precision: bf16 autocast (auto: this CPU computes bf16 natively" in caplog.text
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 3):
@@ -336,10 +338,33 @@ def test_auto_precision_is_decided_at_the_start_and_kept_by_a_resume_on_another_
     monkeypatch.setattr(placement, "native_bf16_flags", lambda: ())  # resumed on a CPU without native bf16
     resumed = tiny_model(seed=123)
     fit(resumed, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "cut", resume=True)
-    assert "precision: bf16 autocast (auto, as the run started" in capsys.readouterr().out
+    assert "precision: bf16 autocast (auto, as the run started" in caplog.text
     assert _same_weights(whole, resumed)
     # without native bf16 a fresh run stays fp32 and says why
     fit(tiny_model(), small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1}), out_dir=tmp_path / "plain")
     assert json.loads((tmp_path / "plain" / "run.json").read_text())["bf16"] is False
-    out = capsys.readouterr().out
-    assert "precision: fp32 (auto: " in out and "no native bf16" in out
+    assert "precision: fp32 (auto: " in caplog.text and "no native bf16" in caplog.text
+
+
+def test_the_engine_reports_through_its_logger_and_hands_each_epochs_record_to_on_epoch(
+    small_splits: DataSplits, tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    caplog.set_level(logging.INFO, logger="vitzoo.train")
+    records: list[dict] = []
+    fit(tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "run", on_epoch=records.append)
+    lines = [r.getMessage() for r in caplog.records if r.name == "vitzoo.train"]
+    assert [line.split("train loss")[0].split() for line in lines if line.startswith("epoch")] == [
+        ["epoch", "1/2"],
+        ["epoch", "2/2"],
+    ]
+    assert any(line.startswith("precision: ") for line in lines)
+    written = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records == written and [r["epoch"] for r in records] == [0, 1]
+    capsys.readouterr()  # the terminal handler of a `vitzoo finetune` run earlier in this process may print them
+
+    caplog.clear()
+    logging.getLogger("vitzoo.train").setLevel(logging.ERROR)  # silenced as any library's logger is
+    fit(tiny_model(), small_splits, config=TrainConfig(**{**CONFIG, "epochs": 1}), out_dir=tmp_path / "quiet")
+    assert [r for r in caplog.records if r.name == "vitzoo.train"] == []
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""

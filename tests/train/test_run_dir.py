@@ -114,6 +114,38 @@ def test_lock_from_another_host_is_not_guessed_at(tmp_path: Path) -> None:
     assert json.loads(tmp_path.joinpath("run.lock").read_text()) == holder  # left as it was
 
 
+_HOLD = (
+    "import sys; from vitzoo.train import RunLock; lock = RunLock(sys.argv[1]); lock.acquire(); "
+    "print('held', flush=True); sys.stdin.read(); lock.release()"
+)
+
+
+@pytest.mark.slow  # starts a Python interpreter to hold the lock
+def test_a_lock_held_by_another_process_is_refused_without_touching_that_process(tmp_path: Path, monkeypatch) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        details = json.loads((tmp_path / "run.lock").read_text())
+        assert (details["pid"], details["host"]) == (holder.pid, socket.gethostname())
+        # Probing a pid with os.kill(pid, 0) ends that process on Windows: the lock must not ask the
+        # process, on any platform (the no-flock branch of old versions did).
+        from vitzoo.train import lock as lock_module
+
+        monkeypatch.setattr(lock_module, "fcntl", None, raising=False)
+        monkeypatch.setattr(os, "kill", lambda *a: pytest.fail(f"os.kill{a} called"))
+        with pytest.raises(RunLockedError, match=rf"in use by another run \(pid {holder.pid} on host "):
+            RunLock(tmp_path).acquire()
+        monkeypatch.undo()
+        assert holder.poll() is None
+    finally:
+        holder.communicate("", timeout=60)
+    assert holder.returncode == 0 and not (tmp_path / "run.lock").exists()
+    with RunLock(tmp_path):  # free again
+        pass
+
+
 def test_lock_is_taken_by_exactly_one_of_many_threads(tmp_path: Path) -> None:
     barrier = threading.Barrier(8)
     won: list[RunLock] = []

@@ -321,3 +321,36 @@ def _break_off(handler, size: int) -> None:
     handler.wfile.write(b"\x02" * (size // 2))
     handler.wfile.flush()
     handler.close_connection = True
+
+
+def test_requests_name_vitzoo_and_a_cached_file_costs_huggingface_hubs_request_only(tiny_repo, fake_hub, hf_cache):
+    vitzoo.download(f"hf-hub:{REPO}")
+    assert fake_hub.user_agents and all(f"vitzoo/{vitzoo.__version__}" in ua for ua in fake_hub.user_agents)
+    fake_hub.requests.clear()
+    vitzoo.download(f"hf-hub:{REPO}")
+    requests = [r for r in fake_hub.requests if r[1].endswith(("/model.safetensors", "/config.json"))]
+    if hub._modern_hub():  # its own HEAD, no probe before it: it answers from the cache when the Hub fails
+        assert [method for method, _ in requests] == ["HEAD", "HEAD"], fake_hub.requests
+    else:  # the probe keeps older versions from retrying for minutes when the Hub fails
+        assert [method for method, _ in requests] == ["HEAD"] * 4, fake_hub.requests
+
+
+@pytest.mark.skipif(not hub._modern_hub(), reason="huggingface_hub before 1.18 leaves partial files: vitzoo cleans")
+def test_a_broken_transfer_is_cleaned_by_huggingface_hub_without_vitzoo_reading_its_cache_layout(
+    tiny_repo, fake_hub, hf_cache, monkeypatch
+):
+    import sys
+
+    from huggingface_hub import file_download
+
+    private = file_download.repo_folder_name
+
+    def watched(**kw):
+        assert sys._getframe(1).f_globals["__name__"] != hub.__name__, "vitzoo read the private cache layout"
+        return private(**kw)
+
+    monkeypatch.setattr(file_download, "repo_folder_name", watched)
+    fake_hub.truncate(REPO)
+    with pytest.raises(WeightsDownloadError, match=r"model\.safetensors"):
+        vitzoo.download(f"hf-hub:{REPO}")
+    assert [p for p in hf_cache.rglob("*") if ".incomplete" in p.name or "blobs/" in p.as_posix()] == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
-from torchvision.models._meta import _IMAGENET_CATEGORIES
+from torchvision.models import ResNet50_Weights
 
 import vitzoo
 from vitzoo.weights import WeightsError
@@ -35,7 +35,7 @@ def test_pretrained_true_uses_the_default_source_and_carries_preprocessing(fake_
     cfg = model.pretrained_cfg
     assert cfg.source == "hf-hub:timm/vit_tiny_patch16_224.augreg_in21k_ft_in1k"
     assert (cfg.mean, cfg.std, cfg.crop_pct, cfg.interpolation) == ((0.5,) * 3, (0.5,) * 3, 0.9, "bicubic")
-    assert cfg.label_names == tuple(_IMAGENET_CATEGORIES) and cfg.label_names[0] == "tench"
+    assert cfg.label_names == tuple(ResNet50_Weights.DEFAULT.meta["categories"]) and cfg.label_names[0] == "tench"
     assert model.architecture == "vit_ti16"
     assert not any(p.is_meta for p in model.parameters())
 

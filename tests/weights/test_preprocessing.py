@@ -16,7 +16,7 @@ import timm
 import torch
 from PIL import Image
 from test_convert import _randomise, write_original_vit_npz
-from torchvision.models._meta import _IMAGENET_CATEGORIES
+from torchvision.models import ResNet50_Weights
 
 import vitzoo
 import vitzoo.data
@@ -32,7 +32,7 @@ INPUT_ATOL = 1e-5  # float rounding of the same uint8 pixels normalised in anoth
 TENSOR_RESIZE_ATOL = 2 / 255 / 0.225 + 1e-5
 LOGIT_ATOL = 1e-4
 AGREEMENT: dict[str, tuple[int, int, float, float]] = {}  # layout -> (top-1 agree, photos, max |dx|, max |dlogit|)
-IMAGENET_1K = tuple(_IMAGENET_CATEGORIES)
+IMAGENET_1K = tuple(ResNet50_Weights.DEFAULT.meta["categories"])
 FACEBOOK_DEIT_PROCESSOR = {
     "crop_size": 224,
     "do_center_crop": True,

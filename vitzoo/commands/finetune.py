@@ -401,6 +401,9 @@ def _add_fsdp_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fine-tune (or train from scratch) and report where the results went. Returns an exit code.
     With --json, stdout carries only the JSON result: everything else printed goes to stderr."""
+    from ..train import log_to_terminal
+
+    log_to_terminal()  # the engine's epoch lines and notes (the library itself installs no handler)
     if not getattr(args, "json", False):
         return _finetune(args)
     result: dict[str, Any] = {}

@@ -8,6 +8,7 @@ and the example scripts. A reader starts at loop.py (`fit` and the loop); the re
     placement.py   device, bf16, processes, threads        checkpoint.py  the resumable state on disk
     fsdp.py        sharding across processes (--fsdp)     dcp.py         the sharded checkpoint
     optim.py, ema.py, mix.py, distill.py, metrics.py, export.py, lock.py, distributed.py, threads.py
+    log.py         the `vitzoo.train` logger: epoch lines and notes (`log_to_terminal()` shows them)
 
     from vitzoo.train import TrainConfig, fit
     result = fit(vitzoo.create("vit_mnist"), vitzoo.data.load_data("mnist-sample"),
@@ -19,6 +20,7 @@ from .config import RUNTIME_FIELDS, TrainConfig, parse_overrides
 from .evaluation import EvalResult, evaluate, evaluate_split
 from .export import BEST_DIR, export_pretrained
 from .lock import RunLock, RunLockedError
+from .log import log_to_terminal
 from .loop import DivergedError, FitResult, fit
 from .metrics import CURVES_NAME, METRICS_NAME, format_confusion
 from .optim import WarmupCosine, freeze_backbone, make_optimizer, param_groups, warmup_cosine
@@ -54,6 +56,7 @@ __all__ = [
     "freeze_backbone",
     "load_checkpoint",
     "load_run_info",
+    "log_to_terminal",
     "make_optimizer",
     "param_groups",
     "parse_overrides",

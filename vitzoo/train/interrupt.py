@@ -9,9 +9,9 @@ import threading
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from . import distributed
+from .log import logger
 
 # SIGTERM is what a scheduler (Slurm, Kubernetes) sends before it kills a job: handled as Ctrl-C.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -29,7 +29,7 @@ class StopFlag:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        tqdm.write("\ninterrupt: finishing this step and saving a checkpoint (Ctrl-C again to abort)")
+        logger.info("\ninterrupt: finishing this step and saving a checkpoint (Ctrl-C again to abort)")
 
     def __enter__(self) -> StopFlag:
         if threading.current_thread() is threading.main_thread():

@@ -45,6 +45,7 @@ from .config import TrainConfig, apply_overrides
 from .evaluation import EvalResult
 from .export import BEST_DIR, export_pretrained
 from .interrupt import StopFlag, agree, should_stop
+from .log import logger
 from .metrics import CURVES_NAME, METRICS_NAME, format_epoch, plot_curves, write_metrics
 from .mix import step_seed
 from .optim import freeze_norm_statistics
@@ -83,6 +84,7 @@ def fit(
     overrides: dict[str, Any] | None = None,
     run_info: dict[str, Any] | None = None,
     on_step: Callable[[int, int], None] | None = None,
+    on_epoch: Callable[[dict[str, Any]], None] | None = None,
 ) -> FitResult:
     """Train `model` on `splits.train`, evaluating on `splits.val` after every epoch.
 
@@ -91,17 +93,22 @@ def fit(
     checkpoint with the settings the run was started with: a `config` that differs is refused
     unless the changed settings are named in `overrides` ({"epochs": 30}), which replace those
     fields of `config`; run.json's `settings_history` records every such change.
-    `on_step(epoch, step)` is called after every optimizer step (progress hooks, tests)."""
+    `on_step(epoch, step)` is called after every optimizer step (progress hooks, tests);
+    `on_epoch(record)` after every epoch on rank 0, with a copy of the metrics record that
+    metrics.jsonl receives (to feed TensorBoard, W&B, ...). Messages go to the `vitzoo.train`
+    logger (log.py)."""
     config = apply_overrides(config, overrides, resume=resume)
     run = setup_run(model, splits, config, Path(out_dir), resume=resume, overrides=overrides or {}, run_info=run_info)
     try:
-        return _fit_loop(run, on_step)
+        return _fit_loop(run, on_step, on_epoch)
     finally:
         if run.lock is not None:
             run.lock.release()
 
 
-def _fit_loop(run: Run, on_step: Callable[[int, int], None] | None) -> FitResult:
+def _fit_loop(
+    run: Run, on_step: Callable[[int, int], None] | None, on_epoch: Callable[[dict[str, Any]], None] | None
+) -> FitResult:
     config, dist = run.config, run.placement.dist
     interrupted = False
     with StopFlag() as stop:
@@ -115,7 +122,9 @@ def _fit_loop(run: Run, on_step: Callable[[int, int], None] | None) -> FitResult
                 )
                 interrupted = True
                 break
-            end_epoch(run)
+            record = end_epoch(run)
+            if on_epoch is not None and run.is_main:
+                on_epoch(dict(record))
             if should_stop(stop.requested, dist):  # Ctrl-C in the last step or at the end of the epoch
                 interrupted = run.state.epoch < config.epochs
                 if interrupted:
@@ -214,7 +223,7 @@ def end_epoch(run: Run) -> dict[str, Any]:
     state.start_next_epoch()
     best = run.exportable(run.models.evaluated) if improved else None  # FSDP: gathered on rank 0
     if run.is_main:
-        tqdm.write(format_epoch(record, run.config.epochs, ema=run.models.ema is not None))
+        logger.info(format_epoch(record, run.config.epochs, ema=run.models.ema is not None))
         write_metrics(run.out_dir / METRICS_NAME, progress.history)
         if best is not None:
             progress.best_dir = export_pretrained(

@@ -11,7 +11,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..data import BatchLoader, DataSplits
 from ..data.naflex import NaFlexTrainLoader
@@ -23,6 +22,7 @@ from .config import TrainConfig
 from .ema import WeightEma
 from .evaluation import EvalResult, evaluate
 from .lock import RunLock
+from .log import logger
 from .mix import Mixer
 from .naflex_mix import NaFlexMixer
 from .optim import WarmupCosine
@@ -164,6 +164,6 @@ class Run:
         )
 
     def log(self, message: str) -> None:
-        """Print on rank 0 only, above any progress bar."""
+        """Log on rank 0 only (the `vitzoo.train` logger, log.py)."""
         if self.is_main:
-            tqdm.write(message)
+            logger.info(message)

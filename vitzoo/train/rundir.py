@@ -1,7 +1,7 @@
 """Which directories a run may write into (`--out`), and how a vitzoo run directory is recognised.
 
 A run owns its directory: it writes checkpoint.safetensors, run.json, metrics.jsonl, curves.png,
-best/ and run.lock there, replacing files of those names. So a run starts only in a directory
+best/, run.lock and .run.lock there, replacing files of those names. So a run starts only in a directory
 that is missing, empty, or already a vitzoo run: one holding a training checkpoint (continued
 with --resume, refused without it) or a run.json written by vitzoo (a run that stopped before its
 first checkpoint, started again from scratch). Any other non-empty directory is the user's and is
@@ -15,7 +15,7 @@ from pathlib import Path
 from ..atomic import is_temp_file
 from ..jsonio import JSONFileError, read_json
 from .checkpoint import CHECKPOINT_NAME
-from .lock import LOCK_NAME
+from .lock import LOCK_NAME, OS_LOCK_NAME
 
 RUN_INFO_NAME = "run.json"
 # The key every run.json that vitzoo writes has (start.py's _run_info): a run.json without it is
@@ -40,7 +40,9 @@ def check_out_dir(directory: Path) -> None:
         return
     if not directory.is_dir():
         raise FileExistsError(f"--out {directory} is a file, not a directory; pass --out a new or empty directory")
-    entries = sorted(p.name for p in directory.iterdir() if p.name != LOCK_NAME and not is_temp_file(p.name))
+    entries = sorted(
+        p.name for p in directory.iterdir() if p.name not in (LOCK_NAME, OS_LOCK_NAME) and not is_temp_file(p.name)
+    )
     if not entries or is_run_dir(directory):
         return
     shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..atomic import remove_stale_temp_files, write_json
 from ..data import BatchTransform, DataSplits, InputSpec, make_loader
@@ -27,6 +25,7 @@ from .distill import Teacher, build_teacher
 from .ema import WeightEma
 from .export import BEST_DIR
 from .lock import RunLock
+from .log import logger
 from .metrics import METRICS_NAME, read_metrics
 from .mix import Mixer
 from .naflex import naflex_loaders
@@ -120,15 +119,14 @@ def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) ->
             lock = RunLock(out_dir)
             note = lock.acquire()
             if note:
-                tqdm.write(f"note: {note}", file=sys.stderr)
+                logger.warning("note: %s", note)
             removed = [p for d in (out_dir, out_dir / BEST_DIR) for p in remove_stale_temp_files(d)]
             removed += dcp.remove_stale(out_dir)  # sharded checkpoints a crash left half-written, or older ones
             if removed:
-                tqdm.write(
+                logger.warning(
                     f"removed {len(removed)} temporary file{'s' if len(removed) != 1 else ''} of interrupted writes "
                     f"in {out_dir}: {', '.join(str(p.relative_to(out_dir)) for p in removed[:5])}"
-                    + (" ..." if len(removed) > 5 else ""),
-                    file=sys.stderr,
+                    + (" ..." if len(removed) > 5 else "")
                 )
             if dcp.has_checkpoint(out_dir) and not resume:
                 raise FileExistsError(

@@ -8,13 +8,18 @@ only when huggingface_hub was imported, so a program may set them late.
 A repository's weights are `model.safetensors`, else `pytorch_model.bin`; `config.json` next to
 them (timm, transformers or vitzoo) is fetched when present.
 
-Failing fast: before each download one metadata request (HEAD) asks the Hub whether it answers; a
-transient failure (HTTP 408/429/5xx, a refused or timed-out connection) is tried `HUB_ATTEMPTS`
-times in all, `HUB_RETRY_WAIT_S` apart, and then the file comes from the cache or the call fails
-with one line. huggingface_hub's own retry loop (minutes of exponential backoff) is never entered
-that way, and its log lines are dropped while vitzoo's calls run (only in the calling thread; hub_logs.py).
-A transfer that breaks off removes its own partial file and nothing else, so downloads of the
-same repo at the same time (other revisions, other files) are independent.
+Failing fast: before downloading a file the cache does not hold, one metadata request (HEAD) asks
+the Hub whether it answers; a transient failure (HTTP 408/429/5xx, a refused or timed-out
+connection) is tried `HUB_ATTEMPTS` times in all, `HUB_RETRY_WAIT_S` apart, and then the call
+fails with one line. huggingface_hub's own retry loop (a backoff of tens of seconds, up to minutes,
+when the cache has no copy) is never entered that way, and its log lines are dropped while
+vitzoo's calls run (only in the calling thread; hub_logs.py). A file the cache holds needs no such
+request from huggingface_hub 1.18 on (`MODERN_HUB`), which answers from the cache at once when the
+Hub fails; older versions get it for every file. A transfer that breaks off removes its own
+partial file and nothing else, so downloads of the same repo at the same time (other revisions,
+other files) are independent: huggingface_hub does so itself from 1.18, vitzoo before.
+
+Requests name vitzoo and its version (`library_name`), so the Hub counts the downloads as ours.
 
 Every file is checked right after it is fetched (safetensors header, torch zip or pickle start,
 config.json a JSON object; hub_verify.py): a proxy's HTML page saved as `model.safetensors` is an error at
@@ -23,8 +28,10 @@ config.json a JSON object; hub_verify.py): a proxy's HTML page saved as `model.s
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +64,10 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of prefere
 CONFIG_FILE = "config.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"  # transformers' image processor settings
 
+# From this huggingface_hub version on (1.18 checked; 1.10 has neither), a download writes a
+# temporary file of its own and deletes it when it fails, and a Hub that fails is answered from
+# the cache at once when the cache has the file (the long retry happens only when it has not).
+MODERN_HUB = (1, 18)
 HUB_ATTEMPTS = 2  # metadata requests per file when the Hub fails transiently
 HUB_RETRY_WAIT_S = 0.5  # pause before each further attempt
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -215,12 +226,14 @@ def _download(ref: HubRef, filename: str, *, offline: bool, link: _Link, http_er
                 cache_dir=cache_dir(),
                 endpoint=_endpoint(),
                 local_files_only=local_files_only,
+                library_name="vitzoo",
+                library_version=_vitzoo_version(),
             )
         )
 
     if offline:
         return download(local_files_only=True)
-    if link.down is None:
+    if link.down is None and not (_modern_hub() and _in_cache(ref, filename)):
         _probe(ref, filename, link, http_error)
     # Else the cached copy, as huggingface_hub itself falls back to when the Hub fails.
     return download(local_files_only=link.down is not None)
@@ -237,7 +250,9 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
         if attempt:
             time.sleep(HUB_RETRY_WAIT_S)
         try:
-            metadata = get_hf_file_metadata(url, timeout=timeout)
+            metadata = get_hf_file_metadata(
+                url, timeout=timeout, library_name="vitzoo", library_version=_vitzoo_version()
+            )
         except http_error as e:  # HfHubHTTPError, before NETWORK_ERRORS: it is an OSError too
             if _status_code(e) not in _TRANSIENT_STATUS:
                 raise
@@ -249,6 +264,26 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
             if metadata.etag:
                 link.etags[filename] = metadata.etag
             return
+
+
+def _vitzoo_version() -> str:
+    """With library_name="vitzoo": the Hub counts our downloads (the User-Agent header names both)."""
+    from ..version import __version__
+
+    return __version__
+
+
+@functools.cache
+def _modern_hub() -> bool:
+    from huggingface_hub import __version__
+
+    return tuple(int(p) for p in re.findall(r"\d+", __version__)[:2]) >= MODERN_HUB
+
+
+def _in_cache(ref: HubRef, filename: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(ref.repo_id, filename, cache_dir=cache_dir(), revision=ref.revision), str)
 
 
 def fetch_repo(ref: HubRef) -> tuple[Path, Path | None, Path | None]:
@@ -351,11 +386,11 @@ def _remove_partial(ref: HubRef, etag: str | None) -> None:
     """Delete what a failed download of the blob `etag` left in the cache, and nothing else: other
     downloads of the repo (other files, other revisions, other processes) may be writing theirs.
 
-    huggingface_hub writes a blob to `blobs/<etag>.incomplete` while holding `.locks/<repo>/<etag>.lock`
-    and keeps the partial file to resume from (recent versions write a temporary file of their own
-    instead, which they delete themselves). It is deleted only when that lock is free: a holder
-    is another download of the same blob, which resumes from it."""
-    if etag is None:  # the probe did not answer, so no download began
+    huggingface_hub before `MODERN_HUB` writes a blob to `blobs/<etag>.incomplete` while holding
+    `.locks/<repo>/<etag>.lock` and keeps the partial file to resume from (later versions write a
+    temporary file of their own, which they delete themselves: nothing to do). It is deleted only
+    when that lock is free: a holder is another download of the same blob, which resumes from it."""
+    if etag is None or _modern_hub():  # no download began, or huggingface_hub cleans up itself
         return
     from filelock import FileLock, Timeout
     from huggingface_hub.file_download import repo_folder_name
