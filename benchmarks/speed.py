@@ -75,12 +75,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 import vitzoo
 from vitzoo.atomic import write_json
+from vitzoo.deploy import compile_openvino
 from vitzoo.inference import _cpu_name, _first_line, _relative_error, candidate_names
 from vitzoo.precision import auto_dtype, cpu_isa, name_of
 from vitzoo.registry import timm_counterparts
@@ -366,13 +368,13 @@ def _peer_openvino(model: nn.Module, x: torch.Tensor, dtype: torch.dtype, hint: 
     runs the batch as one request; THROUGHPUT splits it over the compiled model's parallel requests."""
     import openvino as ov
 
-    config: dict[str, object] = {
+    config: dict[str, Any] = {
         "INFERENCE_PRECISION_HINT": "bf16" if dtype is torch.bfloat16 else "f32",
         "PERFORMANCE_HINT": hint,
     }
     if torch.get_num_threads() < (os.cpu_count() or 1):  # --threads holds for every contestant
         config["INFERENCE_NUM_THREADS"] = torch.get_num_threads()
-    compiled = ov.Core().compile_model(ov.convert_model(model, example_input=x), "CPU", config)
+    compiled = compile_openvino(ov.convert_model(model, example_input=x), config)
     if hint == "LATENCY":
         request = compiled.create_infer_request()
         data = x.numpy()

@@ -39,9 +39,11 @@ other Python it lacks); torch.export and ONNX are the supported ways out of Pyth
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -352,6 +354,40 @@ def to_openvino(model: nn.Module, example: torch.Tensor, *, dynamic_batch: bool 
                 f"OpenVINO conversion failed with openvino {openvino.__version__} and torch {torch.__version__}: "
                 f"{_conversion_failure(exc)}"
             ) from exc
+
+
+def compile_openvino(converted: Any, config: dict[str, Any] | None = None) -> Any:
+    """`openvino.Core().compile_model(converted, "CPU", config)`, leaving this thread's alternate
+    signal stack as it was. OpenVINO's CPU plugin points the thread's signal stack at a buffer of
+    each compiled model and, when that model is freed, points it back at what it found. Freed in
+    another order than compiled (two candidates of `vitzoo.optimize`, the losers dropped), the
+    thread is left on a freed buffer, and the next Python signal handler (Ctrl-C, a DataLoader
+    worker's SIGCHLD) killed the process with SIGSEGV and no traceback. Restoring the stack right
+    away makes every model save, and later restore, the one that stays valid."""
+    import openvino
+
+    with _signal_stack_kept():
+        return openvino.Core().compile_model(converted, "CPU", config or {})
+
+
+class _SignalStack(ctypes.Structure):
+    """Linux's stack_t (sigaltstack(2))."""
+
+    _fields_ = [("ss_sp", ctypes.c_void_p), ("ss_flags", ctypes.c_int), ("ss_size", ctypes.c_size_t)]
+
+
+@contextmanager
+def _signal_stack_kept() -> Iterator[None]:
+    """This thread's alternate signal stack put back as it was on leaving (Linux; elsewhere nothing)."""
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    saved = _SignalStack()
+    if libc is None or libc.sigaltstack(None, ctypes.byref(saved)) != 0:
+        yield
+        return
+    try:
+        yield
+    finally:
+        libc.sigaltstack(ctypes.byref(saved), None)
 
 
 def _conversion_failure(exc: BaseException) -> str:

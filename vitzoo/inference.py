@@ -553,13 +553,11 @@ def _openvino_compiled(model: nn.Module, x: torch.Tensor, hint: str) -> Any:
     precision under performance `hint`."""
     import openvino as ov
 
-    from .deploy import to_openvino
+    from .deploy import compile_openvino, to_openvino
 
-    core = ov.Core()
     converted = to_openvino(copy.deepcopy(model).float(), x.float(), dynamic_batch=True)
-    compiled = core.compile_model(
-        converted, "CPU", {"INFERENCE_PRECISION_HINT": _openvino_precision(core, model), "PERFORMANCE_HINT": hint}
-    )
+    config = {"INFERENCE_PRECISION_HINT": _openvino_precision(ov.Core(), model), "PERFORMANCE_HINT": hint}
+    compiled = compile_openvino(converted, config)
     if len(compiled.outputs) != 1:
         raise ValueError(f"the model has {len(compiled.outputs)} outputs; the OpenVINO candidates take one")
     return compiled

@@ -72,7 +72,7 @@ def bf16_isa_cap() -> str | None:
         if value in ONEDNN_ISAS_WITHOUT_BF16:
             return f"{var}={value}"
     if platform.machine().lower() in ("x86_64", "amd64"):
-        capability = torch.backends.cpu.get_cpu_capability()
+        capability = _aten_capability()
         if capability in ATEN_CAPABILITIES_WITHOUT_BF16:
             return f"ATen's CPU capability {capability}"
     return None
@@ -81,9 +81,16 @@ def bf16_isa_cap() -> str | None:
 def cpu_isa() -> str:
     """The vector ISA PyTorch runs this CPU at (ATen's capability), with oneDNN's cap where one is
     set: "AVX512", "AVX2", "AVX512, ONEDNN_MAX_CPU_ISA=AVX2" (for reports and skip reasons)."""
-    isa = torch.backends.cpu.get_cpu_capability()
+    isa = _aten_capability()
     cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
     return f"{isa}, ONEDNN_MAX_CPU_ISA={cap.strip().upper()}" if cap else isa
+
+
+def _aten_capability() -> str:
+    """torch.backends.cpu.get_cpu_capability() ("AVX512", "AVX2", "DEFAULT", ...); "unknown" on a
+    torch without it."""
+    get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    return str(get()) if get is not None else "unknown"
 
 
 def no_native_bf16_reason() -> str:

@@ -119,7 +119,7 @@ def test_shards_train_and_resume_bit_identically_after_sigterm_mid_epoch(shard_d
 
     def terminate(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 2):  # mid-epoch: a scheduler's SIGTERM
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
 
     cut = tmp_path / "cut"
     first = fit(model(), splits, config=TrainConfig(**config, workers=2), out_dir=cut, on_step=terminate)

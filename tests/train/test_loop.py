@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import signal
 from pathlib import Path
 
@@ -80,7 +79,7 @@ def test_ctrl_c_mid_epoch_then_resume_reaches_identical_weights(
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 3):
-            os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C does; the engine finishes the step
+            signal.raise_signal(signal.SIGINT)  # what Ctrl-C does (to the main thread); the engine finishes the step
 
     first = tiny_model()
     stopped = fit(first, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path, on_step=interrupt)
@@ -152,7 +151,7 @@ def test_weight_average_is_what_gets_evaluated_and_resumes_exactly(small_splits:
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 3):
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
 
     assert fit(tiny_model(), small_splits, config=config, out_dir=tmp_path / "cut", on_step=interrupt).interrupted
     no_ema = TrainConfig(**CONFIG)
@@ -207,7 +206,7 @@ def test_a_streamed_folder_trains_and_resumes_exactly_whatever_the_worker_count(
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 1):
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
 
     cut = tmp_path / "cut"
     first = fit(
@@ -294,7 +293,7 @@ def test_lora_trains_adapters_and_head_resumes_exactly_and_exports_merged(
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 3):
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
 
     assert fit(tiny_model(**stem), small_splits, config=config, out_dir=tmp_path / "cut", on_step=interrupt).interrupted
     resumed = tiny_model(seed=123, **stem)
@@ -330,7 +329,7 @@ def test_auto_precision_is_decided_at_the_start_and_kept_by_a_resume_on_another_
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 3):
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
 
     assert fit(
         tiny_model(), small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "cut", on_step=interrupt
