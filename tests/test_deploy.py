@@ -488,16 +488,19 @@ def test_openvino_failures_leave_nothing(tmp_path, capsys, monkeypatch, ov):
 def test_openvino_models_freed_in_any_order_leave_signals_working(tmp_path, ov):
     """OpenVINO's CPU plugin points the thread's signal stack at each compiled model's buffer and
     restores what it found when the model is freed: freed out of order, the next Python signal
-    handler crashed the process (SIGSEGV, no traceback). compile_openvino keeps the stack."""
+    handler crashed the process (SIGSEGV, no traceback). compile_openvino and keep_signal_stack
+    (around requests and inference, where OpenVINO builds kernels on CPUs without AVX-512) keep it."""
     code = (
         "import gc, signal, torch, vitzoo\n"
-        "from vitzoo.deploy import compile_openvino, to_openvino\n"
+        "from vitzoo.deploy import compile_openvino, keep_signal_stack, to_openvino\n"
         "m = vitzoo.create('vit_mnist_tiny').eval()\n"
         "x = torch.randn(2, 1, 32, 32)\n"
-        "a = compile_openvino(to_openvino(m, x, dynamic_batch=True))\n"
-        "b = compile_openvino(to_openvino(m, x, dynamic_batch=True))\n"
-        "ra, rb = a.create_infer_request(), b.create_infer_request()\n"
-        "ra.infer([x.numpy()]); rb.infer([x.numpy()])\n"
+        "f32 = {'INFERENCE_PRECISION_HINT': 'f32'}  # under ONEDNN_MAX_CPU_ISA OpenVINO would still pick bf16\n"
+        "a = compile_openvino(to_openvino(m, x, dynamic_batch=True), f32)\n"
+        "b = compile_openvino(to_openvino(m, x, dynamic_batch=True), f32)\n"
+        "with keep_signal_stack():\n"
+        "    ra, rb = a.create_infer_request(), b.create_infer_request()\n"
+        "    ra.infer([x.numpy()]); rb.infer([x.numpy()])\n"
         "del ra, a; gc.collect(); del rb, b; gc.collect()  # freed in the order compiled\n"
         "signal.signal(signal.SIGUSR1, lambda *a: print('handled'))\n"
         "junk = [bytearray(4096) for _ in range(10000)]  # reuse what was freed\n"

@@ -366,7 +366,7 @@ def compile_openvino(converted: Any, config: dict[str, Any] | None = None) -> An
     away makes every model save, and later restore, the one that stays valid."""
     import openvino
 
-    with _signal_stack_kept():
+    with keep_signal_stack():
         return openvino.Core().compile_model(converted, "CPU", config or {})
 
 
@@ -377,8 +377,10 @@ class _SignalStack(ctypes.Structure):
 
 
 @contextmanager
-def _signal_stack_kept() -> Iterator[None]:
-    """This thread's alternate signal stack put back as it was on leaving (Linux; elsewhere nothing)."""
+def keep_signal_stack() -> Iterator[None]:
+    """This thread's alternate signal stack put back as it was on leaving (Linux; elsewhere nothing).
+    Around every OpenVINO call that may build kernels: compiling, creating requests and inferring
+    (on a CPU without AVX-512 OpenVINO builds some on the first inference)."""
     libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
     saved = _SignalStack()
     if libc is None or libc.sigaltstack(None, ctypes.byref(saved)) != 0:

@@ -578,11 +578,14 @@ def _openvino_precision(core: Any, model: nn.Module) -> str:
 
 def _openvino(model: nn.Module, x: torch.Tensor) -> Runner:
     """The batch as one request (OpenVINO's LATENCY hint)."""
-    request = _openvino_compiled(model, x, "LATENCY").create_infer_request()
+    from .deploy import keep_signal_stack
+
+    with keep_signal_stack():
+        request = _openvino_compiled(model, x, "LATENCY").create_infer_request()
     lock = threading.Lock()  # one request object: one call at a time
 
     def run(inp: torch.Tensor) -> torch.Tensor:
-        with lock:
+        with lock, keep_signal_stack():  # see deploy.compile_openvino
             request.infer({0: inp.float().contiguous().numpy()}, share_inputs=True)
             return torch.from_numpy(request.get_output_tensor(0).data.copy())
 
@@ -594,11 +597,14 @@ def _openvino_throughput(model: nn.Module, x: torch.Tensor) -> Runner:
     fewer threads each), run at once: on small models and batches it keeps every core busier."""
     import openvino as ov
 
+    from .deploy import keep_signal_stack
+
     compiled = _openvino_compiled(model, x, "THROUGHPUT")
     jobs = min(int(compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")), x.shape[0])
     if jobs < 2:
         raise ValueError(f"nothing to run in parallel (batch {x.shape[0]}, {jobs} request)")
-    queue = ov.AsyncInferQueue(compiled, jobs)
+    with keep_signal_stack():
+        queue = ov.AsyncInferQueue(compiled, jobs)
     lock = threading.Lock()  # one queue: one call at a time
     results: dict[int, torch.Tensor] = {}
     queue.set_callback(
@@ -606,7 +612,7 @@ def _openvino_throughput(model: nn.Module, x: torch.Tensor) -> Runner:
     )
 
     def run(inp: torch.Tensor) -> torch.Tensor:
-        with lock:
+        with lock, keep_signal_stack():  # see deploy.compile_openvino
             results.clear()
             chunks = inp.float().contiguous().chunk(jobs)
             for i, chunk in enumerate(chunks):

@@ -19,6 +19,7 @@ CPU = torch.device("cpu")
 @pytest.mark.parametrize("amp, expected", [("bf16", True), ("off", False)])
 def test_bf16_and_off_are_taken_as_asked(amp: str, expected: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(placement, "native_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ("amx_bf16",))  # a CPU with bf16 units
     assert choose_bf16(amp, CPU, tiny_model()) == (expected, f"--amp {amp}")
 
 
