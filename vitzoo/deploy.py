@@ -40,6 +40,7 @@ other Python it lacks); torch.export and ONNX are the supported ways out of Pyth
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import logging
 import os
@@ -370,6 +371,13 @@ def compile_openvino(converted: Any, config: dict[str, Any] | None = None) -> An
         return openvino.Core().compile_model(converted, "CPU", config or {})
 
 
+@functools.cache
+def _libc() -> Any:
+    """The C library of this process, where sigaltstack(2) is as declared here (Linux), else None.
+    Loaded once: keep_signal_stack runs around every OpenVINO inference call."""
+    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
 class _SignalStack(ctypes.Structure):
     """Linux's stack_t (sigaltstack(2))."""
 
@@ -381,7 +389,7 @@ def keep_signal_stack() -> Iterator[None]:
     """This thread's alternate signal stack put back as it was on leaving (Linux; elsewhere nothing).
     Around every OpenVINO call that may build kernels: compiling, creating requests and inferring
     (on a CPU without AVX-512 OpenVINO builds some on the first inference)."""
-    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    libc = _libc()
     saved = _SignalStack()
     if libc is None or libc.sigaltstack(None, ctypes.byref(saved)) != 0:
         yield

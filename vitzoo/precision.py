@@ -67,10 +67,9 @@ def bf16_isa_cap() -> str | None:
     oneDNN's `ONEDNN_MAX_CPU_ISA` (the matrix products) or ATen's `ATEN_CPU_CAPABILITY` (its own
     kernels). Both are how a CPU with bf16 units is run as an AVX2-only one, and vitzoo then
     chooses as it would on that CPU."""
-    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
-        value = os.environ.get(var, "").strip().upper()
-        if value in ONEDNN_ISAS_WITHOUT_BF16:
-            return f"{var}={value}"
+    onednn = _onednn_cap()
+    if onednn is not None and onednn[1] in ONEDNN_ISAS_WITHOUT_BF16:
+        return f"{onednn[0]}={onednn[1]}"
     if platform.machine().lower() in ("x86_64", "amd64"):
         capability = _aten_capability()
         if capability in ATEN_CAPABILITIES_WITHOUT_BF16:
@@ -82,8 +81,18 @@ def cpu_isa() -> str:
     """The vector ISA PyTorch runs this CPU at (ATen's capability), with oneDNN's cap where one is
     set: "AVX512", "AVX2", "AVX512, ONEDNN_MAX_CPU_ISA=AVX2" (for reports and skip reasons)."""
     isa = _aten_capability()
-    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA")
-    return f"{isa}, ONEDNN_MAX_CPU_ISA={cap.strip().upper()}" if cap else isa
+    onednn = _onednn_cap()
+    return f"{isa}, {onednn[0]}={onednn[1]}" if onednn is not None else isa
+
+
+def _onednn_cap() -> tuple[str, str] | None:
+    """oneDNN's ISA cap as (variable, value): `ONEDNN_MAX_CPU_ISA`, or its older name
+    `DNNL_MAX_CPU_ISA`; None where neither is set."""
+    for var in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        value = os.environ.get(var, "").strip().upper()
+        if value:
+            return var, value
+    return None
 
 
 def _aten_capability() -> str:
