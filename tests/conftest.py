@@ -466,3 +466,17 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         raise AssertionError("torchrun with 2 processes did not finish in 300 s:\n" + output[-3000:]) from None
     assert proc.returncode == 0, output[-3000:]
     return out
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test that computes in bf16 on a CPU where the installed torch cannot at all (torch 2.1 on x86
+    without AVX-512: vitzoo refuses it with PrecisionUnavailableError) is skipped, naming the version."""
+    outcome = yield
+    excinfo = outcome.excinfo
+    if excinfo is not None and type(excinfo[1]).__name__ == "PrecisionUnavailableError":
+        import torch
+
+        outcome.force_exception(
+            pytest.skip.Exception(f"torch {torch.__version__} cannot compute bf16 on this CPU (newer torch emulates it)")
+        )

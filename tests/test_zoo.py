@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
@@ -16,6 +15,7 @@ from vitzoo import registry, zoo
 from vitzoo.pretrained_cfg import license_flags
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
+from vitzoo.weights.timm_modules import timm_on_meta
 
 TIMM_NAMES = timm_counterparts()
 
@@ -100,16 +100,7 @@ def _require_timm_has(timm_name: str) -> None:
 
 
 def _timm_on_meta(timm_name):
-    """timm's model built on the meta device: shapes without memory, init or compute. timm < 1.0.22
-    takes its drop-path rates from torch.linspace(...).item(), which a meta tensor cannot answer,
-    so those few scalars are made on the CPU."""
-    linspace = torch.linspace
-
-    def cpu_linspace(*args, **kwargs):
-        return linspace(*args, **{**kwargs, "device": "cpu"})
-
-    with torch.device("meta"), mock.patch.object(torch, "linspace", cpu_linspace):
-        return timm.create_model(timm_name, pretrained=False)
+    return timm_on_meta(timm, timm_name)
 
 
 def _timm_name(name: str) -> str:

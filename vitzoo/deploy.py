@@ -247,6 +247,9 @@ def _onnx_via_tracing(model: nn.Module, example: torch.Tensor, dst: Path, opset:
             output_names=[OUTPUT_NAME],
             dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
             opset_version=opset,  # None: this torch's default
+            # torch < 2.2 folds the weights' transposes in fp32: bf16 weights would come out as fp32 MatMul
+            # constants beside bf16 activations. Unfolded, each keeps its dtype behind a Transpose node.
+            do_constant_folding=next(model.parameters()).dtype != torch.bfloat16,
         )
     return opset
 

@@ -132,11 +132,41 @@ class EmulatedPrecisionWarning(UserWarning):
 _warned_emulated = threading.Event()
 
 
+class PrecisionUnavailableError(VitzooError, RuntimeError):
+    """A precision asked for that this torch cannot compute on this CPU at all."""
+
+
+@functools.cache
+def bf16_emulation_problem() -> str | None:
+    """Why this torch cannot compute a ViT's ops in bf16 on this CPU at all, or None where it can
+    (natively or emulated). torch 2.1 sends CPU bf16 convolutions, matrix products and GELU to
+    oneDNN whatever the processor, and oneDNN has none of them on x86 without AVX-512; later
+    torch emulates them. A tiny patch embedding, linear, GELU, LayerNorm and attention, run once."""
+    bf16 = torch.bfloat16
+    try:
+        with torch.no_grad():
+            x = torch.ones(1, 2, 4, 4, dtype=bf16)
+            tokens = torch.nn.functional.conv2d(x, torch.ones(4, 2, 2, 2, dtype=bf16), stride=2).flatten(2).mT
+            y = torch.nn.functional.gelu(torch.nn.functional.linear(tokens, torch.ones(4, 4, dtype=bf16)))
+            y = torch.nn.functional.layer_norm(y, (4,))
+            torch.nn.functional.scaled_dot_product_attention(y[None], y[None], y[None])
+    except RuntimeError as exc:
+        return str(exc).strip().split(". ")[0] or type(exc).__name__
+    return None
+
+
 def warn_if_emulated(dtype: torch.dtype, device: torch.device | str = "cpu") -> str | None:
     """Say once per process, as an EmulatedPrecisionWarning, that bf16 asked for on this CPU is
     emulated; returns the sentence (or None where bf16 is native or not asked for)."""
     if dtype != torch.bfloat16 or torch.device(device).type != "cpu" or native_bf16_flags():
         return None
+    problem = bf16_emulation_problem()
+    if problem is not None:
+        raise PrecisionUnavailableError(
+            f"bf16 cannot run on this CPU with torch {torch.__version__} ({no_native_bf16_reason()}): its oneDNN "
+            f"has no bf16 kernels here and does not emulate them ({problem}); use fp32, or a newer torch, "
+            "which emulates bf16 on every CPU"
+        )
     message = f"bf16 is emulated here, slower than fp32 ({no_native_bf16_reason()})"
     if not _warned_emulated.is_set():
         _warned_emulated.set()

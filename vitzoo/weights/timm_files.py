@@ -25,7 +25,7 @@ from .files import checked_pretrained
 from .hub import TIMM_PREFIX, require_timm
 from .keymaps import to_vitzoo
 from .shapes import infer_config_fields
-from .timm_modules import TIMM_ROPES, check_timm_model
+from .timm_modules import TIMM_ROPES, check_timm_model, timm_on_meta
 
 logger = logging.getLogger("vitzoo.weights")
 
@@ -245,8 +245,7 @@ def check_timm_architecture(ckpt: Checkpoint, *, registered: bool) -> None:
     loading = {*inspect.signature(timm.create_model).parameters, *_FEATURE_ARGS}
     args = {k: v for k, v in ckpt.timm_model_args.items() if k not in loading}
     try:
-        with torch.device("meta"):
-            model = timm.create_model(name, pretrained=False, **args)
+        model = timm_on_meta(timm, name, **args)
     except Exception as e:  # timm's builders fail in many ways on a name or argument they do not take
         logger.warning(
             "%s: timm %s cannot build it (%s), so nothing checked that vitzoo computes it exactly",
@@ -268,9 +267,24 @@ def read_timm(name: str) -> Checkpoint:
     except RuntimeError as e:
         raise WeightsNotFoundError(f"timm:{name}: timm could not create or load it ({e})") from e
     label = f"timm:{name}"
+    state, fields, declared = timm_model_fields(model, label)
+    pretrained = timm_pretrained(dict(model.pretrained_cfg), label)
+    pretrained["source"] = label
+    data = Checkpoint(state, label, "timm", fields, declared, checked_pretrained(pretrained, label))
+    label_set = imagenet_label_set(fields.get("num_classes", 0))
+    if label_set is not None and "label_names" not in pretrained:
+        data.implied["label_set"] = label_set
+    naflex = hasattr(model, "embeds")  # timm's NaFlexVit
+    data.src_grid = tuple(model.embeds.pos_embed_grid_size) if naflex else tuple(model.patch_embed.grid_size)
+    return data
+
+
+def timm_model_fields(model: nn.Module, label: str) -> tuple[dict[str, torch.Tensor], dict[str, Any], set[str]]:
+    """A live timm model (on any device, meta too) as vitzoo sees it: its state in vitzoo's names,
+    the ViTConfig fields it determines, and which of them no tensor shows (`declared`). Refuses
+    (WeightsMismatchError) a model with parts vitzoo does not compute."""
     check_timm_model(model, label)
-    state = {k: v for k, v in model.state_dict().items()}
-    converted = to_vitzoo(state, file=label)
+    converted = to_vitzoo(dict(model.state_dict()), file=label)
     fields = infer_config_fields(converted.state, file=label)
     blocks = getattr(model, "blocks", None)
     if blocks is not None and len(blocks):
@@ -279,9 +293,8 @@ def read_timm(name: str) -> Checkpoint:
         fields["act_layer"] = _timm_activation(blocks[0].mlp.act, label)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
-    naflex = hasattr(model, "embeds")  # timm's NaFlexVit
     unshown = timm_position_and_pool_fields(model, label)
-    if naflex:
+    if hasattr(model, "embeds"):  # timm's NaFlexVit
         unshown.update(_naflex_timm_fields(model, label))
         img = unshown.pop("img_size", fields.get("img_size"))
     else:
@@ -290,16 +303,9 @@ def read_timm(name: str) -> Checkpoint:
             fields["drop_remainder"] = True  # timm's conv ignores the pixels past the last whole patch
     fields["img_size"] = img
     fields.update(unshown)
-    pretrained = timm_pretrained(dict(model.pretrained_cfg), label)
-    pretrained["source"] = label
     declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer") if k in fields}
     declared |= {"global_pool", "no_embed_class", "img_size", *unshown} | ({"drop_remainder"} & set(fields))
-    data = Checkpoint(converted.state, label, "timm", fields, declared, checked_pretrained(pretrained, label))
-    label_set = imagenet_label_set(fields.get("num_classes", 0))
-    if label_set is not None and "label_names" not in pretrained:
-        data.implied["label_set"] = label_set
-    data.src_grid = tuple(model.embeds.pos_embed_grid_size) if naflex else tuple(model.patch_embed.grid_size)
-    return data
+    return converted.state, fields, declared
 
 
 # The attributes of timm's rotary embeddings that hold each setting.

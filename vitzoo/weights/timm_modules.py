@@ -12,10 +12,31 @@ does, instead of being loaded into a model that would compute something else.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from .errors import WeightsMismatchError
+
+class _LinspaceOnCPU(TorchFunctionMode):
+    """Inside torch.device("meta"): torch.linspace made on the CPU. timm < 1.0.22 reads its
+    drop-path rates with torch.linspace(...).item(), which a meta tensor cannot answer."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.linspace:
+            kwargs["device"] = "cpu"
+        return func(*args, **kwargs)
+
+
+def timm_on_meta(timm: Any, name: str, **model_args: Any) -> nn.Module:
+    """timm's model `name` built on the meta device: its module tree and shapes, nothing allocated."""
+    with torch.device("meta"), _LinspaceOnCPU():
+        model: nn.Module = timm.create_model(name, pretrained=False, **model_args)
+    return model
+
 
 # timm's rotary embedding classes -> ViTConfig.rope.
 TIMM_ROPES = {"RotaryEmbeddingCat": "cat", "RotaryEmbeddingMixed": "mixed", "RotaryEmbeddingDinoV3": "dinov3"}

@@ -1,8 +1,7 @@
-"""The built-in named models, as data: each one a config (shapes identical to timm's where timm
-has it), its preprocessing, the pretrained sources it knows and its timm counterpart.
-
-The registry (vitzoo/registry.py) reads `MODELS` on first use; loading a source is vitzoo.weights'
-job. This module imports only the model config and `PretrainedCfg`, so it sits below both.
+"""The curated named models, written by hand: each one a config (shapes identical to timm's where
+timm has it), its preprocessing, the pretrained sources it knows and its timm counterpart. The
+releases a family rule states come from the generated table (timm_releases.py); vitzoo/zoo/__init__.py
+joins the two into `MODELS`.
 """
 
 from __future__ import annotations
@@ -10,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .model import ViTConfig
-from .pretrained_cfg import (
+from ..model import ViTConfig
+from ..pretrained_cfg import (
     CLIP_MEAN,
     CLIP_STD,
     IMAGENET_MEAN,
@@ -97,6 +96,7 @@ class ZooModel:
     pretrained: dict[str, PretrainedCfg] = field(default_factory=dict)  # tag -> source; first is default
     description: str = ""
     timm_name: str | None = None  # the timm architecture with the same shapes and parameter names
+    family: str = ""  # "vit", "clip", "dinov2", ... (zoo/families.py names each by a rule)
 
 
 def _released(
@@ -307,7 +307,7 @@ _RADIO = ViTConfig(img_size=512, num_classes=0, reg_tokens=7, no_embed_class=Tru
 # SigLIP are the ViTs people use today as classifiers and as backbones: self-supervised and
 # image-text weights have no classifier, num_classes=0 gives the pooled feature (CLIP: its
 # projection into the 512-d joint space).
-MODELS: tuple[ZooModel, ...] = (
+CURATED: tuple[ZooModel, ...] = (
     # ------------------------------------------------------------------------- MNIST
     # The tutorial's model, exactly: 32x32 digits, 2x2 patches of 16, d_model 9, no final norm.
     ZooModel(

@@ -1,0 +1,109 @@
+"""The built-in named models, as data: `MODELS`, read by the registry (vitzoo/registry.py) on first use.
+
+Two tables make it:
+- `curated.py`, written by hand: the MNIST models, and each family's first releases with their
+  descriptions and the choices timm's table does not state (vitzoo's names, DINOv3's class-token
+  option, SigLIP 2's sizes as tags, the NaFlex towers of transformers' layout);
+- `timm_releases.py`, generated from timm by tools/zoo_from_timm.py: every other ViT-family release
+  on timm's hub that ViTConfig expresses, one line of data each (architecture, tag, classes, size,
+  normalisation, crop, interpolation, licence), its architecture's fields stated once per family.
+
+A generated release of an architecture that a curated model already has joins that model as one
+more tag (its `model_args` say what it needs beyond the model's config: a class count, a size, an
+activation); the other architectures become models of their own, named by `short_name`'s rule.
+Loading a source is vitzoo.weights' job: this package imports only the model config and `PretrainedCfg`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..model import ViTConfig
+from ..pretrained_cfg import (
+    CLIP_MEAN,
+    CLIP_STD,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    INCEPTION_MEAN,
+    INCEPTION_STD,
+    PretrainedCfg,
+    imagenet_label_set,
+)
+from .curated import CURATED, ZooModel
+from .families import family_of
+from .timm_releases import ARCHITECTURES, FAMILY_BASES, RELEASES
+
+__all__ = ["MODELS", "ZooModel", "arch_config"]
+
+# The normalisations of the generated table, by name; a row may also give (mean, std) itself.
+NORMS = {
+    "imagenet": (IMAGENET_MEAN, IMAGENET_STD),
+    "inception": (INCEPTION_MEAN, INCEPTION_STD),
+    "clip": (CLIP_MEAN, CLIP_STD),
+}
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def arch_config(arch: str) -> ViTConfig:
+    """The ViTConfig of a generated timm architecture (its default release's classes and size)."""
+    _, fam, fields = ARCHITECTURES[arch]
+    return ViTConfig(**{k: _tuples(v) for k, v in {**FAMILY_BASES[fam], **fields}.items()})
+
+
+def _release(row: tuple[Any, ...], config: ViTConfig) -> PretrainedCfg:
+    """One generated row as the source of a model of `config`: `model_args` hold what its
+    architecture (timm's, at the row's classes and size) has beyond `config`."""
+    arch, tag, classes, size, norm, crop_pct, crop_mode, interpolation, licence, *repo = row
+    mean, std = NORMS[norm] if isinstance(norm, str) else _tuples(norm)
+    height, width = (size, size) if isinstance(size, int) else _tuples(size)
+    wanted = arch_config(arch).replace(num_classes=classes, img_size=_tuples(size)).to_dict()
+    have = config.to_dict()
+    if wanted["init_values"] is not None and have["init_values"] is not None:
+        wanted["init_values"] = have["init_values"]  # LayerScale's initial value: the weights replace it
+    return PretrainedCfg(
+        source=f"hf-hub:{repo[0] if repo else f'timm/{arch}.{tag}'}",
+        input_size=(3, height, width),
+        mean=mean,
+        std=std,
+        interpolation=interpolation,
+        crop_pct=crop_pct,
+        crop_mode=crop_mode,
+        num_classes=classes,
+        label_set=imagenet_label_set(classes),
+        license=licence or None,
+        description=f"timm's release {arch}.{tag}",
+        extra={"timm": f"{arch}.{tag}"},  # its name in timm (the source may be another copy of the weights)
+        model_args={k: _tuples(v) for k, v in wanted.items() if _tuples(v) != _tuples(have[k])},
+        tag=tag,
+    )
+
+
+def _joined() -> tuple[ZooModel, ...]:
+    """The curated models with the generated releases of their architectures as more tags, then a
+    model for each other generated architecture, in the table's order."""
+    rows: dict[str, list[tuple[Any, ...]]] = {}
+    for row in RELEASES:
+        rows.setdefault(row[0], []).append(row)
+    curated_arch = {}
+    for model in CURATED:
+        curated_arch.setdefault(model.timm_name, model.name)
+    models = []
+    for model in CURATED:
+        extra = rows.pop(model.timm_name, []) if curated_arch.get(model.timm_name) == model.name else []
+        tags = {**model.pretrained, **{r[1]: _release(r, model.config) for r in extra if r[1] not in model.pretrained}}
+        models.append(replace(model, pretrained=tags, family=model.family or family_of(model.name, model.timm_name)))
+    for arch, arch_rows in rows.items():
+        name, fam, _ = ARCHITECTURES[arch]
+        config = arch_config(arch)
+        tags = {r[1]: _release(r, config) for r in arch_rows}
+        default = next(iter(tags.values())).without_weights()
+        what = f"same shapes as timm's {arch}"
+        models.append(ZooModel(name, config, default, tags, f"{fam}: {what}", timm_name=arch, family=fam))
+    return tuple(models)
+
+
+MODELS: tuple[ZooModel, ...] = _joined()

@@ -1,0 +1,32 @@
+"""The family of a built-in model: the first rule whose text its names contain (vitzoo's name, then
+timm's architecture). `vitzoo list --family` filters by it; the generated table groups by it."""
+
+from __future__ import annotations
+
+FAMILY_RULES: tuple[tuple[str, str], ...] = (
+    ("mnist", "mnist"),
+    ("aimv2", "aimv2"),
+    ("naflexvit", "naflexvit"),
+    ("dinov3", "dinov3"),
+    ("dinov2", "dinov2"),
+    ("dino_", "dino"),
+    ("mae_", "mae"),
+    ("eva02", "eva02"),
+    ("eva_", "eva"),
+    ("deit3", "deit3"),
+    ("deit", "deit"),
+    ("_pe_", "pe"),
+    ("rope", "rope_vit"),
+    ("radio", "radio"),
+    ("siglip2", "siglip2"),
+    ("siglip", "siglip"),
+    ("clip", "clip"),
+    ("flexivit", "flexivit"),
+    ("", "vit"),
+)
+
+
+def family_of(*names: str | None) -> str:
+    """The family the first matching rule gives `names` (e.g. a vitzoo name and a timm architecture)."""
+    text = " ".join(n for n in names if n)
+    return next(fam for rule, fam in FAMILY_RULES if rule in text)
