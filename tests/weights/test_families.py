@@ -496,6 +496,13 @@ def test_transformers_config_defaults_are_transformers_own():
         "clip_vision_model": "CLIPVisionConfig",
         "siglip_vision_model": "SiglipVisionConfig",
         "siglip2_vision_model": "Siglip2VisionConfig",  # transformers >= 4.49
+        "vit_msn": "ViTMSNConfig",
+        "ijepa": "IJepaConfig",
+        "dpt": "DPTConfig",
+        "metaclip_2_vision_model": "MetaClip2VisionConfig",
+        "chinese_clip_vision_model": "ChineseCLIPVisionConfig",
+        "tipsv2_vision_model": "Tipsv2VisionConfig",
+        "internvl_vision": "InternVLVisionConfig",
     }
     # Dinov2Config's patch_size default was 16 in older transformers (4.40), 14 now: vitzoo takes
     # today's; DINOv2's published configs state it, and the patch projection's shape checks it.

@@ -66,6 +66,7 @@ OPEN_CLIP_VISUAL: list[Rule] = [
     (r"visual\.ln_post\.(weight|bias)", r"norm.\1"),
     (r"visual\.proj", "head.weight"),  # (D, E): transposed below
 ]
+OPEN_CLIP_POST_POOL_NORM: Rule = (r"visual\.ln_post\.(weight|bias)", r"fc_norm.\1")
 OPEN_CLIP_IGNORE = [r"(?:text\.)?attn_mask", r"visual\.attn_mask"]
 
 _TM = r"text_model\."
@@ -115,11 +116,14 @@ def _take_scalars(rest: StateDict) -> tuple[torch.Tensor | None, torch.Tensor | 
     return scale, bias
 
 
-def split_open_clip(state: StateDict, *, file: str) -> Split:
-    """open_clip's `open_clip_model.safetensors` (or an open_clip state dict) -> towers in our names."""
+def split_open_clip(state: StateDict, *, file: str, fc_norm: bool = False) -> Split:
+    """open_clip's `open_clip_model.safetensors` (or an open_clip state dict) -> towers in our names.
+    `fc_norm`: open_clip's own ViT norms after pooling (CLIPA's final_ln_after_pool), so its ln_post
+    is vitzoo's fc_norm."""
     state = dict(state)
     scale, bias = _take_scalars(state)
-    visual, rest = _rename(state, OPEN_CLIP_VISUAL, file=file, fmt="open_clip")
+    rules = [OPEN_CLIP_POST_POOL_NORM, *OPEN_CLIP_VISUAL] if fc_norm else OPEN_CLIP_VISUAL  # the first match wins
+    visual, rest = _rename(state, rules, file=file, fmt="open_clip")
     text, rest = _rename(rest, OPEN_CLIP_TEXT, file=file, fmt="open_clip")
     _refuse_rest(rest, OPEN_CLIP_IGNORE, file=file, fmt="open_clip")
     if visual.get("cls_token") is not None and visual["cls_token"].dim() == 1:

@@ -28,7 +28,7 @@ from .. import registry
 from ..model import VisionTransformer, ViTConfig
 from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
 from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_source, vit_config
-from ..weights.errors import WeightsMismatchError
+from ..weights.errors import WeightsFileError, WeightsMismatchError
 from ..weights.files import StateDict, read_checkpoint, read_json, read_shapes
 from ..weights.hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
 from ..weights.shapes import infer_config_fields
@@ -154,7 +154,7 @@ def _read_open_clip(files: Files, config_path: Path) -> ImageTextModel:
     weights = files.first(OPEN_CLIP_WEIGHTS)
     _check_open_clip(cfg, str(config_path), weights)
     tokenizer = tokenizer_for(files, cfg.tokenizer, cfg.text, config=str(config_path), lazy=True)
-    split = split_open_clip(read_checkpoint(weights), file=str(weights))
+    split = split_open_clip(read_checkpoint(weights), file=str(weights), fc_norm=cfg.fc_norm)
     visual = _open_clip_visual(cfg, split.visual, str(weights))
     text = TextTransformer(cfg.text)
     _load(text, split.text, str(weights), "text tower")
@@ -173,7 +173,7 @@ def _check_open_clip(cfg: OpenClipConfig, config: str, weights: Path) -> None:
     """Both towers of an open_clip config against the shapes of the tensors in `weights` (its
     header alone, for safetensors), before anything is built or loaded from it: a size the tensors
     do not have is named with its field and tensor (weights/verify.py), not allocated."""
-    shapes = split_open_clip(read_shapes(weights), file=str(weights))
+    shapes = split_open_clip(read_shapes(weights), file=str(weights), fc_norm=cfg.fc_norm)
     inferred = infer_config_fields(shapes.visual, file=str(weights))
     check_stated(cfg.vision_fields, inferred, shapes.visual, config=config, weights=str(weights))
     _check_text(cfg.text, cfg.text_says, shapes.text, config=config, weights=str(weights))
@@ -287,11 +287,17 @@ def create_image_text(name: str, pretrained: bool | None = None, weights: Source
 def tokenizer_for(
     files: Files, spec: dict[str, Any], text: TextConfig, *, config: str, lazy: bool = False
 ) -> Tokenizer:
-    """The tokenizer `spec` describes ({"kind": "clip"} or {"kind": "sentencepiece", ...}). A
+    """The tokenizer `spec` describes ({"kind": "clip"}, {"kind": "sentencepiece", ...}, or
+    {"kind": "unsupported", "reason": ...}: one vitzoo does not implement, an error when called). A
     vocabulary that is nowhere to be found raises WeightsNotFoundError naming the places and files;
     `lazy`: when the tokenizer is called instead (a model still computes from token ids). A
     tokenizer with more ids than the tower `config` describes has embeddings is refused."""
     tokenizer: ClipTokenizer | SentencePieceTokenizer
+    if spec["kind"] == "unsupported":
+        error = WeightsFileError(f"{config!r}: {spec['reason']}")
+        if lazy:
+            return MissingTokenizer(error)
+        raise error
     if spec["kind"] == "clip":
         tokenizer = clip_tokenizer(text.context_length)
     else:

@@ -29,12 +29,13 @@ _TEXT_DEFAULTS: dict[str, Any] = {
     "attn_pooler_heads": 8,
     "use_pad_mask": False,
 }
+# open_clip's image-tower pooling -> ViTConfig.global_pool ('none', all tokens projected, is refused)
+_VISION_POOLS = {"tok": "token", "avg": "avg"}
+# open_clip's text pooling -> TextConfig.pool ('first' and 'none' are refused)
+_TEXT_POOLS = ("argmax", "last", "eos")
 _VISION_DEFAULTS: dict[str, Any] = {
     "attentional_pool": False,
-    "no_ln_pre": False,
     "pos_embed_type": "learnable",
-    "final_ln_after_pool": False,
-    "pool_type": "tok",
     "qk_norm": False,
     "timm_model_pretrained": False,
     "timm_proj_bias": False,
@@ -61,6 +62,11 @@ class OpenClipConfig:
     preprocess: dict[str, Any] = field(default_factory=dict)
     # how the file sets each text tower field its tensors show (text/transformer.py's SHOWN_BY)
     text_says: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def fc_norm(self) -> bool:
+        """Whether the image tower norms after pooling (its ln_post is vitzoo's fc_norm)."""
+        return bool(self.vision_fields.get("fc_norm", False))
 
     def preprocessing(self, vit: ViTConfig, source: str) -> PretrainedCfg:
         """The image tower's preprocessing: open_clip's evaluation transform (resize the short side
@@ -137,8 +143,9 @@ def _text_says(text: dict[str, Any], embed_dim: int, prefix: str) -> dict[str, s
 
 def _text_config(text: dict[str, Any], embed_dim: int, quick_gelu: bool, where: str) -> TextConfig:
     pool = text.get("pool_type", "argmax")
-    if pool not in ("argmax", "last"):
-        raise WeightsFileError(f"{where!r}: model_cfg.text_cfg.pool_type={pool!r} is not supported ('argmax', 'last')")
+    if pool not in _TEXT_POOLS:
+        expected = ", ".join(map(repr, _TEXT_POOLS))
+        raise WeightsFileError(f"{where!r}: model_cfg.text_cfg.pool_type={pool!r} is not supported ({expected})")
 
     def size(key: str) -> Any:
         return text.get(key, _TEXT_SIZES[key])
@@ -156,6 +163,8 @@ def _text_config(text: dict[str, Any], embed_dim: int, quick_gelu: bool, where: 
             norm_eps=_eps(text),
             causal=not text.get("no_causal_mask", False),
             pool=pool,
+            # open_clip's TextTransformer reads eos_id (default 2) only when it pools at 'eos'
+            eos_id=text.get("eos_id", 2) if pool == "eos" else None,
             proj_bias=bool(size("proj_bias")),
         )
     except (TypeError, ValueError) as e:
@@ -170,6 +179,10 @@ def _vision_fields(vision: dict[str, Any], embed_dim: int, quick_gelu: bool, whe
             raise WeightsFileError(f"{where!r}: model_cfg.vision_cfg.timm_proj={proj!r} is not supported (none)")
         pool = vision.get("timm_pool", "avg")
         return {"img_size": image_size, "global_pool": pool, "num_classes": 0 if proj == "none" else embed_dim}
+    pool = vision.get("pool_type", "tok")
+    if pool not in _VISION_POOLS:
+        expected = ", ".join(map(repr, _VISION_POOLS))
+        raise WeightsFileError(f"{where!r}: model_cfg.vision_cfg.pool_type={pool!r} is not supported ({expected})")
     width = vision.get("width", 768)
     head_width = vision.get("head_width", 64)
     if not isinstance(width, int) or not isinstance(head_width, int) or head_width <= 0 or width % head_width:
@@ -184,7 +197,11 @@ def _vision_fields(vision: dict[str, Any], embed_dim: int, quick_gelu: bool, whe
         "num_heads": width // head_width,
         "mlp_ratio": float(vision.get("mlp_ratio", 4.0)),
         "init_values": vision.get("ls_init_value"),
-        "pre_norm": True,
+        # CLIPA: no ln_pre; ln_post on the pooled token (final_ln_after_pool), which is
+        # vitzoo's fc_norm (for the class token, the same as norming every token first)
+        "pre_norm": not vision.get("no_ln_pre", False),
+        "global_pool": _VISION_POOLS[pool],
+        "fc_norm": bool(vision.get("final_ln_after_pool", False)),
         "patch_bias": False,
         "head_bias": False,
         "norm_eps": _eps(vision),
@@ -198,6 +215,14 @@ def _tokenizer_spec(text: dict[str, Any]) -> dict[str, Any]:
     if not repo:
         return {"kind": "clip"}
     kwargs = text.get("tokenizer_kwargs") or {}
+    other = sorted(set(kwargs) - {"clean"}) if isinstance(kwargs, dict) else ["(not a JSON object)"]
+    if other:  # options of transformers' tokenizers (CLIPA's strip_sep_token: BERT's WordPiece)
+        return {
+            "kind": "unsupported",
+            "reason": f"model_cfg.text_cfg.tokenizer_kwargs {', '.join(other)} (hf_tokenizer_name={repo!r}) "
+            "configure a tokenizer vitzoo does not implement (it has CLIP's BPE and SigLIP's SentencePiece); "
+            "the text tower takes token ids",
+        }
     return {"kind": "sentencepiece", "repo": repo, "clean": kwargs.get("clean", "whitespace")}
 
 

@@ -5,6 +5,8 @@
     x = norm(x)                                  the final LayerNorm
     x = x[pool position]                         "argmax": the end-of-text token, the largest id (CLIP)
                                                  "last": the last slot (SigLIP: texts padded to the context)
+                                                 "eos": the first `eos_id` token (MetaCLIP 2; the first
+                                                 slot when a text has none, as open_clip and transformers)
     x = proj(x)                                  the projection to the joint space (SigLIP's has a bias)
 
 Parameter names are vitzoo's own (text/keymaps.py maps open_clip's and transformers' onto them).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import typing
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
@@ -39,7 +42,8 @@ class TextConfig:
     act_layer: str = "gelu"
     norm_eps: float = 1e-5
     causal: bool = True  # CLIP: each token sees the ones before it; SigLIP: all tokens
-    pool: Literal["argmax", "last"] = "argmax"
+    pool: Literal["argmax", "last", "eos"] = "argmax"
+    eos_id: int | None = None  # the token "eos" pools at (and only then)
     proj_bias: bool = False
 
     def __post_init__(self) -> None:
@@ -54,8 +58,17 @@ class TextConfig:
             )
         if self.width % self.num_heads:
             raise ValueError(f"TextConfig: width={self.width} is not divisible by num_heads={self.num_heads}")
-        if self.pool not in ("argmax", "last"):
-            raise ValueError(f"TextConfig.pool={self.pool!r} is invalid; expected 'argmax' or 'last'")
+        if self.pool not in ("argmax", "last", "eos"):
+            raise ValueError(f"TextConfig.pool={self.pool!r} is invalid; expected 'argmax', 'last' or 'eos'")
+        eos = self.eos_id
+        if self.pool == "eos" and (not isinstance(eos, int) or isinstance(eos, bool) or not 0 <= eos < self.vocab_size):
+            raise ValueError(
+                f"TextConfig.eos_id={eos!r} is invalid for pool='eos'; expected a token id from 0 to {self.vocab_size - 1}"
+            )
+        if self.pool != "eos" and eos is not None:
+            raise ValueError(
+                f"TextConfig.eos_id={eos!r} is set with pool={self.pool!r}; expected None (only 'eos' uses it)"
+            )
         if self.act_layer not in ACTIVATIONS:
             raise ValueError(f"TextConfig.act_layer={self.act_layer!r} is invalid; expected one of {ACTIVATIONS}")
 
@@ -167,8 +180,12 @@ class TextTransformer(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, L) ids -> (B, embed_dim) text embeddings (not normalised)."""
         x = self.forward_features(ids)
+        rows = torch.arange(x.shape[0], device=x.device)
         if self.config.pool == "argmax":
-            x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]
+            x = x[rows, ids.argmax(dim=-1)]
+        elif self.config.pool == "eos":  # argmax of a 0/1 mask: its first 1 (0 when there is none)
+            eos = typing.cast(int, self.config.eos_id)  # set with "eos" (__post_init__)
+            x = x[rows, torch.eq(ids, eos).int().argmax(dim=-1)]
         else:
             x = x[:, -1]
         return self.proj(x)

@@ -4,7 +4,8 @@ and which tokenizer goes with it.
 transformers saves only the values that differ from its defaults, so each model type's defaults
 are spelled out here. CLIP pools at the end-of-text token: transformers takes the largest id when
 `eos_token_id` is 2 (its older configs) and the first end-of-text id otherwise, which for CLIP's
-vocabulary is the same token (end-of-text is its largest id). SigLIP pools at the last position.
+vocabulary is the same token (end-of-text is its largest id). MetaCLIP 2 always pools at the first
+`eos_token_id` (its worldwide releases: XLM-V's </s>, 2). SigLIP pools at the last position.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ _SIGLIP_TEXT = dict(
     hidden_act="gelu_pytorch_tanh",
     layer_norm_eps=1e-6,
 )
-TEXT_MODEL_TYPES = {"clip": _CLIP_TEXT, "siglip": _SIGLIP_TEXT, "siglip2": _SIGLIP_TEXT}
+_METACLIP_2_TEXT = dict(_CLIP_TEXT, eos_token_id=49407)
+TEXT_MODEL_TYPES = {"clip": _CLIP_TEXT, "metaclip_2": _METACLIP_2_TEXT, "siglip": _SIGLIP_TEXT, "siglip2": _SIGLIP_TEXT}
+# CLIP's BPE: its vocabulary size and end-of-text id
+_CLIP_VOCAB, _CLIP_EOT = 49408, 49407
 
 
 def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfig, dict[str, Any]]:
@@ -53,8 +57,9 @@ def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfi
     if act is None:
         raise WeightsFileError(f"{where!r}: text_config.hidden_act={values['hidden_act']!r} is not supported")
     width, mlp = values["hidden_size"], values["intermediate_size"]
-    clip = model_type == "clip"
+    clip = model_type in ("clip", "metaclip_2")
     _, embed_dim = _projection(cfg, clip, values)
+    eos = values.get("eos_token_id") if model_type == "metaclip_2" else None
     if not isinstance(embed_dim, int):
         raise WeightsFileError(f"{where!r}: the projection size {embed_dim!r} is invalid; expected an integer")
     try:
@@ -69,11 +74,18 @@ def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfi
             act_layer=act,
             norm_eps=float(values["layer_norm_eps"]),
             causal=clip,
-            pool="argmax" if clip else "last",
+            pool="eos" if eos is not None else "argmax" if clip else "last",
+            eos_id=eos,
             proj_bias=not clip,
         )
     except (TypeError, ValueError, ZeroDivisionError) as e:
         raise WeightsFileError(f"{where!r}: text_config is invalid ({e})") from e
+    if model_type == "metaclip_2" and (config.vocab_size, eos) != (_CLIP_VOCAB, _CLIP_EOT):
+        reason = (
+            f"text_config vocab_size={config.vocab_size}, eos_token_id={eos}: a tokenizer other than CLIP's "
+            "(MetaCLIP 2 worldwide: XLM-V), which vitzoo does not implement; the text tower takes token ids"
+        )
+        return config, {"kind": "unsupported", "reason": reason}
     if clip:
         return config, {"kind": "clip"}
     # SigLIP's vocabulary is T5's (spiece.model); SigLIP 2's, in a SiglipModel (fixed resolution) as in a
@@ -99,7 +111,7 @@ def transformers_text_says(cfg: dict[str, Any]) -> dict[str, str]:
     model_type = cfg["model_type"]
     text = cfg.get("text_config") or {}
     values = {**TEXT_MODEL_TYPES[model_type], **text}
-    clip = model_type == "clip"
+    clip = model_type in ("clip", "metaclip_2")
     embed_key, embed_dim = _projection(cfg, clip, values)
 
     def says(key: str, value: Any) -> str:

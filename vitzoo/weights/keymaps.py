@@ -9,17 +9,23 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                   embeds.proj.weight                                    timm's NaFlexVit (its `embeds`: a Linear
                                                                         over (row, column, channel) patches, a
                                                                         (1, rows, columns, D) table of the patches)
-    transformers  [vit.|deit.]embeddings.patch_embeddings.projection.weight
+    transformers  [vit.|deit.|ijepa.|dpt.]embeddings.patch_embeddings.projection.weight
                                                                         ViTModel, ViTForImageClassification,
                                                                         DeiTForImageClassificationWithTeacher,
-                                                                        ViTMAEModel, Dinov2Model,
+                                                                        ViTMAEModel, ViTMSNModel, IJepaModel,
+                                                                        DPTModel (DPTFor...: the backbone),
+                                                                        InternVLVisionModel, Dinov2Model,
                                                                         Dinov2WithRegistersModel
                   [vision_model.]embeddings.patch_embedding.weight      CLIPVisionModel[WithProjection],
                                                                         SiglipVisionModel, CLIPModel,
-                                                                        SiglipModel, Siglip2Model (their vision
-                                                                        tower; SigLIP 2's patch Linear becomes
-                                                                        a convolution)
+                                                                        SiglipModel, Siglip2Model, MetaClip2 and
+                                                                        ChineseCLIP models (their vision tower;
+                                                                        SigLIP 2's patch Linear becomes a
+                                                                        convolution)
                   embeddings.patch_embeddings.weight                    DINOv3ViTModel
+    tips          [vision_encoder.]register_tokens                      TIPS / TIPSv2 (Google's names, which
+                                                                        transformers' Tipsv2VisionModel and
+                                                                        Tipsv2Model save)
     radio         radio_model.model.patch_generator.embedder.weight     NVIDIA's C-RADIO releases, transformers'
                                                                         RadioModel (which saves NVIDIA's names)
     torchvision   conv_proj.weight                                      torchvision vit_b_16 & co.
@@ -42,7 +48,7 @@ import torch
 from .errors import UnknownFormatError, WeightsMismatchError
 from .files import StateDict
 
-FORMATS = ("vitzoo", "transformers", "radio", "torchvision", "npz")
+FORMATS = ("vitzoo", "transformers", "tips", "radio", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
 # The LayerNorm eps of transformers' other families, for weights files without their config.json.
 DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS = 1e-6, 1e-5, 1e-6, 1e-5
@@ -63,9 +69,11 @@ class Converted:
 def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
     """The layout of a checkpoint, from its keys."""
     keyset = set(keys)
+    if any(re.fullmatch(rf"{_TV}{_TIPS_KEY}", k) for k in keyset):
+        return "tips"
     if "patch_embed.proj.weight" in keyset or any(k.startswith("blocks.0.") for k in keyset):
         return "vitzoo"
-    if any(re.fullmatch(r"((vit|deit)\.)?embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
+    if any(re.fullmatch(rf"{_HF}embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
         return "transformers"
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset) or _DINOV3_PATCH_KEY in keyset:
         return "transformers"
@@ -226,7 +234,8 @@ def _from_timm_naflex(state: StateDict, file: str) -> tuple[StateDict, dict[str,
 # ViT, DeiT, ViTMAE and DINOv2 share one naming scheme (DINOv2 names its LayerNorms norm1/norm2 and
 # adds LayerScale); CLIP and SigLIP share another (CLIP_RULES below).
 _HF_LAYER = r"(?:encoder\.layer|layers)\.(\d+)\."  # transformers <5 saved names | 5.x module names
-_HF = r"(?:vit\.|deit\.)?"  # the base model inside ViTFor..., DeiTFor..., ViTMAEForPreTraining
+# the base model inside ViTFor..., DeiTFor..., ViTMAEForPreTraining, IJepaFor..., DPTFor...
+_HF = r"(?:vit\.|deit\.|ijepa\.|dpt\.)?"
 TRANSFORMERS_RULES: list[Rule] = [
     (rf"{_HF}embeddings\.cls_token", "cls_token"),
     (rf"{_HF}embeddings\.distillation_token", "dist_token"),
@@ -241,6 +250,7 @@ TRANSFORMERS_RULES: list[Rule] = [
     (rf"{_HF}{_HF_LAYER}attention\.v_proj\.(weight|bias)", r"blocks.\1.attn.v.\2"),
     (rf"{_HF}{_HF_LAYER}attention\.output\.dense\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
     (rf"{_HF}{_HF_LAYER}attention\.o_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.projection_layer\.(weight|bias)", r"blocks.\1.attn.proj.\2"),  # InternViT
     (rf"{_HF}{_HF_LAYER}intermediate\.dense\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
     (rf"{_HF}{_HF_LAYER}output\.dense\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
     (rf"{_HF}{_HF_LAYER}mlp\.fc([12])\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
@@ -253,14 +263,21 @@ TRANSFORMERS_RULES: list[Rule] = [
     (rf"{_HF}{_HF_LAYER}layernorm_after\.(weight|bias)", r"blocks.\1.norm2.\2"),
     (rf"{_HF}{_HF_LAYER}norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),  # DINOv2
     (rf"{_HF}{_HF_LAYER}layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),  # DINOv2
+    (rf"{_HF}{_HF_LAYER}lambda_([12])", r"blocks.\1.ls\2.gamma"),  # InternViT
     (rf"{_HF}layernorm\.(weight|bias)", r"norm.\1"),
     (rf"{_HF}pooler\.dense\.(weight|bias)", r"pre_logits.fc.\1"),  # ViTModel's pooler (Linear + Tanh)
     (r"classifier\.(weight|bias)", r"head.\1"),  # ViTForImageClassification
     (r"cls_classifier\.(weight|bias)", r"head.\1"),  # DeiTForImageClassificationWithTeacher
     (r"distillation_classifier\.(weight|bias)", r"head_dist.\1"),
 ]
-# The masked-image-modelling token is unused by an encoder; ViTMAEForPreTraining's decoder too.
-TRANSFORMERS_IGNORE = [rf"{_HF}embeddings\.mask_token", r"decoder\..*"]
+# The masked-image-modelling token is unused by an encoder; ViTMAEForPreTraining's decoder too,
+# and DPTForDepthEstimation's / DPTForSemanticSegmentation's neck and heads (the backbone is read).
+TRANSFORMERS_IGNORE = [
+    rf"{_HF}embeddings\.mask_token",
+    r"decoder\..*",
+    r"neck\..*",
+    r"(?:auxiliary_)?head\.(?:head|projection)\..*",
+]
 
 _V = r"(?:vision_model\.)?"  # the vision tower inside CLIP/SigLIP models (5.x SiglipVisionModel saves none)
 _CLIP_PATCH_KEY = rf"{_V}embeddings\.patch_embedding\.weight"
@@ -341,14 +358,43 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
     if "reg_token" in out or "blocks.0.ls1.gamma" in out:  # DINOv2
         hints["norm_eps"] = DINOV2_EPS
     if "reg_token" in out and "pos_embed" in out and "cls_token" in out:
-        # Dinov2WithRegisters adds positions to [cls, patches] and then inserts the registers
-        # (which get none). timm's equivalent (no_embed_class) adds positions to the patches only:
-        # the class token's position is constant, so it is folded into the class token itself.
-        pos = out["pos_embed"]
-        out["cls_token"] = out["cls_token"] + pos[:, :1]
-        out["pos_embed"] = pos[:, 1:]
-        hints["no_embed_class"] = True
+        _fold_class_position(out, hints)
     return Converted(out, "transformers", hints)
+
+
+def _fold_class_position(out: StateDict, hints: dict[str, Any]) -> None:
+    """Dinov2WithRegisters (and TIPS) add positions to [cls, patches] and then insert the registers
+    (which get none). timm's equivalent (no_embed_class) adds positions to the patches only: the
+    class token's position is constant, so it is folded into the class token itself."""
+    pos = out["pos_embed"]
+    out["cls_token"] = out["cls_token"] + pos[:, :1]
+    out["pos_embed"] = pos[:, 1:]
+    hints["no_embed_class"] = True
+
+
+# TIPS / TIPSv2 (Google's release; transformers' Tipsv2VisionModel saves these names): timm's names,
+# but registers as `register_tokens`, the MLP as `c_fc` / `c_proj` (SwiGLU: `w12`, gate then input,
+# and `w3`), and a mask token; the positions cover [cls, patches] as Dinov2WithRegisters'.
+_TV = r"(?:vision_encoder\.)?"  # the image tower of a whole Tipsv2Model
+_TIPS_KEY = r"register_tokens"
+_TIPS_BLOCK = rf"{_TV}blocks\.(\d+)\."
+TIPS_RULES: list[Rule] = [
+    (rf"{_TV}{_TIPS_KEY}", "reg_token"),
+    (rf"{_TIPS_BLOCK}mlp\.(?:c_fc|w12)\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
+    (rf"{_TIPS_BLOCK}mlp\.(?:c_proj|w3)\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
+    (rf"{_TIPS_BLOCK}((?:norm[12]|attn\.qkv|attn\.proj)\.(?:weight|bias)|ls[12]\.gamma)", r"blocks.\1.\2"),
+    (rf"{_TV}(cls_token|pos_embed|patch_embed\.proj\.(?:weight|bias)|norm\.(?:weight|bias))", r"\1"),
+]
+# the mask token of masked pre-training; a whole Tipsv2Model's text tower and temperature
+TIPS_IGNORE = [rf"{_TV}mask_token", r"text_encoder\..*", r"temperature"]
+
+
+def _from_tips(state: StateDict, file: str) -> Converted:
+    out = _apply_rules(state, TIPS_RULES, TIPS_IGNORE, file=file, fmt="TIPS")
+    hints: dict[str, Any] = {"norm_eps": DINOV2_EPS}
+    if "pos_embed" in out and "cls_token" in out:
+        _fold_class_position(out, hints)
+    return Converted(out, "tips", hints)
 
 
 def _from_transformers_clip(state: StateDict, file: str) -> Converted:
@@ -544,6 +590,7 @@ _CONVERTERS: dict[str, Callable[[StateDict, str], Converted]] = {
     "vitzoo": _from_vitzoo,
     "timm": _from_vitzoo,
     "transformers": _from_transformers,
+    "tips": _from_tips,
     "radio": _from_radio,
     "torchvision": _from_torchvision,
     "npz": _from_npz,

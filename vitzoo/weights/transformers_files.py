@@ -99,6 +99,24 @@ _RADIO_DEFAULTS = dict(
 )
 _SIGLIP_DEFAULTS = dict(_VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=True)
 _SIGLIP2_DEFAULTS = dict({k: v for k, v in _SIGLIP_DEFAULTS.items() if k != "image_size"}, num_patches=256)
+_DPT_DEFAULTS = dict(_VIT_DEFAULTS, image_size=384, is_hybrid=False, backbone_config=None)
+_TIPSV2_DEFAULTS = dict(_DINOV2_DEFAULTS, image_size=448, patch_size=14, num_register_tokens=1, apply_layernorm=True)
+_INTERNVL_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    layer_norm_eps=1e-6,
+    image_size=[448, 448],
+    patch_size=[14, 14],
+    attention_bias=False,
+    use_qk_norm=False,
+    norm_type="layer_norm",
+    use_absolute_position_embeddings=True,
+    layer_scale_init_value=0.1,
+    use_mean_pooling=True,
+)
 _DINOV3_DEFAULTS = dict(
     {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
     hidden_size=384,
@@ -120,6 +138,13 @@ FAMILIES: dict[str, Family] = {
     "vit": Family(_VIT_DEFAULTS),
     "deit": Family(_VIT_DEFAULTS),
     "vit_mae": Family(_VIT_DEFAULTS),
+    "vit_msn": Family(dict(_VIT_DEFAULTS, layer_norm_eps=1e-6)),
+    # no class token: IJepaForImageClassification averages every token (its optional pooler, a
+    # Linear on the first patch token, is no layer of vitzoo's: the tensors refuse it)
+    "ijepa": Family(_VIT_DEFAULTS, fixed=dict(class_token=False, global_pool="avg", representation_size=None)),
+    # DPT's ViT backbone (DPTModel; DPTFor... keep it under `dpt.`), its neck and heads left out;
+    # DPT resamples its position table to every input (bilinear), the identity at image_size
+    "dpt": Family(_DPT_DEFAULTS),
     "dinov2": Family(_DINOV2_DEFAULTS, mlp_from_ratio=True, position_antialias=False),
     "dinov2_with_registers": Family(
         dict(_DINOV2_DEFAULTS, patch_size=16, num_register_tokens=4),  # sic: 16, unlike Dinov2Config
@@ -127,7 +152,10 @@ FAMILIES: dict[str, Family] = {
         mlp_from_ratio=True,
         position_antialias=True,
     ),
-    "clip_vision_model": Family(_CLIP_DEFAULTS, fixed=dict(pre_norm=True, patch_bias=False)),
+    **{  # CLIP's vision tower, MetaCLIP 2's and Chinese-CLIP's (transformers' copies of CLIP's)
+        name: Family(_CLIP_DEFAULTS, fixed=dict(pre_norm=True, patch_bias=False))
+        for name in ("clip_vision_model", "metaclip_2_vision_model", "chinese_clip_vision_model")
+    },
     "siglip_vision_model": Family(_SIGLIP_DEFAULTS, fixed=dict(class_token=False, global_pool="map")),
     # NaFlex: each image's grid gets the table resized bilinearly (layers/naflex.py)
     "siglip2_vision_model": Family(
@@ -138,10 +166,23 @@ FAMILIES: dict[str, Family] = {
         _DINOV3_DEFAULTS,
         fixed=dict(pos_embed="none", rope="dinov3", rope_rotate_half=True, dynamic_img_size=True, global_pool="token"),
     ),
+    # TIPSv2: DINOv2 with registers (one), positions added before the registers join, its table
+    # resampled (bilinear) only at another input size; saved in the TIPS layout (keymaps.py)
+    "tipsv2_vision_model": Family(_TIPSV2_DEFAULTS, fixed=dict(no_embed_class=True), mlp_from_ratio=True),
+    # InternViT (InternVLVisionModel): LayerScale, no final norm with use_mean_pooling (transformers
+    # returns the tokens; pooled by the class token, as OpenGVLab's InternVisionModel)
+    "internvl_vision": Family(_INTERNVL_DEFAULTS, fixed=dict(global_pool="token")),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
 }
 # Whole text + image models: their vision tower is the vision_config of the family named here.
-VISION_TOWERS = {"clip": "clip_vision_model", "siglip": "siglip_vision_model", "siglip2": "siglip2_vision_model"}
+VISION_TOWERS = {
+    "clip": "clip_vision_model",
+    "metaclip_2": "metaclip_2_vision_model",
+    "chinese_clip": "chinese_clip_vision_model",  # its text tower is a BERT: read for the image tower only
+    "siglip": "siglip_vision_model",
+    "siglip2": "siglip2_vision_model",
+    "tipsv2": "tipsv2_vision_model",
+}
 MODEL_TYPES = (*FAMILIES, *VISION_TOWERS)
 
 # transformers' names for the config keys vitzoo reads, with their types: a value of another type
@@ -175,6 +216,24 @@ _KEY_TYPES: dict[str, Any] = {
     "num_registers": int,
     "norm_mean": list[float],
     "norm_std": list[float],
+    "is_hybrid": bool,
+    "backbone_config": dict[str, Any] | None,
+    "apply_layernorm": bool,
+    "attention_bias": bool,
+    "use_qk_norm": bool,
+    "norm_type": str,
+    "use_absolute_position_embeddings": bool,
+    "layer_scale_init_value": float,
+    "use_mean_pooling": bool,
+}
+# Settings no vitzoo layer computes: the one value each family's models must have, and why.
+_REFUSED: dict[str, tuple[Any, str]] = {
+    "is_hybrid": (False, "DPT-Hybrid's embeddings are a BiT ResNet"),
+    "backbone_config": (None, "a DPT over another backbone model (read that backbone's own checkpoint)"),
+    "apply_layernorm": (True, "vitzoo's TIPSv2 ends with its LayerNorm"),
+    "use_qk_norm": (False, "InternViT-6B's q/k RMSNorm is no layer of vitzoo's"),
+    "norm_type": ("layer_norm", "InternViT-6B's RMSNorm (its eps inside the root) is not vitzoo's"),
+    "use_absolute_position_embeddings": (True, "vitzoo's ViT has a learned position table"),
 }
 
 
@@ -211,6 +270,9 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         raise WeightsFileError(
             f"{where}: hidden_act={act!r} is not supported; expected one of {', '.join(map(repr, ACTIVATIONS))}"
         )
+    for key, (expected, why) in _REFUSED.items():
+        if key in values and values[key] != expected:
+            raise WeightsFileError(f"{where}: {key}={values[key]!r} is not supported; expected {expected!r} ({why})")
     if values.get("vision_use_head", True) is not True:
         raise WeightsFileError(
             f"{where}: vision_use_head={values['vision_use_head']!r} is not supported; expected true "
@@ -229,7 +291,7 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         act_layer=ACTIVATIONS[act],
         **family.fixed,
     )
-    fields.update(_dinov3_fields(values, where) if name == "dinov3_vit" else {"qkv_bias": values["qkv_bias"]})
+    fields.update(_attention_fields(name, values, where))
     if name == "radio":
         _radio_fields(values, fields, where)
     if values.get("use_swiglu_ffn"):  # DINOv2-g: SiLU-gated, its own width rule (swiglu.py)
@@ -242,6 +304,19 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
     if "num_register_tokens" in values:
         fields["reg_tokens"] = values["num_register_tokens"]
     return fields
+
+
+def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """The attention biases (and the options that go with them) of a family's config."""
+    if name == "dinov3_vit":
+        return _dinov3_fields(values, where)
+    if name == "internvl_vision":  # q/k/v biased or not together; LayerScale by its own key
+        return dict(
+            qkv_bias=values["attention_bias"],
+            init_values=float(values["layer_scale_init_value"]),
+            final_norm=not values["use_mean_pooling"],
+        )
+    return {"qkv_bias": values["qkv_bias"]}
 
 
 def _dinov3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
