@@ -9,19 +9,20 @@ is `name(pretrained=False, **kwargs)` and returns `vitzoo.create(name, pretraine
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+# Every public callable here is an entry point to torch.hub.list: helpers are imported as "_" names.
+from collections.abc import Callable as _Callable
+from typing import Any as _Any
 
-import vitzoo
+import vitzoo as _vitzoo
 
 # The packages torch.hub checks for before it imports this file: vitzoo's own dependencies
 # (pyproject.toml's, by import name; tests/test_hubconf.py keeps the two in step).
 dependencies = ["torch", "torchvision", "huggingface_hub", "safetensors", "numpy", "tqdm", "filelock"]
 
 
-def _entry_point(name: str) -> Callable[..., Any]:
-    def entry_point(pretrained: bool = False, **kwargs: Any) -> Any:
-        return vitzoo.create(name, pretrained=pretrained, **kwargs)
+def _entry_point(name: str) -> _Callable[..., _Any]:
+    def entry_point(pretrained: bool = False, **kwargs: _Any) -> _Any:
+        return _vitzoo.create(name, pretrained=pretrained, **kwargs)
 
     entry_point.__name__ = entry_point.__qualname__ = name
     entry_point.__doc__ = (
@@ -31,4 +32,4 @@ def _entry_point(name: str) -> Callable[..., Any]:
     return entry_point
 
 
-globals().update({name: _entry_point(name) for name in vitzoo.list_models()})
+globals().update({name: _entry_point(name) for name in _vitzoo.list_models()})

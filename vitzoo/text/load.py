@@ -28,10 +28,10 @@ import torch
 from .. import registry
 from ..model import VisionTransformer, ViTConfig
 from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
+from ..weight_shards import index_name
 from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_source, vit_config
 from ..weights.errors import WeightsMismatchError
 from ..weights.files import StateDict, read_checkpoint, read_json, read_shapes
-from ..weight_shards import index_name
 from ..weights.hub import (
     HF_PREFIX,
     PREPROCESSOR_FILE,
