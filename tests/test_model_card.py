@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import vitzoo
-from vitzoo.model_card import CardFacts, CardValueError, check_license, code, model_card, prose
+from vitzoo.model_card import CardFacts, CardValueError, check_license, code, model_card, pipeline_tag, prose
 
 yaml = pytest.importorskip("yaml")  # huggingface_hub's own dependency
 
@@ -68,3 +68,12 @@ def test_prose_is_one_line_of_literal_text():
     html = markdown_it.MarkdownIt("commonmark").render(about)
     flat = " ".join(text.split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     assert html == f"<ul>\n<li>about: {flat}</li>\n</ul>\n"
+
+
+def test_a_model_without_classifier_is_a_feature_extractor():
+    """num_classes 0 (a backbone, an image-text model's image tower) and features_only models."""
+    card = _card("mit", num_classes=0)
+    assert _meta(card)["pipeline_tag"] == "image-feature-extraction"
+    assert _meta(card)["tags"] == ["image-feature-extraction", "vitzoo", "timm"]
+    assert pipeline_tag(vitzoo.create("vit_ti16", depth=1, features_only=True)) == "image-feature-extraction"
+    assert pipeline_tag(vitzoo.create("vit_ti16", depth=1, num_classes=3)) == "image-classification"

@@ -146,6 +146,45 @@ def test_a_model_without_timm_counterpart_is_pushed_in_vitzoo_layout_saying_so_o
     assert back.pretrained_cfg.license == "mit" and back.pretrained_cfg.label_names == model.pretrained_cfg.label_names
 
 
+@pytest.mark.parametrize("layout", ["timm", "vitzoo"])
+def test_a_push_above_max_shard_size_uploads_shards_that_read_back_equal(hub, layout):
+    torch.manual_seed(0)
+    model = _tiny_vit() if layout == "timm" else vitzoo.create("vit_mnist_tiny").eval()
+    repo = f"vitzoo-test/sharded-{layout}"
+    push_to_hub(model, repo, license="mit", max_shard_size="10KB")
+    files = hub.files(repo)
+    shards = set(json.loads(files["model.safetensors.index.json"])["weight_map"].values())
+    assert len(shards) >= 3
+    assert set(files) == {".gitattributes", "config.json", "README.md", "model.safetensors.index.json", *shards}
+    card = files["README.md"].decode()
+    assert ("- layout: timm's, sharded" in card) == (layout == "timm") and "timm.create_model" not in card
+    back = vitzoo.create(f"hf-hub:{repo}").eval()
+    x = torch.randn(2, *model.pretrained_cfg.input_size)
+    assert torch.equal(_logits(back, x), _logits(model, x))
+    wrapper = _timm_wrapper() if layout == "timm" else None
+    if wrapper is not None:  # the card says transformers reads the shards
+        theirs = wrapper.from_pretrained(repo).eval()
+        assert (_logits(theirs, x) - _logits(model, x)).abs().max().item() <= LOGIT_ATOL
+
+
+def _timm_wrapper():
+    """transformers' AutoModelForImageClassification where it has the TimmWrapper (4.47 on), else None."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    return transformers.AutoModelForImageClassification if hasattr(transformers, "TimmWrapperConfig") else None
+
+
+def test_a_feature_model_is_pushed_as_a_feature_extractor(hub):
+    yaml = pytest.importorskip("yaml")  # huggingface_hub's own dependency
+    model = _tiny_vit()
+    model.reset_classifier(0)
+    push_to_hub(model, "vitzoo-test/features")
+    meta = yaml.safe_load(hub.files("vitzoo-test/features")["README.md"].decode().split("---\n")[1])
+    assert meta["pipeline_tag"] == "image-feature-extraction" and meta["tags"][0] == "image-feature-extraction"
+
+
 def test_a_commit_the_hub_refuses_leaves_the_repo_unchanged(hub):
     model = _tiny_vit()
     push_to_hub(model, "vitzoo-test/tiny-vit")

@@ -2,11 +2,13 @@
 
     <directory>/config.json        {"format": "vitzoo", "format_version": 1, "architecture": <name or null>,
                                     "config": <ViTConfig fields>, "pretrained_cfg": <preprocessing, labels>}
-    <directory>/model.safetensors  the state dict in vitzoo's (= timm's) names
+    <directory>/model.safetensors  the state dict in vitzoo's (= timm's) names; above `max_shard_size`
+                                   its shards and model.safetensors.index.json (vitzoo/weight_shards.py)
 
 Each file is written atomically, weights first: a config.json is only there once its weights are.
 Like the model it saves, this module sits just above vitzoo's bottom layer (it imports only
-`atomic`, `pretrained_cfg` and `layers.lora`, which merges LoRA adapters into the weights saved).
+`atomic`, `weight_shards`, `pretrained_cfg` and `layers.lora`, which merges LoRA adapters into the
+weights saved).
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any
 
 from torch import nn
 
-from .atomic import write_json, write_safetensors
+from .atomic import write_json
 from .layers.lora import merged_state_dict
 from .pretrained_cfg import pretrained_cfg_of
+from .weight_shards import DEFAULT_MAX_SHARD_SIZE, parse_shard_size, write_weights
 
 FORMAT = "vitzoo"  # the "format" value in our config.json
 FORMAT_VERSION = 1
@@ -29,19 +32,26 @@ CONFIG_NAME = "config.json"
 _ARCHITECTURE = "architecture"  # the model attribute naming its registered architecture
 
 
-def save_pretrained(model: nn.Module, directory: str | os.PathLike[str]) -> Path:
-    """Write `model` as config.json + model.safetensors into `directory` (created if needed).
-    LoRA adapters (layers/lora.py) are merged into their weights: the saved model is a plain one."""
+def save_pretrained(
+    model: nn.Module, directory: str | os.PathLike[str], *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+) -> Path:
+    """Write `model` as config.json + model.safetensors into `directory` (created if needed); weights
+    larger than `max_shard_size` (bytes, or "5GB", "500MB") are written as shards and their index,
+    as transformers writes them. LoRA adapters (layers/lora.py) are merged into their weights: the
+    saved model is a plain one."""
     config = getattr(model, "config", None)
     if config is None or not hasattr(config, "to_dict"):
         raise TypeError(
             f"save_pretrained needs a vitzoo VisionTransformer (with a .config), got {type(model).__name__}"
         )
+    parse_shard_size(max_shard_size)  # refused before anything is written
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"save_pretrained: {str(directory)!r} exists and is not a directory")
     directory.mkdir(parents=True, exist_ok=True)
-    write_safetensors(directory / WEIGHTS_NAME, merged_state_dict(model), metadata={"format": "pt"})
+    write_weights(
+        directory, merged_state_dict(model), name=WEIGHTS_NAME, max_shard_size=max_shard_size, metadata={"format": "pt"}
+    )
     pcfg = pretrained_cfg_of(model)
     write_json(
         directory / CONFIG_NAME,

@@ -89,6 +89,7 @@ from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmb
 from .layers.swiglu import MLPS, MlpName
 from .layout import hub_pusher, save_pretrained
 from .pretrained_cfg import PretrainedCfg
+from .weight_shards import DEFAULT_MAX_SHARD_SIZE
 
 GLOBAL_POOLS = ("token", "avg", "map", "")
 POS_EMBEDS = ("learned", "sincos", "none")
@@ -690,17 +691,21 @@ class VisionTransformer(nn.Module):
                 head.train(self.training)
         self.pretrained_cfg = self.pretrained_cfg.replace(num_classes=num_classes, label_names=None)
 
-    def save_pretrained(self, directory: str | os.PathLike[str]) -> Path:
-        """Write config.json + model.safetensors into `directory` (atomically, see vitzoo/layout.py);
+    def save_pretrained(
+        self, directory: str | os.PathLike[str], *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
+    ) -> Path:
+        """Write config.json + model.safetensors into `directory` (atomically, see vitzoo/layout.py),
+        as shards and their index above `max_shard_size` (bytes, or "5GB", "500MB");
         `vitzoo.from_pretrained(directory)` reads it back."""
-        return save_pretrained(self, directory)
+        return save_pretrained(self, directory, max_shard_size=max_shard_size)
 
     def push_to_hub(self, repo_id: str, **options: Any) -> str:
         """Upload this model to the Hugging Face Hub as one commit and return the commit's URL: the
         layout timm and transformers load where timm has the architecture (else vitzoo's), and a
         model card. The keywords are `vitzoo.push.push_to_hub`'s: private=False, revision=None,
         commit_message, token=None (else HF_TOKEN or the cached login), license=None (replaces the
-        weights' own), run=None (the record of the training run, for the card)."""
+        weights' own), run=None (the record of the training run, for the card), max_shard_size="5GB"
+        (larger weights go up as shards and their index)."""
         pushed: str = hub_pusher()(self, repo_id, **options)
         return pushed
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from .checks import UNPRINTABLE, escape_unprintable
 from .errors import VitzooError
+from .features import FeatureGetterNet
 from .layers.lora import is_lora_parameter
 from .pretrained_cfg import PretrainedCfg, license_flags, resolve_label_names
 
@@ -45,6 +46,8 @@ _LICENSE_ID = re.compile(r"[A-Za-z0-9.+-]{1,100}")
 _LABELS_SHOWN = 100  # more label names than this are summarised
 # Settings of a run that say where and how fast it ran, not what it learned.
 _RUNTIME_SETTINGS = ("progress", "device", "threads", "workers", "eval_batch_size")
+# The Hub's task of a model: what its widget and search list it under.
+CLASSIFICATION_TASK, FEATURES_TASK = "image-classification", "image-feature-extraction"
 
 
 class CardValueError(VitzooError, ValueError):
@@ -94,13 +97,14 @@ class CardFacts:
     why_not_timm: str | None
     pretrained: PretrainedCfg
     run: dict[str, Any] | None  # {"run_info": run.json, "metrics": [records], "result": train_result.json}
+    sharded: bool = False  # the weights are shards and their index (vitzoo/weight_shards.py)
 
 
 def model_card(model: nn.Module, facts: CardFacts) -> str:
     """README.md for the pushed repository."""
     pcfg = facts.pretrained
     sections = [
-        _front_matter(facts),
+        _front_matter(facts, pipeline_tag(model)),
         f"# {facts.repo_id.split('/')[-1]}\n",
         *_model_section(model, facts),
         *_labels_section(pcfg),
@@ -111,7 +115,18 @@ def model_card(model: nn.Module, facts: CardFacts) -> str:
     return "\n".join(sections).rstrip() + "\n"
 
 
-def _front_matter(facts: CardFacts) -> str:
+def pipeline_tag(model: nn.Module) -> str:
+    """The Hub's task of `model`: a feature extractor when it has no classifier (num_classes 0:
+    pooled features, as a backbone or an image-text model's image tower gives them; a
+    `features_only` model), else an image classifier."""
+    if isinstance(model, FeatureGetterNet):
+        return FEATURES_TASK
+    config = getattr(model, "config", None)
+    classes = getattr(model, "num_classes", getattr(config, "num_classes", None))
+    return FEATURES_TASK if classes == 0 else CLASSIFICATION_TASK
+
+
+def _front_matter(facts: CardFacts, task: str) -> str:
     """The metadata block, written by huggingface_hub (its YAML quotes what needs quoting)."""
     from huggingface_hub import ModelCardData
 
@@ -121,8 +136,8 @@ def _front_matter(facts: CardFacts) -> str:
         library_name="timm" if facts.layout == "timm" else "vitzoo",
         license="other" if other else license or None,
         license_name=license if other else None,
-        tags=["image-classification", "vitzoo"] + (["timm"] if facts.layout == "timm" else []),
-        pipeline_tag="image-classification",
+        tags=[task, "vitzoo"] + (["timm"] if facts.layout == "timm" else []),
+        pipeline_tag=task,
     )
     return f"---\n{data.to_yaml()}\n---\n"
 
@@ -147,6 +162,11 @@ def _model_section(model: nn.Module, facts: CardFacts) -> list[str]:
     )
     if facts.why_not_timm is not None:
         lines.append(f"- layout: vitzoo's. timm and transformers cannot load it: {facts.why_not_timm}.")
+    elif facts.sharded:
+        lines.append(
+            "- layout: timm's, sharded (config.json + model.safetensors.index.json and its shards): transformers "
+            "and vitzoo load it; timm's own loader reads a single model.safetensors only"
+        )
     else:
         lines.append("- layout: timm's (config.json + model.safetensors): timm, transformers and vitzoo load it")
     return [*lines, ""]
@@ -221,15 +241,18 @@ def _usage_section(facts: CardFacts) -> list[str]:
     ]
     if facts.layout != "timm":
         return [*lines, f"timm and transformers cannot load this repository: {facts.why_not_timm}.", ""]
+    if not facts.sharded:  # timm's own loader reads one model.safetensors
+        lines += [
+            "timm:",
+            "",
+            "```python",
+            "import timm",
+            f'model = timm.create_model("hf-hub:{repo}", pretrained=True).eval()',
+            "transform = timm.data.create_transform(**timm.data.resolve_data_config(model=model))",
+            "```",
+            "",
+        ]
     lines += [
-        "timm:",
-        "",
-        "```python",
-        "import timm",
-        f'model = timm.create_model("hf-hub:{repo}", pretrained=True).eval()',
-        "transform = timm.data.create_transform(**timm.data.resolve_data_config(model=model))",
-        "```",
-        "",
         "transformers (its timm wrapper):",
         "",
         "```python",

@@ -49,7 +49,8 @@ from .layout import CONFIG_NAME, WEIGHTS_NAME, save_pretrained, set_hub_pusher
 from .model import ViTConfig, timm_architecture_cfg
 from .model_card import CARD_NAME, CardFacts, check_license, model_card
 from .pretrained_cfg import PretrainedCfg, pretrained_cfg_of, resolve_label_names
-from .weights.exporter import export
+from .weight_shards import DEFAULT_MAX_SHARD_SIZE, index_name, parse_shard_size, write_weights
+from .weights.exporter import timm_state_dict
 from .weights.hub import NETWORK_ERRORS, parse_hub_ref
 from .weights.timm_files import TIMM_MODEL_ARGS
 
@@ -90,6 +91,10 @@ class RepoFiles:
     timm_name: str | None
     model_args: dict[str, Any]
     why_not_timm: str | None
+
+    @property
+    def sharded(self) -> bool:
+        return (self.directory / index_name(WEIGHTS_NAME)).is_file()
 
     @property
     def files(self) -> list[Path]:
@@ -166,11 +171,14 @@ def write_repo(
     repo_id: str,
     license: str | None = None,
     run: dict[str, Any] | None = None,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
 ) -> RepoFiles:
-    """Write the repository's files into `directory`: config.json, model.safetensors and README.md,
-    in timm's layout where timm has the model, else in vitzoo's (module docstring). `license`
-    replaces the licence the model's pretrained cfg states; either must be a licence id
-    (`check_license`). Every string of config.json and the card passes through `public_value`."""
+    """Write the repository's files into `directory`: config.json, model.safetensors (above
+    `max_shard_size`: its shards and their index) and README.md, in timm's layout where timm has
+    the model, else in vitzoo's (module docstring). `license` replaces the licence the model's
+    pretrained cfg states; either must be a licence id (`check_license`). Every string of
+    config.json and the card passes through `public_value`."""
+    parse_shard_size(max_shard_size)
     directory = Path(directory)
     pcfg = pretrained_cfg_of(model) or PretrainedCfg()
     if license is not None:
@@ -182,15 +190,19 @@ def write_repo(
     counterpart = timm_counterpart(model)
     if isinstance(counterpart, str):
         files = RepoFiles(directory, VITZOO_LAYOUT, None, {}, counterpart)
-        save_pretrained(model, directory)  # LoRA merged, as in every saved model
+        save_pretrained(model, directory, max_shard_size=max_shard_size)  # LoRA merged, as in every saved model
         _restate_config(directory / CONFIG_NAME, pcfg.license)
     else:
         timm_name, model_args = counterpart
         files = RepoFiles(directory, TIMM_LAYOUT, timm_name, model_args, None)
         directory.mkdir(parents=True, exist_ok=True)
-        export(model, "timm", directory / WEIGHTS_NAME)  # LoRA merged, as save_pretrained does
+        # LoRA merged, as save_pretrained does
+        state = timm_state_dict(model)
+        write_weights(directory, state, name=WEIGHTS_NAME, max_shard_size=max_shard_size, metadata={"format": "pt"})
         write_json(directory / CONFIG_NAME, public_value(timm_hub_config(model, timm_name, model_args, pcfg)))
-    facts = CardFacts(repo_id, files.layout, files.timm_name, files.model_args, files.why_not_timm, pcfg, run)
+    facts = CardFacts(
+        repo_id, files.layout, files.timm_name, files.model_args, files.why_not_timm, pcfg, run, files.sharded
+    )
     (directory / CARD_NAME).write_text(model_card(model, facts), encoding="utf-8")
     return files
 
@@ -257,8 +269,10 @@ def push_to_hub(
     token: str | None = None,
     license: str | None = None,
     run: dict[str, Any] | None = None,
+    max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
 ) -> str:
-    """Write `model`'s repository (write_repo) and upload it as one commit to `repo_id` (created if
+    """Write `model`'s repository (write_repo; weights above `max_shard_size` as shards and their
+    index) and upload it as one commit to `repo_id` (created if
     missing, private if asked; `revision` a branch, created from main if missing). Returns the
     commit's URL. Any failure is one HubPushError: nothing was committed, and the message says
     whether the push created the repository or the branch before it failed."""
@@ -269,7 +283,9 @@ def push_to_hub(
         raise ValueError("push_to_hub: commit_message is empty; expected a non-empty message")
     timeout = push_timeout()
     with tempfile.TemporaryDirectory(prefix="vitzoo-push-") as tmp:
-        files = write_repo(model, Path(tmp) / "repo", repo_id=repo_id, license=license, run=run)
+        files = write_repo(
+            model, Path(tmp) / "repo", repo_id=repo_id, license=license, run=run, max_shard_size=max_shard_size
+        )
         if files.why_not_timm is not None:
             logger.warning("%s", not_loadable_line(repo_id, files.why_not_timm))
         push = _Push(repo_id, revision, timeout)

@@ -162,3 +162,33 @@ def test_a_tokenizer_with_more_ids_than_the_text_tower_is_refused_naming_both(tr
     )
     with pytest.raises(WeightsMismatchError, match=r"CLIP's BPE tokenizer.*gave token id 49407.*vocab_size=1000"):
         model.tokenize(["a photo of a cat"])
+
+
+def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return set(sa) == set(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_sharded_checkpoints_of_both_layouts_read_as_their_single_file(open_clip_clip, tmp_path, fake_hub, hf_cache):
+    """open_clip's file resharded under its own name; transformers' own sharded save, from a
+    folder and from the Hub: each reads as the single file does."""
+    from vitzoo.weight_shards import write_weights
+    from vitzoo.weights.files import read_checkpoint
+
+    _, directory = open_clip_clip
+    sharded = shutil.copytree(directory, tmp_path / "open_clip")
+    state = read_checkpoint(sharded / "open_clip_model.safetensors")
+    (sharded / "open_clip_model.safetensors").unlink()
+    write_weights(sharded, state, name="open_clip_model.safetensors", max_shard_size="200KB")
+    assert len(list(sharded.glob("open_clip_model-*-of-*.safetensors"))) >= 2
+    assert _same_weights(read_image_text(sharded), read_image_text(directory))
+
+    torch.manual_seed(0)
+    clip = transformers.CLIPModel(small_clip_config(transformers))
+    clip.save_pretrained(tmp_path / "transformers", max_shard_size="2MB")
+    clip.save_pretrained(tmp_path / "single")
+    assert (tmp_path / "transformers" / "model.safetensors.index.json").is_file()
+    single = read_image_text(tmp_path / "single")
+    assert _same_weights(read_image_text(tmp_path / "transformers"), single)
+    fake_hub.publish_dir("tester/clip-sharded", tmp_path / "transformers")
+    assert _same_weights(read_image_text("hf-hub:tester/clip-sharded"), single)

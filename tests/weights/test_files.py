@@ -3,6 +3,7 @@ file is executed, and writes are atomic."""
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 from pathlib import Path
@@ -15,7 +16,7 @@ from safetensors.torch import save_file
 import vitzoo
 from vitzoo.atomic import write_safetensors
 from vitzoo.weights import WeightsFileError
-from vitzoo.weights.files import read_checkpoint
+from vitzoo.weights.files import check_complete, read_checkpoint, read_shapes
 
 
 @pytest.fixture
@@ -177,3 +178,89 @@ def test_reading_only_reads_the_kept_keys_and_gives_the_rest_as_shapes(tmp_path:
         for key in ("b", "c"):
             assert read[key].is_meta and (read[key].shape, read[key].dtype) == (state[key].shape, state[key].dtype)
     assert not read_checkpoint(tmp_path / "w.safetensors")["b"].is_meta  # outside it, everything is read
+
+
+def _sharded(directory: Path, state: dict[str, torch.Tensor], weight_map: dict | None = None, **index) -> Path:
+    """Two shards of `state` (keys split in halves) and their index, its weight_map replaceable."""
+    keys = list(state)
+    halves = {
+        "model-00001-of-00002.safetensors": keys[: len(keys) // 2],
+        "model-00002-of-00002.safetensors": keys[len(keys) // 2 :],
+    }
+    for name, part in halves.items():
+        save_file({k: state[k] for k in part}, directory / name)
+    mapping = {k: name for name, part in halves.items() for k in part} if weight_map is None else weight_map
+    path = directory / "model.safetensors.index.json"
+    path.write_text(json.dumps({"metadata": {"total_size": 1}, **index, "weight_map": mapping}))
+    return path
+
+
+def test_a_sharded_checkpoint_reads_as_one_file(tmp_path, tiny_state):
+    index = _sharded(tmp_path, tiny_state)
+    read = read_checkpoint(index)
+    assert set(read) == set(tiny_state) and all(torch.equal(read[k], v) for k, v in tiny_state.items())
+    shapes = read_shapes(index)
+    assert all(shapes[k].is_meta and shapes[k].shape == v.shape for k, v in tiny_state.items())
+    check_complete(index)
+    with open(tmp_path / "model-00002-of-00002.safetensors", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(WeightsFileError, match=r"model-00002-of-00002.safetensors' is not a readable safetensors"):
+        check_complete(index)
+
+
+# (weight_map or a change of the index, the error's text after the index's name)
+BAD_INDEXES = [
+    ([], r"weight_map=\[\] is invalid; expected a non-empty JSON object of tensor name -> shard file name"),
+    ({}, r"weight_map=\{\} is invalid"),
+    ({"cls_token": 3}, r"weight_map\['cls_token'\]=3 is invalid; expected a shard file name \(a string\)"),
+    ({"cls_token": "../model-00001-of-00002.safetensors"}, r"weight_map\['cls_token'\]=.* expected a plain file name"),
+    ({"cls_token": "sub/x.safetensors"}, r"expected a plain file name in the index's folder"),
+    ({"cls_token": "/tmp/x.safetensors"}, r"expected a plain file name in the index's folder"),
+    ({"cls_token": "x\\y.safetensors"}, r"expected a plain file name in the index's folder"),
+    ({"cls_token": "model.bin"}, r"expected a .safetensors file name"),
+    ({"cls_token": "absent.safetensors"}, r"names the shard 'absent.safetensors', which is not in"),
+    ("drop", r"the shard 'model-00001-of-00002.safetensors' holds 'cls_token', which the index does not name"),
+    ("swap", r"holds 'cls_token', which the index assigns to 'model-00002-of-00002.safetensors'"),
+    ("extra", r"1 tensor\(s\) the index assigns are not in their shards: 'ghost' \('model-00001-of-00002"),
+    ("twice", r"the tensor 'cls_token' is in two shards"),
+    ({"metadata": {"total_size": -1}}, r"metadata.total_size=-1 is invalid; expected a non-negative number"),
+    ({"metadata": {"total_size": "big"}}, r"metadata.total_size='big' is invalid"),
+    ({"metadata": [1]}, r"metadata=\[1\] is invalid; expected a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), BAD_INDEXES)
+def test_a_bad_index_is_refused_naming_the_file_and_key(tmp_path, tiny_state, change, message):
+    good = json.loads(_sharded(tmp_path, tiny_state).read_text())["weight_map"]
+    if change == "drop":
+        weight_map = {k: v for k, v in good.items() if k != "cls_token"}
+    elif change == "swap":
+        weight_map = {**good, "cls_token": "model-00002-of-00002.safetensors"}
+    elif change == "extra":
+        weight_map = {**good, "ghost": "model-00001-of-00002.safetensors"}
+    elif change == "twice":  # the second shard also holds cls_token
+        second = read_checkpoint(tmp_path / "model-00002-of-00002.safetensors")
+        save_file({**second, "cls_token": tiny_state["cls_token"]}, tmp_path / "model-00002-of-00002.safetensors")
+        weight_map = good
+    elif isinstance(change, dict) and "metadata" in change:
+        weight_map = good
+    else:
+        weight_map = change
+    index = _sharded(
+        tmp_path, tiny_state, weight_map, **(change if isinstance(change, dict) and "metadata" in change else {})
+    )
+    if change == "twice":
+        save_file({**second, "cls_token": tiny_state["cls_token"]}, tmp_path / "model-00002-of-00002.safetensors")
+    with pytest.raises(WeightsFileError, match=message) as refused:
+        read_checkpoint(index)
+    assert str(refused.value).startswith(repr(str(index)))
+    with pytest.raises(WeightsFileError, match=message):  # the folder's reader: the same refusal
+        vitzoo.from_pretrained(tmp_path)
+
+
+def test_an_index_that_is_not_json_is_refused_by_the_checked_reader(tmp_path):
+    (tmp_path / "model.safetensors.index.json").write_text('{"weight_map": ')
+    with pytest.raises(
+        WeightsFileError, match=r"model.safetensors.index.json' is not valid JSON .*; expected a safetensors index"
+    ):
+        read_checkpoint(tmp_path / "model.safetensors.index.json")

@@ -3,6 +3,8 @@ offline mode, missing repos/files and server errors."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -11,6 +13,7 @@ import vitzoo
 from vitzoo import cli
 from vitzoo.weights import (
     WeightsDownloadError,
+    WeightsFileError,
     WeightsNotCachedError,
     WeightsNotFoundError,
     hub,
@@ -105,8 +108,82 @@ def test_missing_revision(tiny_repo, hf_cache):
 
 def test_repo_without_weights(fake_hub, hf_cache):
     fake_hub.publish("tester/empty", {"README.md": b"nothing here"})
-    with pytest.raises(WeightsNotFoundError, match=r"'pytorch_model.bin' \(nor 'model.safetensors'\)"):
+    with pytest.raises(
+        WeightsNotFoundError, match=r"'pytorch_model.bin' \(nor 'model.safetensors', 'model.safetensors.index.json'\)"
+    ):
         vitzoo.download("hf-hub:tester/empty")
+
+
+SHARDED = "tester/sharded-vit"
+
+
+@pytest.fixture
+def sharded_repo(fake_hub, tmp_path):
+    """A 2-block vit_ti16 saved in shards and published as SHARDED, beside a stray shard its
+    index does not name; returns the model and the shards' names."""
+    torch.manual_seed(3)
+    model = vitzoo.create("vit_ti16", depth=2, num_classes=5).eval()
+    model.save_pretrained(tmp_path / "saved", max_shard_size="1MB")
+    shards = sorted(p.name for p in (tmp_path / "saved").glob("model-*"))
+    fake_hub.publish_dir(SHARDED, tmp_path / "saved")
+    files = fake_hub.files(SHARDED)
+    fake_hub.publish(SHARDED, {**files, "model-00009-of-00009.safetensors": files[shards[0]]})
+    return model, shards
+
+
+def test_a_sharded_repo_brings_its_index_then_only_the_shards_it_names(sharded_repo, fake_hub, hf_cache, monkeypatch):
+    model, shards = sharded_repo
+    assert len(shards) >= 3
+    cached = vitzoo.download(f"hf-hub:{SHARDED}")
+    assert [p.name for p in cached] == ["model.safetensors.index.json", *shards, "config.json"]
+    assert fake_hub.gets("model-00009-of-00009.safetensors") == [] and fake_hub.gets("model.safetensors") == []
+    assert all(len(fake_hub.gets(name)) == 1 for name in shards)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    fake_hub.requests.clear()
+    back = vitzoo.create("vit_ti16", weights=f"hf-hub:{SHARDED}", depth=2, num_classes=5).eval()
+    assert fake_hub.requests == []
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+def test_the_shards_come_from_the_commit_of_their_index(sharded_repo, fake_hub, hf_cache, monkeypatch, tmp_path):
+    """The repo changes between the index and its shards: the shards of the index's commit load."""
+    model, _ = sharded_repo
+    torch.manual_seed(4)
+    vitzoo.create("vit_ti16", depth=2, num_classes=5).save_pretrained(tmp_path / "newer", max_shard_size="1MB")
+    read_index = hub.read_index
+
+    def index_then_a_new_commit(path):
+        fake_hub.publish_dir(SHARDED, tmp_path / "newer")
+        return read_index(path)
+
+    monkeypatch.setattr(hub, "read_index", index_then_a_new_commit)
+    back = vitzoo.from_pretrained(f"hf-hub:{SHARDED}")
+    assert all(torch.equal(back.state_dict()[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ("../escape.safetensors", WeightsFileError, r"weight_map\['cls_token'\]='../escape.safetensors' is invalid"),
+        ("absent.safetensors", WeightsNotFoundError, r"the repository has no file 'absent.safetensors' \(a shard that"),
+    ],
+)
+def test_a_bad_index_on_the_hub_downloads_nothing_it_names(sharded_repo, fake_hub, hf_cache, change, error, message):
+    files = fake_hub.files(SHARDED)
+    index = json.loads(files["model.safetensors.index.json"])
+    index["weight_map"]["cls_token"] = change
+    fake_hub.publish(SHARDED, {**files, "model.safetensors.index.json": json.dumps(index).encode()})
+    with pytest.raises(error, match=message):
+        vitzoo.from_pretrained(f"hf-hub:{SHARDED}")
+    assert not any("escape" in path for path in fake_hub.gets())
+
+
+def test_a_shard_that_is_not_safetensors_is_deleted_from_the_cache(sharded_repo, fake_hub, hf_cache):
+    _, shards = sharded_repo
+    fake_hub.publish(SHARDED, {**fake_hub.files(SHARDED), shards[1]: b"<html>proxy login</html>"})
+    with pytest.raises(WeightsDownloadError, match=rf"'{shards[1]}' of .* is not a valid safetensors file"):
+        vitzoo.download(f"hf-hub:{SHARDED}")
+    assert not any(p.name == shards[1] for p in hf_cache.rglob("*"))
 
 
 @pytest.fixture

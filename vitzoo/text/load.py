@@ -10,6 +10,7 @@ A source is a directory or "hf-hub:org/repo[@rev]" in one of two layouts:
                    timm's CLIP / SigLIP repos, which hold these files beside timm's own)
     transformers   config.json of a CLIPModel / SiglipModel / Siglip2Model + model.safetensors
                    (the vision tower is read by vitzoo.weights, the text tower here)
+Either may be sharded (`*.safetensors.index.json` and the shards it names; vitzoo/weight_shards.py).
 "timm:<name>" means timm's hub repo of that name, read in the open_clip layout.
 """
 
@@ -27,10 +28,20 @@ import torch
 from .. import registry
 from ..model import VisionTransformer, ViTConfig
 from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
+from ..weight_shards import index_name
 from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_source, vit_config
 from ..weights.errors import WeightsFileError, WeightsMismatchError
 from ..weights.files import StateDict, read_checkpoint, read_json, read_shapes
-from ..weights.hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, HubRef, hub_file, parse_hub_ref, timm_hub_ref
+from ..weights.hub import (
+    HF_PREFIX,
+    PREPROCESSOR_FILE,
+    TIMM_PREFIX,
+    WEIGHT_FILES,
+    HubRef,
+    hub_file,
+    parse_hub_ref,
+    timm_hub_ref,
+)
 from ..weights.shapes import infer_config_fields
 from ..weights.verify import check_shown, check_stated
 from .bpe import ClipTokenizer, clip_tokenizer
@@ -43,8 +54,13 @@ from .transformers_config import transformers_text_config, transformers_text_say
 
 Source = str | os.PathLike[str]
 OPEN_CLIP_CONFIG = "open_clip_config.json"
-OPEN_CLIP_WEIGHTS = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
-TRANSFORMERS_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
+# In order of preference, as vitzoo.weights looks for its own (an index stands for its shards).
+OPEN_CLIP_WEIGHTS = (
+    "open_clip_model.safetensors",
+    index_name("open_clip_model.safetensors"),
+    "open_clip_pytorch_model.bin",
+)
+TRANSFORMERS_WEIGHTS = WEIGHT_FILES
 
 CLIP_LOGIT_SCALE = math.log(1 / 0.07)  # CLIP's initial temperature
 SIGLIP_LOGIT_SCALE, SIGLIP_LOGIT_BIAS = math.log(10.0), -10.0

@@ -14,6 +14,7 @@ from ..atomic import write_safetensors
 from ..layers.lora import merged_state_dict
 from ..layout import save_pretrained
 from .errors import WeightsMismatchError
+from .files import StateDict
 from .keymaps import to_timm
 
 EXPORT_FORMATS = ("timm", "vitzoo")
@@ -41,6 +42,18 @@ def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
         return save_pretrained(model, path)
     if format != "timm":
         raise ValueError(f"unknown export format {format!r}; expected one of {', '.join(EXPORT_FORMATS)}")
+    state = timm_state_dict(model)
+    path = Path(path)
+    if path.suffix != ".safetensors":
+        raise ValueError(
+            f"export to timm writes a safetensors file: expected a path ending in .safetensors, got {str(path)!r}"
+        )
+    return write_safetensors(path, state, metadata={"format": "pt"})
+
+
+def timm_state_dict(model: nn.Module) -> StateDict:
+    """`model`'s weights in timm's names (its Eva's for RoPE and EVA models), LoRA merged; refused
+    for what timm's models cannot hold."""
     config = getattr(model, "config", None)
     if config is not None:
         problems = []
@@ -50,14 +63,8 @@ def export(model: nn.Module, format: str, path: str | os.PathLike[str]) -> Path:
             problems.append("no final LayerNorm")
         if problems:
             raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
-    state = to_timm(
+    return to_timm(
         merged_state_dict(model),
         what=f"{type(model).__name__} {getattr(model, 'architecture', '') or ''}".strip(),
         eva=is_eva(config),
     )
-    path = Path(path)
-    if path.suffix != ".safetensors":
-        raise ValueError(
-            f"export to timm writes a safetensors file: expected a path ending in .safetensors, got {str(path)!r}"
-        )
-    return write_safetensors(path, state, metadata={"format": "pt"})

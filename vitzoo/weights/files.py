@@ -1,5 +1,9 @@
 """Reading checkpoint files into plain {key: tensor} dicts (writing is vitzoo/atomic.py's job).
 
+A sharded safetensors checkpoint (vitzoo/weight_shards.py) is read through its index
+(`model.safetensors.index.json`): wherever a file is read, its index may stand, and every shard is
+checked against it (plain names beside it, each tensor in the one shard assigned to it) first.
+
 Safety rule: nothing in a weight file is ever executed. safetensors files are parsed as data;
 PyTorch pickles (.bin / .pth) only go through `torch.load(weights_only=True)`, which refuses any
 object that is not a tensor or a plain container; .npz archives are read with pickling disabled.
@@ -23,6 +27,7 @@ import torch
 from ..jsonio import JSONFileError
 from ..jsonio import read_json as read_checked_json
 from ..pretrained_cfg import check_pretrained_fields
+from ..weight_shards import is_index
 from .errors import WeightsFileError
 
 StateDict = dict[str, torch.Tensor]
@@ -58,9 +63,12 @@ def reading_partially() -> bool:
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> StateDict:
-    """Read a .safetensors, .bin/.pth/.pt or Google .npz file into a {key: tensor} dict on the CPU
-    (within `reading_only`: the values of some keys, the others as meta tensors)."""
+    """Read a .safetensors, .bin/.pth/.pt or Google .npz file, or the shards a safetensors index
+    (`*.safetensors.index.json`) names, into a {key: tensor} dict on the CPU (within
+    `reading_only`: the values of some keys, the others as meta tensors)."""
     keep = _READ_ONLY.get()
+    if is_index(Path(path).name):
+        return _read_sharded(Path(path), keep)
     if keep is None:
         return _read_whole(path)
     path = Path(path)
@@ -92,6 +100,8 @@ def read_shapes(path: str | os.PathLike[str]) -> StateDict:
     file's header, without reading its data; other kinds are read and their shapes kept. What a
     config implies can so be compared with the tensors before anything is built or loaded."""
     path = Path(path)
+    if is_index(path.name):
+        return _sharded_shapes(path)[0]
     if path.is_file() and _sniff_kind(path) == "safetensors":
         from safetensors import SafetensorError, safe_open
 
@@ -113,6 +123,10 @@ def check_complete(path: str | os.PathLike[str]) -> None:
     dict, an .npz) without its directory at the end. Cheap (no tensor is read), so that a broken
     file is named before anything slower or a refusal for memory."""
     path = Path(path)
+    if is_index(path.name):
+        for shard in shard_files(path):
+            check_complete(shard)
+        return
     kind = _sniff_kind(path) if path.is_file() else None
     if kind == "safetensors":
         problem = _safetensors_header_problem(path)
@@ -123,6 +137,119 @@ def check_complete(path: str | os.PathLike[str]) -> None:
             f"{str(path)!r} is not a readable {'PyTorch checkpoint' if kind == 'torch' else '.npz archive'} "
             "(truncated or corrupt: its zip directory is missing at the end); delete it and download or export it again"
         )
+
+
+# More shards than any real checkpoint has (the largest on the Hub have a few hundred): an index
+# naming more is refused before anything is looked up or downloaded for each.
+MAX_SHARDS = 10_000
+
+
+def read_index(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The weight_map of a safetensors index (tensor -> shard file), checked: a JSON object of
+    strings, each shard a plain `.safetensors` file name beside the index, `metadata.total_size`
+    (if stated) a non-negative number. The shards themselves are not looked at (`shard_files`)."""
+    where = str(path)
+    index = read_json(path, what='a safetensors index (a JSON object with a "weight_map")')
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise WeightsFileError(
+            f"{where!r}: weight_map={_short(weight_map)} is invalid; expected a non-empty JSON object "
+            "of tensor name -> shard file name"
+        )
+    for key, shard in weight_map.items():
+        problem = _shard_name_problem(shard)
+        if problem is not None:
+            raise WeightsFileError(f"{where!r}: weight_map[{key!r}]={_short(shard)} is invalid; {problem}")
+    if len(set(weight_map.values())) > MAX_SHARDS:
+        raise WeightsFileError(
+            f"{where!r}: weight_map names {len(set(weight_map.values()))} shards; expected at most {MAX_SHARDS}"
+        )
+    metadata = index.get("metadata", {})
+    if not isinstance(metadata, (dict, type(None))):
+        raise WeightsFileError(f"{where!r}: metadata={_short(metadata)} is invalid; expected a JSON object")
+    total = (metadata or {}).get("total_size")
+    if total is not None and (isinstance(total, bool) or not isinstance(total, (int, float)) or total < 0):
+        raise WeightsFileError(
+            f"{where!r}: metadata.total_size={_short(total)} is invalid; expected a non-negative number of bytes"
+        )
+    return weight_map
+
+
+def _shard_name_problem(shard: Any) -> str | None:
+    """Why `shard` is not a plain safetensors file name in the index's own folder, or None."""
+    if not isinstance(shard, str):
+        return "expected a shard file name (a string)"
+    if not shard or "/" in shard or "\\" in shard or ".." in shard or "\0" in shard or os.path.isabs(shard):
+        return "expected a plain file name in the index's folder (no '/', '\\', '..' or absolute path)"
+    if not shard.endswith(".safetensors"):
+        return "expected a .safetensors file name (vitzoo reads sharded safetensors only)"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def shard_files(index: str | os.PathLike[str]) -> list[Path]:
+    """The shard files a safetensors index names (read_index), each one that exists beside it, in
+    the order the index first names them."""
+    index = Path(index)
+    files = [index.parent / shard for shard in dict.fromkeys(read_index(index).values())]
+    for file in files:
+        if not file.is_file():
+            raise WeightsFileError(
+                f"{str(index)!r} names the shard {file.name!r}, which is not in {str(index.parent)!r}; "
+                "download or copy every shard the index names"
+            )
+    return files
+
+
+def weight_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The files a checkpoint is: a safetensors index and its shards, else the one file."""
+    path = Path(path)
+    return [path, *shard_files(path)] if is_index(path.name) else [path]
+
+
+def _sharded_shapes(index: Path) -> tuple[StateDict, dict[Path, list[str]]]:
+    """The shapes of every tensor of a sharded checkpoint (from the shards' headers), and each
+    shard's keys; WeightsFileError unless every shard holds exactly the tensors the index assigns to it."""
+    weight_map = read_index(index)
+    shapes: StateDict = {}
+    held_by: dict[str, Path] = {}
+    keys: dict[Path, list[str]] = {}
+    for file in shard_files(index):
+        held = read_shapes(file)
+        for key in held:
+            if key in held_by:
+                raise WeightsFileError(
+                    f"{str(index)!r}: the tensor {key!r} is in two shards, {held_by[key].name!r} and {file.name!r}"
+                )
+            if weight_map.get(key) != file.name:
+                assigned = f"assigns to {weight_map[key]!r}" if key in weight_map else "does not name it"
+                raise WeightsFileError(
+                    f"{str(index)!r}: the shard {file.name!r} holds {key!r}, which the index {assigned}"
+                )
+            held_by[key] = file
+        shapes.update(held)
+        keys[file] = list(held)
+    absent = [key for key in weight_map if key not in held_by]
+    if absent:
+        raise WeightsFileError(
+            f"{str(index)!r}: {len(absent)} tensor(s) the index assigns are not in their shards: "
+            + ", ".join(f"{key!r} ({weight_map[key]!r})" for key in absent[:4])
+        )
+    return shapes, keys
+
+
+def _read_sharded(index: Path, keep: Callable[[str], bool] | None) -> StateDict:
+    """Every shard of a checkpoint, checked against its index first (headers only); within
+    `reading_only`, the values of the kept keys and the others' shapes."""
+    shapes, keys = _sharded_shapes(index)
+    out: StateDict = {} if keep is None else shapes
+    for file, held in keys.items():
+        out.update(_read_safetensors(file, held if keep is None else [key for key in held if keep(key)]))
+    return out
 
 
 def _starts_as_zip(path: Path) -> bool:

@@ -5,8 +5,9 @@ HF_ENDPOINT (a mirror or a local test server), HF_HOME / HF_HUB_CACHE (where the
 HF_HUB_OFFLINE=1 (cache only) and its progress bars. These variables are read at each call, not
 only when huggingface_hub was imported, so a program may set them late.
 
-A repository's weights are `model.safetensors`, else `pytorch_model.bin`; `config.json` next to
-them (timm, transformers or vitzoo) is fetched when present.
+A repository's weights are `model.safetensors`, else its shards (`model.safetensors.index.json`,
+then only the shards that index names, from the same commit), else `pytorch_model.bin`;
+`config.json` next to them (timm, transformers or vitzoo) is fetched when present.
 
 Failing fast: before downloading a file the cache does not hold, one metadata request (HEAD) asks
 the Hub whether it answers; a transient failure (HTTP 408/429/5xx, a refused or timed-out
@@ -37,7 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..weight_shards import index_name, is_index
 from .errors import WeightsDownloadError, WeightsError, WeightsNotCachedError, WeightsNotFoundError
+from .files import read_index, weight_files
 from .hub_logs import quiet_hub_logs
 from .hub_verify import KIND, content_problem, remove_cached
 
@@ -60,7 +63,8 @@ NETWORK_ERRORS = _network_errors()
 
 HF_PREFIX = "hf-hub:"
 TIMM_PREFIX = "timm:"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in order of preference (safetensors first)
+# In order of preference (safetensors first); an index stands for its shards.
+WEIGHT_FILES = ("model.safetensors", index_name("model.safetensors"), "pytorch_model.bin")
 CONFIG_FILE = "config.json"
 PREPROCESSOR_FILE = "preprocessor_config.json"  # transformers' image processor settings
 
@@ -122,7 +126,8 @@ def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple
 
     `optional=True` returns None when the repo has no such file, or offline when it is not cached
     (but still raises when the repo itself is missing or the server fails). `tried` names the
-    files looked for before this one, for the error message."""
+    files looked for before this one, for the error message. A safetensors index brings the
+    shards it names (`_fetch_shards`)."""
     return _hub_file(ref, filename, optional=optional, tried=tried, link=_Link())
 
 
@@ -208,7 +213,21 @@ def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, .
         _remove_partial(ref, link.etags.get(filename))
         raise WeightsDownloadError(f"{where}: download failed ({type(e).__name__}: {_first_line(e)})") from None
     _verify_download(ref, filename, path)
+    if is_index(filename):
+        _fetch_shards(ref, filename, path, link)
     return path
+
+
+def _fetch_shards(ref: HubRef, filename: str, index: Path, link: _Link) -> None:
+    """The shards the index `filename` names (checked first: plain file names, see
+    files.read_index), from the commit the index came from, so that they land beside it."""
+    snapshot = index.parent
+    pinned = HubRef(ref.repo_id, snapshot.name) if snapshot.parent.name == "snapshots" else ref
+    for shard in dict.fromkeys(read_index(index).values()):
+        try:
+            _hub_file(pinned, shard, optional=False, tried=(), link=link)
+        except WeightsNotFoundError as e:
+            raise WeightsNotFoundError(f"{e} (a shard that {filename!r} of {ref} names)") from None
 
 
 def _download(ref: HubRef, filename: str, *, offline: bool, link: _Link, http_error: type[Exception]) -> str:
@@ -287,8 +306,9 @@ def _in_cache(ref: HubRef, filename: str) -> bool:
 
 
 def fetch_repo(ref: HubRef) -> tuple[Path, Path | None, Path | None]:
-    """The repo's weights file (model.safetensors, else pytorch_model.bin), its config.json and
-    its preprocessor_config.json (transformers' image processor), each of the last two when present."""
+    """The repo's weights file (model.safetensors, else the index of its shards, else
+    pytorch_model.bin), its config.json and its preprocessor_config.json (transformers' image
+    processor), each of the last two when present."""
     weights: Path | None = None
     link = _Link()
     for i, name in enumerate(WEIGHT_FILES):
@@ -313,8 +333,8 @@ def fetch_repo(ref: HubRef) -> tuple[Path, Path | None, Path | None]:
 
 def fetch_source(source: str) -> list[Path]:
     """Fetch "hf-hub:org/repo[@rev]" or "timm:<timm name>" into the hub cache (for offline use
-    later) and return the cached files: the weights, then config.json and preprocessor_config.json
-    when the repo has them."""
+    later) and return the cached files: the weights (an index, then its shards), then config.json
+    and preprocessor_config.json when the repo has them."""
     if source.startswith(TIMM_PREFIX):
         ref = timm_hub_ref(source[len(TIMM_PREFIX) :])
     elif source.startswith(HF_PREFIX):
@@ -322,7 +342,7 @@ def fetch_source(source: str) -> list[Path]:
     else:
         raise ValueError(f"{source!r} is not a hub source: expected 'hf-hub:org/repo[@rev]' or 'timm:<model name>'")
     weights, config, preprocessor = fetch_repo(ref)
-    return [weights] + [p for p in (config, preprocessor) if p is not None]
+    return weight_files(weights) + [p for p in (config, preprocessor) if p is not None]
 
 
 def require_timm(source: str) -> Any:
