@@ -97,6 +97,7 @@ class ZooModel:
     pretrained: dict[str, PretrainedCfg] = field(default_factory=dict)  # tag -> source; first is default
     description: str = ""
     timm_name: str | None = None  # the timm architecture with the same shapes and parameter names
+    family: str = ""  # "vit", "deit", "clip", "siglip", "dinov2", ...: what `vitzoo list --family` filters
 
 
 def _released(
