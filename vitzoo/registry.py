@@ -301,7 +301,7 @@ def register_alias(alias: str, target: str, *, kind: str = "alias") -> ModelEntr
     built-in table does for timm's and open_clip's names; `kind` says whose spelling it is (one of
     ALIAS_KINDS). A spelling that is a model name, or another model's alias, is refused
     (RegistryError). Returns the target's entry, which now carries the alias."""
-    if not isinstance(alias, str) or not alias or not alias.isprintable() or ":" in alias or alias.strip() != alias:
+    if not isinstance(alias, str) or not alias.isprintable() or not alias or any(ch in alias for ch in " :"):
         raise RegistryError(f"alias {alias!r} is invalid: expected a non-empty printable name without ':' or spaces")
     if kind not in ALIAS_KINDS:
         raise ValueError(f"register_alias: kind={kind!r} is invalid; expected one of {', '.join(ALIAS_KINDS)}")
