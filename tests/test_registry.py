@@ -342,7 +342,9 @@ def test_unknown_spellings_suggest_every_kind_of_name():
         UnknownModelError, match=r"unknown model 'vit_base_patch16_22'; did you mean 'vit_base_patch16_224'"
     ):
         registry.resolve("vit_base_patch16_22")
-    with pytest.raises(UnknownModelError, match=r"did you mean 'vit_base_patch16_clip_224', 'vit_base_patch16_clip_224\.openai'"):
+    with pytest.raises(
+        UnknownModelError, match=r"did you mean 'vit_base_patch16_clip_224', 'vit_base_patch16_clip_224\.openai'"
+    ):
         registry.resolve("vit_base_patch16_clip_22.opena")
     with pytest.raises(
         UnknownModelError, match=r"model 'vit_base_patch16_224' \(vitzoo's 'vit_b16'\) has no pretrained tag 'nope'"

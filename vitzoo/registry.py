@@ -387,7 +387,8 @@ def resolve(name: str) -> Resolved:
         known = ", ".join(f"{entry.name}.{t}" for t in entry.pretrained) or "none"
         named = repr(entry.name) if kind == "vitzoo" else f"{base!r} (vitzoo's {entry.name!r})"
         raise UnknownModelError(f"model {named} has no pretrained tag {tag!r}; known: {known}")
-    config = entry.config.replace(**pcfg.model_args) if entry.config is not None and pcfg else entry.config
+    args = pcfg.model_args if pcfg else {}
+    config = entry.config.replace(**args) if entry.config is not None and args else entry.config
     return Resolved(name, entry, tag, pcfg, config, kind)
 
 
@@ -593,6 +594,11 @@ def model_summary(name: str | Resolved) -> dict[str, Any]:
     resolved = as_resolved(name)
     entry = resolved.entry
     config, model = _architecture(resolved)
+    if model is not None:
+        num_params = count_parameters(model)
+    else:
+        assert config is not None  # _architecture builds what is no config
+        num_params = config.num_params
     return {
         "name": entry.name,
         "family": entry.family,
@@ -600,7 +606,7 @@ def model_summary(name: str | Resolved) -> dict[str, Any]:
         "timm_name": entry.timm_name,
         "aliases": [dataclasses.asdict(a) for a in entry.aliases],
         "config": config,
-        "num_params": config.num_params if model is None and config is not None else count_parameters(model),
+        "num_params": num_params,
         "pretrained": list(entry.pretrained),
         "input_size": list(_preprocessing(resolved, config, model).input_size),
     }

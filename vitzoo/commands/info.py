@@ -35,7 +35,8 @@ def gflops_of(name: str, config: ViTConfig | None, input_size: Sequence[int]) ->
     from ..registry import build_meta
 
     try:  # a builder that returns something other than our ViT: count it on the meta device
-        return measure_flops(build_meta(name), tuple(input_size)) / 1e9
+        channels, height, width = input_size
+        return measure_flops(build_meta(name), (channels, height, width)) / 1e9
     except Exception:
         return None
 
