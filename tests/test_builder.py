@@ -124,3 +124,63 @@ def test_a_copy_that_shows_another_architecture_than_the_tag_is_refused(tmp_path
         match=r"its config states act_layer='quick_gelu', but the weights tag 'clip_l14\.laion2b' builds act_layer='gelu'",
     ):
         vitzoo.create("clip_l14.laion2b", weights=tmp_path / "openai", **SMALL)
+
+
+# ----------------------------------------------------------------------------- names in other spellings
+@pytest.fixture
+def open_clip_alias():
+    """open_clip's name of CLIP B/16's OpenAI release, as zoo.OPEN_CLIP_NAMES lists such names."""
+    saved = registry.snapshot()
+    registry.register_alias("ViT-B-16.openai", "clip_b16.openai", kind="open_clip")
+    yield "ViT-B-16.openai"
+    registry.restore(saved)
+
+
+def test_create_loads_the_same_release_by_any_spelling(monkeypatch, open_clip_alias):
+    """timm's "arch.tag" and open_clip's "MODEL.PRETRAINED" load what vitzoo's "name.tag" loads:
+    the same entry, source, preprocessing and tag (on today's main they are unknown models)."""
+    calls = []
+
+    def build(entry, source, base_cfg, overrides, dtype=None, tag=None):
+        calls.append((entry.name, source, base_cfg, tag))
+        return torch.nn.Identity()
+
+    monkeypatch.setattr(vitzoo.builder, "_build_pretrained", build)
+    monkeypatch.setattr(vitzoo.builder, "require_weights_memory", lambda *args, **kwargs: None)
+    for name in ("clip_b16.openai", "vit_base_patch16_clip_224.openai", open_clip_alias):
+        vitzoo.create(name)
+    assert len(calls) == 3 and calls[0] == calls[1] == calls[2]
+    assert calls[0][1] == "hf-hub:timm/vit_base_patch16_clip_224.openai" and calls[0][3] == "openai"
+    vitzoo.create("vit_base_patch16_224", pretrained=True)  # a bare timm architecture: its default source
+    assert calls[-1][:2] == ("vit_b16", registry.resolve("vit_b16").source)
+
+
+def test_a_release_built_untrained_by_any_spelling_carries_the_same_cfg(open_clip_alias):
+    models = [
+        vitzoo.create(n, pretrained=False, depth=1)
+        for n in ("clip_b16.openai", "vit_base_patch16_clip_224.openai", open_clip_alias)
+    ]
+    assert all(m.pretrained_cfg == models[0].pretrained_cfg and m.config == models[0].config for m in models)
+    assert all(m.default_cfg == models[0].default_cfg for m in models)
+
+
+def test_download_and_image_text_models_take_other_spellings(monkeypatch, open_clip_alias):
+    fetched = []
+    monkeypatch.setattr(vitzoo.builder, "fetch_source", lambda source: fetched.append(source) or [])
+    vitzoo.download("vit_base_patch16_clip_224.openai")
+    vitzoo.download(open_clip_alias)
+    assert fetched == ["hf-hub:timm/vit_base_patch16_clip_224.openai"] * 2
+
+    from vitzoo.text import load
+
+    read = []
+    monkeypatch.setattr(load, "read_image_text", lambda source: read.append(source) or torch.nn.Identity())
+    for name in ("clip_b16.openai", open_clip_alias, "vit_base_patch16_clip_224.openai"):
+        vitzoo.create(name, text=True)
+    assert len(read) == 3 and read[0] == read[1] == read[2]
+
+
+def test_a_checkpoints_timm_architecture_resolves_through_the_registry():
+    assert vitzoo.builder.resolve_architecture("vit_base_patch16_224").name == "vit_b16"
+    assert vitzoo.builder.resolve_architecture("vit_small_patch16_224.dino").name == "dino_s16"
+    assert vitzoo.builder.resolve_architecture("no_such_architecture") is None

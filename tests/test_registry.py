@@ -3,13 +3,16 @@ register / register_model and name clashes."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 import torch
 
 import vitzoo
-from vitzoo import RegistryError, UnknownModelError, VisionTransformer, ViTConfig, registry
+from vitzoo import RegistryError, UnknownModelError, VisionTransformer, ViTConfig, registry, zoo
 from vitzoo.model import TIMM_ARCHITECTURE_KEYS
-from vitzoo.pretrained_cfg import CLIP_MEAN, IMAGENET_MEAN, INCEPTION_MEAN
+from vitzoo.pretrained_cfg import CLIP_MEAN, IMAGENET_MEAN, INCEPTION_MEAN, PretrainedCfg, commercial_use
 
 DEIT_NAMES = [
     "deit_b16",
@@ -289,3 +292,245 @@ def test_get_pretrained_cfg_value_follows_timms_semantics(clean_registry):
     vitzoo.register("test_vit_ti16_96", base="vit_ti16", img_size=96, dynamic_img_size=True)
     assert vitzoo.get_pretrained_cfg_value("test_vit_ti16_96", "input_size") == (3, 96, 96)
     assert vitzoo.get_pretrained_cfg_value("test_vit_ti16_96", "fixed_input_size") is False
+
+
+# ----------------------------------------------------------------------------- other spellings (resolve)
+def timm_releases() -> list[tuple[str, str]]:
+    """(timm's "arch.tag", vitzoo's "name.tag") of every built-in release on timm's hub."""
+    pairs = []
+    for name in builtin(vitzoo.list_models(pretrained=True)):
+        source = registry.resolve(name).source or ""
+        if source.startswith(registry.TIMM_HUB):
+            pairs.append((source[len(registry.TIMM_HUB) :], name))
+    return pairs
+
+
+def test_every_timm_release_resolves_by_timms_name():
+    pairs = timm_releases()
+    assert len(pairs) > 50
+    for timm_name, name in pairs:
+        resolved = registry.resolve(timm_name)
+        assert (resolved.name, resolved.alias, resolved.given) == (name, "timm", timm_name)
+        assert resolved.pretrained_cfg is registry.resolve(name).pretrained_cfg
+        assert resolved.wants_weights(None)  # a tag in any spelling asks for its weights
+
+
+def test_a_bare_timm_architecture_is_its_first_entry_with_the_default_tag():
+    # vit_s16 and dino_s16 share timm's architecture: the first registered answers, the tags tell them apart
+    assert registry.get_entry("dino_s16").timm_name == registry.get_entry("vit_s16").timm_name
+    bare = registry.resolve("vit_small_patch16_224")
+    assert (bare.entry.name, bare.tag, bare.alias) == ("vit_s16", None, "timm")
+    assert bare.pretrained_cfg is registry.resolve("vit_s16").pretrained_cfg and not bare.wants_weights(None)
+    assert registry.resolve("vit_small_patch16_224.dino").name == "dino_s16.dino"
+    # a vitzoo tag after timm's architecture
+    assert registry.resolve("vit_base_patch16_224.augreg2_in21k_ft_in1k").name == "vit_b16.augreg2_in21k_ft_in1k"
+
+
+def test_resolved_record_carries_config_source_and_licence():
+    resolved = registry.resolve("vit_base_patch16_clip_224.openai")
+    pcfg = resolved.pretrained_cfg
+    assert resolved.entry.name == "clip_b16" and pcfg is not None and pcfg.tag == "openai"
+    assert resolved.config == resolved.entry.config.replace(**pcfg.model_args)
+    assert (resolved.source, resolved.license) == (pcfg.source, pcfg.license)
+    assert resolved.source_kind == "timm"
+    tagged = next(n for n in vitzoo.list_models(pretrained=True) if registry.resolve(n).model_args)
+    assert registry.resolve(tagged).config != registry.get_entry(tagged).config  # the tag's fields applied
+
+
+def test_unknown_spellings_suggest_every_kind_of_name():
+    with pytest.raises(
+        UnknownModelError, match=r"unknown model 'vit_base_patch16_22'; did you mean 'vit_base_patch16_224'"
+    ):
+        registry.resolve("vit_base_patch16_22")
+    with pytest.raises(
+        UnknownModelError, match=r"did you mean 'vit_base_patch16_clip_224', 'vit_base_patch16_clip_224\.openai'"
+    ):
+        registry.resolve("vit_base_patch16_clip_22.opena")
+    with pytest.raises(
+        UnknownModelError, match=r"model 'vit_base_patch16_224' \(vitzoo's 'vit_b16'\) has no pretrained tag 'nope'"
+    ):
+        registry.resolve("vit_base_patch16_224.nope")
+    with pytest.raises(TypeError, match="must be a str"):
+        registry.resolve(None)  # type: ignore[arg-type]
+
+
+def test_timm_names_work_in_create_model_info_and_cfg_values():
+    by_timm = vitzoo.create("vit_base_patch16_clip_224.openai", pretrained=False, depth=1)
+    by_vitzoo = vitzoo.create("clip_b16.openai", pretrained=False, depth=1)
+    assert by_timm.pretrained_cfg == by_vitzoo.pretrained_cfg and by_timm.config == by_vitzoo.config
+    assert vitzoo.model_info("vit_base_patch16_clip_224.openai") == vitzoo.model_info("clip_b16.openai")
+    for key in ("mean", "input_size", "hf_hub_id", "num_classes"):
+        value = vitzoo.get_pretrained_cfg_value("vit_base_patch16_clip_224.openai", key)
+        assert value == vitzoo.get_pretrained_cfg_value("clip_b16.openai", key)
+
+
+def test_register_alias_open_clip_spelling(clean_registry):
+    entry = registry.register_alias("ViT-B-16.openai", "clip_b16.openai", kind="open_clip")
+    assert entry.name == "clip_b16" and registry.register_alias("ViT-B-16.openai", "clip_b16.openai") is not None
+    resolved = registry.resolve("ViT-B-16.openai")
+    assert (resolved.name, resolved.alias) == ("clip_b16.openai", "open_clip")
+    assert resolved.source_kind == "timm"  # weights on timm's hub are timm's, whatever the spelling
+    assert vitzoo.list_models("ViT-B-16*") == ["clip_b16"]
+    assert vitzoo.list_models("ViT-B-16*", pretrained=True) == ["clip_b16.openai"]
+    assert vitzoo.list_models("ViT-B-16*", pretrained=True, spelling="open_clip") == ["ViT-B-16.openai"]
+    assert vitzoo.list_models("ViT-B-16*", spelling="open_clip") == []  # open_clip names are releases
+    # an open_clip release in its own repository: open_clip's layout; other hub repositories: transformers'
+    vitzoo.register("oc_test", base="vit_ti16", pretrained={"x": PretrainedCfg(source="hf-hub:laion/oc")})
+    vitzoo.register("tf_test", base="vit_ti16", pretrained={"x": PretrainedCfg(source="hf-hub:org/tf")})
+    registry.register_alias("OC-Test.x", "oc_test.x", kind="open_clip")
+    assert registry.resolve("oc_test.x").source_kind == "open_clip"
+    assert registry.resolve("tf_test.x").source_kind == "transformers"
+    assert vitzoo.list_models("*_test", source="open_clip") == ["oc_test"]
+    assert vitzoo.list_models("*_test", pretrained=True, source=["transformers"]) == ["tf_test.x"]
+
+
+def test_aliases_that_clash_are_refused(clean_registry):
+    with pytest.raises(
+        RegistryError, match=r"timm name 'vit_base_patch16_224' of 'vit_b16'.*clashes with the model name"
+    ):
+        vitzoo.register("vit_base_patch16_224", base="vit_ti16")
+    assert "vit_base_patch16_224" not in registry.snapshot()  # refused before the table changed
+    with pytest.raises(RegistryError, match=r"alias name 'vit_s16'.*clashes with the model name 'vit_s16'"):
+        registry.register_alias("vit_s16", "vit_b16")
+    with pytest.raises(RegistryError, match=r"'vit_s16\.x'.*clashes with the model name 'vit_s16'"):
+        registry.register_alias("vit_s16.x", "vit_b16")  # would read as vit_s16's tag x
+    registry.register_alias("my_vit", "vit_b16")
+    with pytest.raises(RegistryError, match=r"'my_vit' is ambiguous: it names 'vit_(b|s)16' and 'vit_(s|b)16'"):
+        registry.register_alias("my_vit", "vit_s16")
+    with pytest.raises(RegistryError, match="invalid"):
+        registry.register_alias("a b", "vit_b16")
+    with pytest.raises(ValueError, match="kind='torchvision' is invalid"):
+        registry.register_alias("tv_vit", "vit_b16", kind="torchvision")
+    with pytest.raises(UnknownModelError):
+        registry.register_alias("my_vit2", "no_such_model")
+    assert registry.resolve("my_vit").entry.name == "vit_b16"
+    registry.unregister("vit_b16")  # its aliases go with it
+    with pytest.raises(UnknownModelError):
+        registry.resolve("my_vit")
+
+
+def test_the_built_in_table_refuses_ambiguous_and_dangling_names(monkeypatch):
+    a = registry.get_entry("vit_s16")
+    releases = tuple(alias for alias in a.aliases if alias.tag is not None)
+    twin = dataclasses.replace(a, name="twin", aliases=releases)  # the same timm releases under a second name
+    with pytest.raises(RegistryError, match=r"timm name 'vit_small_patch16_224\.\w+' is ambiguous"):
+        registry._alias_index_of({"vit_s16": a, "twin": twin})
+    monkeypatch.setattr(zoo, "OPEN_CLIP_NAMES", {"ViT-B-16.openai": "clip_b16.openai"}, raising=False)
+    clip = registry._builtin_entries()["clip_b16"]
+    assert registry.Alias("ViT-B-16.openai", "openai", "open_clip") in clip.aliases
+    monkeypatch.setattr(zoo, "OPEN_CLIP_NAMES", {"ViT-X.y": "clip_b16.nope"})
+    with pytest.raises(RegistryError, match=r"OPEN_CLIP_NAMES: 'ViT-X\.y' names clip_b16\.nope"):
+        registry._builtin_entries()
+    monkeypatch.setattr(zoo, "OPEN_CLIP_NAMES", {"ViT-X.y": "no_model.y"})
+    with pytest.raises(RegistryError, match=r"OPEN_CLIP_NAMES: 'ViT-X\.y' name\(s\) no model"):
+        registry._builtin_entries()
+
+
+# ----------------------------------------------------------------------------- listing
+def test_list_models_matches_every_spelling_and_lists_vitzoos():
+    assert "clip_b16" in vitzoo.list_models("vit_base_patch16_clip_224*")
+    assert "clip_b16.openai" in vitzoo.list_models("vit_base_patch16_clip_224.openai", pretrained=True)
+    assert vitzoo.list_models("vit_small_patch16_224*", pretrained=True, spelling="timm") == sorted(
+        t for t, _ in timm_releases() if t.startswith("vit_small_patch16_224")
+    )
+    assert "vit_small_patch16_224" in vitzoo.list_models("vit_s*", spelling="timm")
+    assert vitzoo.list_models("vit_b16", exclude="vit_b16") == []  # exclusions apply to the names listed
+    with pytest.raises(ValueError, match="spelling='hf' is invalid"):
+        vitzoo.list_models(spelling="hf")
+
+
+def test_list_models_filters_family_source_and_commercial_use(clean_registry):
+    entry = registry.get_entry("clip_b16")
+    registry.restore({**registry.snapshot(), "clip_b16": dataclasses.replace(entry, family="clip")})
+    assert vitzoo.list_models(family="CLIP") == ["clip_b16"]
+    assert vitzoo.list_models(family=["clip"], pretrained=True) == [f"clip_b16.{t}" for t in sorted(entry.pretrained)]
+    timm_tags = vitzoo.list_models(pretrained=True, source="timm")
+    assert timm_tags and all(registry.resolve(n).source.startswith("hf-hub:timm/") for n in timm_tags)
+    google = vitzoo.list_models(pretrained=True, source="transformers")
+    assert google and all(registry.resolve(n).source.startswith("hf-hub:google/") for n in google)
+    commercial = set(vitzoo.list_models(pretrained=True, commercial=True))
+    non_commercial = set(vitzoo.list_models(pretrained=True, license="cc-by-nc-4.0"))
+    assert non_commercial and not commercial & non_commercial
+    assert set(vitzoo.list_models(pretrained=True, license="apache-2.0")) <= commercial
+    for bad in ({"source": "torchvision"}, {"family": ""}, {"pretrained": False, "source": "timm"}):
+        with pytest.raises(ValueError, match="list_models"):
+            vitzoo.list_models(**bad)
+
+
+def test_commercial_use_reads_the_licence_flags():
+    assert commercial_use("apache-2.0") and commercial_use("dinov3-license")  # gated: terms to accept
+    assert not commercial_use("cc-by-nc-4.0") and not commercial_use(None) and not commercial_use(" ")
+
+
+SMALL_CONFIGS = [
+    ViTConfig(depth=2, embed_dim=32, num_heads=2, img_size=32, patch_size=8, **fields)
+    for fields in (
+        {},
+        {"conv_stem": (8, 16), "patch_bias": False},
+        {"norm_layer": "rmsnorm", "mlp_layer": "swiglu", "mlp_norm": True, "mlp_align": 16},
+        {
+            "mlp_layer": "swiglu_packed",
+            "mlp_ratio": 16 / 3,
+            "init_values": 1e-5,
+            "reg_tokens": 4,
+            "no_embed_class": True,
+        },
+        {
+            "qkv_fused": False,
+            "k_bias": False,
+            "rope": "mixed",
+            "pos_embed": "none",
+            "class_token": False,
+            "global_pool": "avg",
+        },
+        {"qkv_bias": True, "k_bias": False, "global_pool": "map", "attn_pool_num_heads": 1, "num_classes": 0},
+        {"distilled": True, "representation_size": 24, "head_bias": False, "pre_norm": True},
+        {"fc_norm": True, "global_pool": "avg", "pos_embed": "sincos", "num_classes": 7},
+        {"final_norm": False, "rope": "cat", "qkv_bias": False},
+    )
+]
+
+
+@pytest.mark.parametrize("config", SMALL_CONFIGS, ids=range(len(SMALL_CONFIGS)))
+def test_num_params_is_the_models_count(config):
+    with torch.device("meta"):
+        assert config.num_params == registry.count_parameters(VisionTransformer(config))
+
+
+def test_num_params_of_every_registered_architecture():
+    """Every name and release: a model's count is affine in its depth (identical blocks), so equal
+    counts at depth 1 and 2 prove the formula at every depth; the full size on a few."""
+    configs = {registry.resolve(n).config for n in vitzoo.list_models() + vitzoo.list_models(pretrained=True)}
+    configs.discard(None)
+    for config in configs:
+        for depth in (1, 2):
+            small = config.replace(depth=depth)
+            with torch.device("meta"):
+                assert small.num_params == registry.count_parameters(VisionTransformer(small)), config
+    for name in ("vit_b16", "dinov2_g14", "clip_b16.openai"):
+        assert registry.resolve(name).config.num_params == registry.count_parameters(registry.build_meta(name))
+    assert vitzoo.model_info("vit_b16")["num_params"] == 86_567_656
+
+
+def test_listing_six_hundred_names_builds_no_model(clean_registry, monkeypatch):
+    from vitzoo.commands.list import _model_rows, _pretrained_rows
+
+    for i in range(600):
+        vitzoo.register(
+            f"bulk_{i}",
+            base="vit_ti16",
+            depth=1 + i % 12,
+            pretrained={"t": PretrainedCfg(source=f"hf-hub:timm/bulk.t{i}")},
+        )
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("listing built a model")
+
+    monkeypatch.setattr(VisionTransformer, "__init__", refuse)
+    start = time.perf_counter()
+    rows, _ = _model_rows(vitzoo.list_models("bulk_*"))
+    pretrained_rows, _ = _pretrained_rows(vitzoo.list_models("bulk_*", pretrained=True))
+    elapsed = time.perf_counter() - start
+    assert len(rows) == len(pretrained_rows) == 600
+    assert rows[0]["num_params"] == registry.get_entry(rows[0]["name"]).config.num_params
+    assert elapsed < 5  # about 0.1 s on a shared 2-core machine; the bound only catches a return of model builds

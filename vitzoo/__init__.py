@@ -37,6 +37,7 @@ _EXPORTS = {
     "get_pretrained_cfg_value": "registry",
     "register": "registry",
     "register_model": "registry",
+    "register_alias": "registry",
     "create": "builder",
     "FeatureInfo": "features",
     "FeatureGetterNet": "features",
@@ -76,6 +77,7 @@ __all__ = [
     "optimize",
     "push_to_hub",
     "register",
+    "register_alias",
     "register_model",
     "save_pretrained",
 ]
@@ -96,6 +98,7 @@ if TYPE_CHECKING:
         list_models,
         model_info,
         register,
+        register_alias,
         register_model,
     )
     from .weights import export

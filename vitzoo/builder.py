@@ -4,6 +4,7 @@ vitzoo.weights (reading and converting checkpoints), as timm's `_builder.py` doe
     vitzoo.create("vit_b16", num_classes=10)                         # random init, config overrides
     vitzoo.create("vit_b16", pretrained=True)                        # the name's default source
     vitzoo.create("vit_b16.augreg_in21k_ft_in1k")                    # a tag picks another source
+    vitzoo.create("vit_base_patch16_clip_224.openai")                # timm's and open_clip's names too
     vitzoo.create("vit_s16", weights="ViT-S_16.npz")                 # any file / dir / hub / timm source
     vitzoo.from_pretrained("out/")                                   # the architecture comes from the source
     vitzoo.download("vit_b16"); vitzoo.convert("src", "dst/")
@@ -60,7 +61,7 @@ Source = str | os.PathLike[str]
 def resolve_architecture(name: str) -> Architecture | None:
     """What a checkpoint's architecture name means: a registered vitzoo name, or the timm
     architecture of a registered entry. None when the registry knows neither."""
-    try:
+    try:  # vitzoo's name, timm's architecture, or another spelling the registry knows
         entry: registry.ModelEntry | None = registry.get_entry(name)
     except registry.UnknownModelError:
         entry = registry.find_by_timm_name(name)
@@ -96,6 +97,8 @@ def create(
     **overrides: Any,
 ) -> nn.Module:
     """Build a registered model; `overrides` replace config fields (num_classes, img_size, ...).
+    `name` may be spelled as vitzoo, timm ("arch.tag") or open_clip ("MODEL.PRETRAINED") name it
+    (registry.resolve): the same entry, tag and pretrained cfg.
 
     pretrained=True loads the name's default source (or the one its ".tag" selects), and so does a
     ".tag" by itself; pretrained=False loads nothing: "name.tag" is then the architecture and
@@ -166,15 +169,15 @@ def _create(
                 "expected no weights= or field overrides (build a registered name with weights= instead)"
             )
         return from_pretrained(name, dtype=dtype)
-    entry, pcfg = registry.get_pretrained_cfg(name)
-    _, tag = registry.split_name(name)
-    loading = weights is not None or registry.wants_weights(name, pretrained)
+    resolved = registry.resolve(name)  # once: everything below reads this record
+    entry, pcfg, tag = resolved.entry, resolved.pretrained_cfg, resolved.tag
+    loading = weights is not None or resolved.wants_weights(pretrained)
     # not on the meta device, nor a GPU's memory; nor weights left unread (fsdp_load: sharded later)
     if weights is not None:
         check_local_source(weights)  # a truncated file named before a refusal for its size
     if (loading and not reading_partially()) or (not loading and torch.empty(()).device.type == "cpu"):
         require_weights_memory(
-            name, registry.build_meta(name, **overrides), dtype if loading else None, loading=loading
+            name, registry.build_meta(resolved, **overrides), dtype if loading else None, loading=loading
         )
     if loading:
         if weights is None:
@@ -297,14 +300,15 @@ def from_pretrained(source: Source, dtype: str | torch.dtype | None = None) -> n
 
 def download(name_or_source: str) -> list[Path]:
     """Fetch a model's weights into the Hugging Face cache ahead of time (for offline use later)
-    and return the cached files. Takes a registered name ("vit_b16", "vit_b16.augreg_in21k_ft_in1k"),
+    and return the cached files. Takes a registered name in any spelling ("vit_b16",
+    "vit_b16.augreg_in21k_ft_in1k", timm's "vit_base_patch16_224.augreg_in21k_ft_in1k"),
     "hf-hub:org/repo[@rev]" or "timm:<timm name>"."""
     source = name_or_source
     if not (source.startswith(HF_PREFIX) or source.startswith(TIMM_PREFIX)):
-        entry, pcfg = registry.get_pretrained_cfg(source)
-        if pcfg is None or pcfg.source is None:
-            raise WeightsError(f"model {entry.name!r} has no pretrained weights to download")
-        source = pcfg.source
+        resolved = registry.resolve(source)
+        if resolved.source is None:
+            raise WeightsError(f"model {resolved.entry.name!r} has no pretrained weights to download")
+        source = resolved.source
     if source.startswith(HF_PREFIX) or source.startswith(TIMM_PREFIX):
         return fetch_source(source)
     path = Path(source)

@@ -1,6 +1,7 @@
 """The `vitzoo` command (also `python -m vitzoo`).
 
-    vitzoo list [PATTERN...] [--pretrained]       names, sizes, compute, origin
+    vitzoo list [PATTERN...] [--pretrained]       names, sizes, compute, origin (--family, --license,
+                                                   --commercial, --source timm|open_clip|transformers)
     vitzoo info NAME[.TAG]                         config, parameters, GFLOPs, sources, preprocessing
     vitzoo download NAME[.TAG]...                  fill the weights cache ahead of air-gapped use
     vitzoo convert SRC DST [--to vitzoo|timm]      rewrite a checkpoint in another layout
@@ -9,6 +10,7 @@
     vitzoo finetune / eval / viz ...               training, evaluation and pictures
     vitzoo push RUN_DIR_OR_WEIGHTS REPO_ID         upload to the Hub (timm / transformers load it)
 
+NAME may be spelled as vitzoo, timm ("arch.tag") or open_clip ("MODEL.PRETRAINED") name it.
 Each subcommand is a module of vitzoo/commands/ (`configure_parser` + `run`), listed in its one
 table, COMMANDS. Every subcommand has --help, prints a table for people and JSON with --json.
 Exit codes: 0 success, 2 bad usage (argparse's convention), 1 failure, with a one-line

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 import os
 import typing
@@ -86,7 +87,7 @@ from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
 from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args
-from .layers.swiglu import MLPS, MlpName
+from .layers.swiglu import MLPS, MlpName, mlp_hidden_dim
 from .layout import hub_pusher, save_pretrained
 from .pretrained_cfg import PretrainedCfg
 from .weight_shards import DEFAULT_MAX_SHARD_SIZE
@@ -354,6 +355,54 @@ class ViTConfig:
     def num_prefix_tokens(self) -> int:
         """Tokens before the patches: class, distillation and register tokens."""
         return int(self.class_token) + int(self.distilled) + self.reg_tokens
+
+    @property
+    def num_params(self) -> int:
+        """The parameter count of the model this config builds, by arithmetic: a listing of hundreds
+        of names builds none (tests/test_registry.py checks it against every registered model)."""
+        d, ph, pw = self.embed_dim, *to_2tuple(self.patch_size)
+        norm = self._norm_params
+
+        def linear(n_in: int, n_out: int, bias: bool = True) -> int:
+            return n_in * n_out + (n_out if bias else 0)
+
+        # The patch projection: a stem's 3x3 convs (BatchNorm brings their biases), or one conv per patch.
+        channels = (self.in_chans, *self.conv_stem)
+        stem = sum(linear(c_in * 9, c_out, False) + 2 * c_out for c_in, c_out in itertools.pairwise(channels))
+        kernel = channels[-1] * 9 if self.conv_stem else self.in_chans * ph * pw
+        total = stem + linear(kernel, d, self.patch_bias) + self.num_prefix_tokens * d
+        if self.pos_embed == "learned":
+            gh, gw = self.grid_size
+            total += (gh * gw + (0 if self.no_embed_class else self.num_prefix_tokens)) * d
+        if self.rope == "mixed":  # learned frequencies: (x, y) per block and head, a quarter of the head width each
+            total += 2 * self.depth * self.num_heads * 2 * -(-(d // self.num_heads) // 4)
+        total += norm(d) * (int(self.pre_norm) + int(self.final_norm and not self.fc_norm) + int(self.fc_norm))
+        total += self.depth * self._block_params()
+        if self.global_pool == "map":  # latent query, q, kv, proj, norm and a plain MLP
+            hidden = int(d * self.mlp_ratio)
+            total += (
+                d + linear(d, d) + linear(d, 2 * d) + linear(d, d) + norm(d) + linear(d, hidden) + linear(hidden, d)
+            )
+        if self.representation_size:
+            total += linear(d, self.representation_size)
+        if self.num_classes > 0:
+            heads = 2 if self.distilled else 1
+            total += heads * linear(self.representation_size or d, self.num_classes, self.head_bias)
+        return total
+
+    def _block_params(self) -> int:
+        d = self.embed_dim
+        q_and_v_bias = self.qkv_bias and not self.k_bias
+        attn = 4 * d * d + d  # q, k, v and the output projection with its bias
+        attn += 3 * d if self.qkv_bias and self.k_bias else 2 * d if q_and_v_bias else 0
+        hidden = mlp_hidden_dim(self.mlp_layer, d, self.mlp_ratio, self.mlp_align)
+        inputs = 1 if self.mlp_layer == "mlp" else 2  # a gated MLP projects to gate and input
+        mlp = inputs * (d * hidden + hidden) + hidden * d + d
+        mlp += self._norm_params(hidden) if self.mlp_norm else 0
+        return attn + mlp + 2 * self._norm_params(d) + (2 * d if self.init_values else 0)
+
+    def _norm_params(self, n: int) -> int:
+        return 2 * n if self.norm_layer == "layernorm" else n  # LayerNorm: weight and bias; RMSNorm: a scale
 
 
 @functools.cache

@@ -179,6 +179,12 @@ _NON_COMMERCIAL_PREFIXES = ("cc-by-nc", "apple-amlr", "apple-ascl")
 _GATED_PREFIXES = ("dinov3-license", "llama", "gemma")
 
 
+def commercial_use(license: str | None) -> bool:
+    """Whether weights under `license` may be used commercially as far as its id tells: a stated
+    licence without the "non-commercial" flag (gated ones too, once their terms are accepted)."""
+    return bool((license or "").strip()) and "non-commercial" not in license_flags(license)
+
+
 def license_flags(license: str | None) -> tuple[str, ...]:
     """The LICENSE_FLAGS that apply to `license` (a Hub licence id such as "cc-by-nc-4.0"), in
     LICENSE_FLAGS order; () for a permissive or an unstated licence."""

@@ -97,3 +97,15 @@ def test_info_shows_each_sources_licence_and_marks_restricted_ones(capsys):
         "augreg2_in21k_ft_in1k": ("apache-2.0", []),
         "augreg_in21k_ft_in1k": ("apache-2.0", []),
     }
+
+
+def test_info_takes_timms_name_and_shows_the_other_spellings(capsys):
+    code, out, _ = run(capsys, "info", "vit_base_patch16_clip_224.openai", "--json")
+    assert code == 0
+    info = json.loads(out)
+    code, out_vitzoo, _ = run(capsys, "info", "clip_b16.openai", "--json")
+    assert info == json.loads(out_vitzoo) and info["name"] == "clip_b16"
+    assert {"spelling": "vit_base_patch16_clip_224", "tag": None, "kind": "timm"} in info["aliases"]
+    code, out, _ = run(capsys, "info", "vit_base_patch16_clip_224")
+    assert "also named   vit_base_patch16_clip_224 (timm)" in out
+    assert "clip_b16.openai   also vit_base_patch16_clip_224.openai (timm)" in out

@@ -69,3 +69,32 @@ def test_list_filters_by_licence_and_marks_restricted_ones(capsys):
     assert [line.split()[0] for line in out.splitlines()[1:]] == ["mae_b16"]  # names with such a source
     code, out, err = run(capsys, "list", "--license", "no-such-licence")
     assert code == 1 and "no model under licence no-such-licence matches" in err
+
+
+def test_list_matches_timms_names_and_filters(capsys):
+    """Patterns in timm's spelling; --family, --source, --commercial; --json rows with stable keys
+    (none of these options existed before)."""
+    code, out, _ = run(capsys, "list", "vit_base_patch16_clip_224*", "--json")
+    rows = json.loads(out)
+    assert code == 0 and [r["name"] for r in rows] == vitzoo.list_models("vit_base_patch16_clip_224*") == ["clip_b16"]
+    assert list(rows[0]) == ["name", "num_params", "gflops", "input_size", "pretrained", "origin", "family", "aliases"]
+    assert rows[0]["aliases"] == {"timm": ["vit_base_patch16_clip_224"]}
+    assert rows[0]["num_params"] == vitzoo.model_info("clip_b16")["num_params"]
+
+    code, out, _ = run(capsys, "list", "--pretrained", "--source", "timm", "--commercial", "--json", "clip_b16")
+    rows = json.loads(out)
+    assert [r["name"] for r in rows] == vitzoo.list_models("clip_b16", pretrained=True, source="timm", commercial=True)
+    assert rows and all(r["source_kind"] == "timm" and r["license_flags"] == [] for r in rows)
+    openai = next(r for r in rows if r["name"] == "clip_b16.openai")
+    assert openai["aliases"] == {"timm": ["vit_base_patch16_clip_224.openai"]}
+    assert list(openai) == [
+        "name", "default", "source", "source_kind", "input_size", "num_classes",
+        "license", "license_flags", "origin", "family", "aliases",
+    ]  # fmt: skip
+
+    code, out, _ = run(capsys, "list", "--pretrained", "mae*", "--commercial")
+    assert code == 1 and out == ""  # MAE's weights are non-commercial
+    code, _, err = run(capsys, "list", "--family", "no-such-family", "--source", "open_clip")
+    assert code == 1 and "no no-such-family model from open_clip matches '*'" in err
+    code, _, err = run(capsys, "list", "--source", "torchvision")
+    assert code == 2 and "invalid choice: 'torchvision'" in err

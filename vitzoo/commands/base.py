@@ -233,8 +233,7 @@ def create_model(name: str, weights: str | None, **kwargs: Any) -> Any:
     from .. import builder, registry
 
     if weights is None:
-        _, pcfg = registry.get_pretrained_cfg(name)
-        if pcfg is None:
+        if registry.resolve(name).pretrained_cfg is None:
             raise UsageError(
                 f"model {name!r} has no pretrained weights; pass --weights FILE|DIR|hf-hub:... "
                 "(e.g. a directory written by model.save_pretrained)"

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .base import describe, emit, human_count, significant, size
+
+if TYPE_CHECKING:
+    from ..model import ViTConfig
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -14,40 +18,46 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "Describe one model: its config, parameter count, GFLOPs at its input size, "
         "pretrained sources, preprocessing and origin (built-in, plugin or user code).",
     )
-    parser.add_argument("name", metavar="NAME[.TAG]", help="a registered model, optionally with a pretrained tag")
+    parser.add_argument(
+        "name",
+        metavar="NAME[.TAG]",
+        help="a registered model, optionally with a pretrained tag; timm's and open_clip's names too",
+    )
 
 
-def gflops_of(name: str, info: dict[str, Any]) -> float | None:
-    """GFLOPs of one image at the model's input size; None when it cannot be measured."""
+def gflops_of(name: str, config: ViTConfig | None, input_size: Sequence[int]) -> float | None:
+    """GFLOPs of one image at the model's input size (arithmetic for a ViTConfig); None when it
+    cannot be measured."""
     from ..flops import measure_flops, vit_flops
-    from ..model import ViTConfig
 
-    if info["config"] is not None:
-        return vit_flops(ViTConfig.from_dict(info["config"])).total / 1e9
-    import torch
-
-    from ..registry import get_entry
+    if config is not None:
+        return vit_flops(config).total / 1e9
+    from ..registry import build_meta
 
     try:  # a builder that returns something other than our ViT: count it on the meta device
-        with torch.device("meta"):
-            model = get_entry(name).builder()
-        return measure_flops(model, tuple(info["preprocessing"]["input_size"])) / 1e9
+        channels, height, width = input_size
+        return measure_flops(build_meta(name), (channels, height, width)) / 1e9
     except Exception:
         return None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..registry import model_info
+    from ..model import ViTConfig
+    from ..registry import model_info, resolve
 
-    info = model_info(args.name)
-    info["gflops"] = gflops_of(args.name, info)
+    resolved = resolve(args.name)  # once: the spelling given (timm's, open_clip's) names one entry and tag
+    info = model_info(resolved)
     pre = info["preprocessing"]
+    config = ViTConfig.from_dict(info["config"]) if info["config"] is not None else None
+    info["gflops"] = gflops_of(args.name, config, pre["input_size"])
     lines = [info["name"] + (f" — {info['description']}" if info["description"] else "")]
     flops = (
         "unknown (this model cannot run on the meta device)"
         if info["gflops"] is None
         else (f"{significant(info['gflops'], 4)} at {size(pre['input_size'])} (one image, multiply-add = 2 FLOPs)")
     )
+    names = [f"{a['spelling']} ({a['kind']})" for a in info["aliases"] if a["tag"] is None]
+    lines += [f"  also named   {', '.join(names)}"] if names else []
     lines += [
         f"  origin       {info['origin']}",
         f"  parameters   {info['num_params']:,}"
@@ -72,7 +82,8 @@ def _sources(info: dict[str, Any]) -> list[str]:
     if not info["pretrained"]:
         lines.append("  none (random init; use --weights / vitzoo.create(..., weights=...) for your own)")
     for tag, cfg in info["pretrained"].items():
-        lines.append(f"  {info['name']}.{tag}")
+        spellings = [f"{a['spelling']} ({a['kind']})" for a in info["aliases"] if a["tag"] == tag]
+        lines.append(f"  {info['name']}.{tag}" + (f"   also {', '.join(spellings)}" if spellings else ""))
         flags = license_flags(cfg["license"])
         cfg["license_flags"] = list(flags)
         restricted = f" ({', '.join(flags)})" if flags else ""

@@ -98,14 +98,14 @@ TEXT_SOURCES: dict[str, str] = {
 }
 
 
-def _text_source(name: str) -> str:
+def _text_source(name: str | registry.Resolved) -> str:
     """The image-text source of a registered name (with or without tag): TEXT_SOURCES, else the
     registered source (timm's CLIP repos hold open_clip's files beside timm's)."""
-    entry, pcfg = registry.get_pretrained_cfg(name)
-    _, tag = registry.split_name(name)
+    resolved = registry.as_resolved(name)
+    entry, pcfg = resolved.entry, resolved.pretrained_cfg
     if pcfg is None or pcfg.source is None:
         raise WeightsError(f"model {entry.name!r} has no pretrained weights registered; pass weights=<source>")
-    return TEXT_SOURCES.get(f"{entry.name}.{tag or entry.default_tag}", pcfg.source)
+    return TEXT_SOURCES.get(f"{entry.name}.{pcfg.tag}", pcfg.source)
 
 
 @dataclass
@@ -277,9 +277,10 @@ def _read_transformers(files: Files, source: Source) -> ImageTextModel:
 def create_image_text(name: str, pretrained: bool | None = None, weights: Source | None = None) -> ImageTextModel:
     """`name`'s image tower with its text tower: random (the text tower of TEXT_CONFIGS), or read
     from `weights` / the name's default source (timm's hub repo of that name, open_clip layout)."""
-    entry = registry.get_entry(name)
-    if weights is None and registry.wants_weights(name, pretrained):
-        weights = _text_source(name)
+    resolved = registry.resolve(name)
+    entry = resolved.entry
+    if weights is None and resolved.wants_weights(pretrained):
+        weights = _text_source(resolved)
     if weights is not None:
         return read_image_text(weights)
     text_config = TEXT_CONFIGS.get(entry.name)
