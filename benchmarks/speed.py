@@ -422,7 +422,9 @@ def _peer_builders(
 
     def timm_eager() -> Callable[[], object]:
         def run() -> object:
-            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not torch.float32):
+            # torch 2.1 refuses an fp32 autocast even when disabled: no context at all in fp32
+            fp32 = dtype is torch.float32
+            with contextlib.nullcontext() if fp32 else torch.autocast("cpu", dtype=dtype):
                 return theirs(x)
 
         return run

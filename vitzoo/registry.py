@@ -727,7 +727,7 @@ def _builtin_entries() -> dict[str, ModelEntry]:
         if model.name in entries:
             raise RegistryError(f"the built-in table lists the model name {model.name!r} twice")
         aliases = []
-        if model.timm_name and model.timm_name not in bare:
+        if model.timm_name and model.timm_name not in bare and model.timm_name != model.name:
             bare.add(model.timm_name)
             aliases.append(Alias(model.timm_name, None, "timm"))
         for tag, cfg in model.pretrained.items():

@@ -279,7 +279,7 @@ def read_timm(name: str) -> Checkpoint:
     return data
 
 
-def timm_model_fields(model: nn.Module, label: str) -> tuple[dict[str, torch.Tensor], dict[str, Any], set[str]]:
+def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], dict[str, Any], set[str]]:
     """A live timm model (on any device, meta too) as vitzoo sees it: its state in vitzoo's names,
     the ViTConfig fields it determines, and which of them no tensor shows (`declared`). Refuses
     (WeightsMismatchError) a model with parts vitzoo does not compute."""

@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from .errors import WeightsMismatchError
 
+
 class _LinspaceOnCPU(TorchFunctionMode):
     """Inside torch.device("meta"): torch.linspace made on the CPU. timm < 1.0.22 reads its
     drop-path rates with torch.linspace(...).item(), which a meta tensor cannot answer."""

@@ -33,8 +33,9 @@ from ..pretrained_cfg import (
 from .curated import CURATED, ZooModel
 from .families import family_of
 from .timm_releases import ARCHITECTURES, FAMILY_BASES, RELEASES
+from .timm_releases import OPEN_CLIP_NAMES as _OPEN_CLIP_TIMM
 
-__all__ = ["MODELS", "ZooModel", "arch_config"]
+__all__ = ["MODELS", "OPEN_CLIP_NAMES", "ZooModel", "arch_config"]
 
 # The normalisations of the generated table, by name; a row may also give (mean, std) itself.
 NORMS = {
@@ -88,12 +89,12 @@ def _joined() -> tuple[ZooModel, ...]:
     rows: dict[str, list[tuple[Any, ...]]] = {}
     for row in RELEASES:
         rows.setdefault(row[0], []).append(row)
-    curated_arch = {}
+    curated_arch: dict[str | None, str] = {}
     for model in CURATED:
         curated_arch.setdefault(model.timm_name, model.name)
     models = []
     for model in CURATED:
-        extra = rows.pop(model.timm_name, []) if curated_arch.get(model.timm_name) == model.name else []
+        extra = rows.pop(model.timm_name or "", []) if curated_arch.get(model.timm_name) == model.name else []
         tags = {**model.pretrained, **{r[1]: _release(r, model.config) for r in extra if r[1] not in model.pretrained}}
         models.append(replace(model, pretrained=tags, family=model.family or family_of(model.name, model.timm_name)))
     for arch, arch_rows in rows.items():
@@ -106,4 +107,15 @@ def _joined() -> tuple[ZooModel, ...]:
     return tuple(models)
 
 
+def _open_clip_names(models: tuple[ZooModel, ...]) -> dict[str, str]:
+    """open_clip's "MODEL.PRETRAINED" -> vitzoo's "name.tag", through each release's timm name."""
+    by_timm: dict[str, str] = {}
+    for model in models:
+        for tag, cfg in model.pretrained.items():
+            timm_name = cfg.extra.get("timm") or (cfg.source or "").removeprefix("hf-hub:timm/")
+            by_timm.setdefault(timm_name, f"{model.name}.{tag}")
+    return {name: by_timm[timm_name] for name, timm_name in _OPEN_CLIP_TIMM.items()}
+
+
 MODELS: tuple[ZooModel, ...] = _joined()
+OPEN_CLIP_NAMES: dict[str, str] = _open_clip_names(MODELS)
