@@ -460,6 +460,7 @@ def test_list_models_filters_family_source_and_commercial_use(clean_registry):
 def test_commercial_use_reads_the_licence_flags():
     assert commercial_use("apache-2.0") and commercial_use("dinov3-license")  # gated: terms to accept
     assert not commercial_use("cc-by-nc-4.0") and not commercial_use(None) and not commercial_use(" ")
+    assert not commercial_use("unknown") and not commercial_use("other")  # stated by no one
 
 
 SMALL_CONFIGS = [

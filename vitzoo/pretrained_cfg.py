@@ -181,8 +181,10 @@ _GATED_PREFIXES = ("dinov3-license", "llama", "gemma")
 
 def commercial_use(license: str | None) -> bool:
     """Whether weights under `license` may be used commercially as far as its id tells: a stated
-    licence without the "non-commercial" flag (gated ones too, once their terms are accepted)."""
-    return bool((license or "").strip()) and "non-commercial" not in license_flags(license)
+    licence without the "non-commercial" flag (gated ones too, once their terms are accepted); not
+    "unknown" (the table's word where the source states none) nor the Hub's catch-all "other"."""
+    name = (license or "").strip().lower()
+    return name not in ("", "unknown", "other") and "non-commercial" not in license_flags(name)
 
 
 def license_flags(license: str | None) -> tuple[str, ...]:

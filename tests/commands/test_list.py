@@ -86,7 +86,7 @@ def test_list_matches_timms_names_and_filters(capsys):
     assert [r["name"] for r in rows] == vitzoo.list_models("clip_b16", pretrained=True, source="timm", commercial=True)
     assert rows and all(r["source_kind"] == "timm" and r["license_flags"] == [] for r in rows)
     openai = next(r for r in rows if r["name"] == "clip_b16.openai")
-    assert openai["aliases"] == {"timm": ["vit_base_patch16_clip_224.openai"]}
+    assert openai["aliases"] == {"timm": ["vit_base_patch16_clip_224.openai"], "open_clip": ["ViT-B-16.openai"]}
     assert list(openai) == [
         "name", "default", "source", "source_kind", "input_size", "num_classes",
         "license", "license_flags", "origin", "family", "aliases",

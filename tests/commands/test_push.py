@@ -102,3 +102,22 @@ def test_a_hub_that_never_answers_is_one_error_in_bounded_time(saved: Path, sile
     err = capsys.readouterr().err.strip()
     assert err.startswith("vitzoo: error: push to vitzoo-test/x failed at the step 'create the repository': ")
     assert "did not answer within 0.5 s (VITZOO_PUSH_TIMEOUT sets it)" in err and "\n" not in err
+
+
+def test_max_shard_size_pushes_shards_that_read_back_and_a_bad_size_is_one_line(
+    saved: Path, fake_hub, hf_cache, capsys, monkeypatch
+):
+    monkeypatch.setenv("HF_TOKEN", "hf_vitzoo_test_token")
+    argv = ["push", str(saved), "vitzoo-test/sharded", "--license", "mit"]
+    assert cli.main([*argv, "--max-shard-size", "lots"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vitzoo: error: --max-shard-size") and "\n" not in err
+    assert fake_hub.commits == []
+    assert cli.main([*argv, "--max-shard-size", "8000"]) == 0  # vit_mnist_tiny's ~23 KB in several shards
+    files = fake_hub.files("vitzoo-test/sharded")
+    shards = sorted(name for name in files if name.startswith("model-"))
+    assert len(shards) > 1 and "model.safetensors.index.json" in files and "model.safetensors" not in files
+    x = torch.randn(2, 1, 32, 32)
+    with torch.no_grad():
+        back = vitzoo.create("hf-hub:vitzoo-test/sharded").eval()
+        assert torch.equal(back(x), vitzoo.from_pretrained(saved).eval()(x))

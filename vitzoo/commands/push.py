@@ -33,6 +33,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="the weights' licence (a Hub or SPDX id: letters, digits, '.', '+', '-'; or 'other'), "
         "when they state none or another",
     )
+    parser.add_argument(
+        "--max-shard-size",
+        metavar="SIZE",
+        default=None,
+        help="weights above this size are written as shards and their index (bytes or e.g. '500MB'; default 5GB)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
     from ..model_card import check_license
     from ..pretrained_cfg import pretrained_cfg_of
     from ..push import push_to_hub, timm_counterpart
+    from ..weight_shards import DEFAULT_MAX_SHARD_SIZE, parse_shard_size
 
     check_license(args.license, "--license")
+    size = args.max_shard_size or DEFAULT_MAX_SHARD_SIZE
+    shard_size = parse_shard_size(int(size) if size.isdigit() else size, "--max-shard-size")  # bytes, or "500MB"
     weights, record = _read_source(Path(args.source))
     model = from_pretrained(weights)
     if args.license is None:  # the licence the weights state, named by where it was read
@@ -57,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         commit_message=args.commit_message,
         license=args.license,
         run=record,
+        max_shard_size=shard_size,
     )
     counterpart = timm_counterpart(model)
     result = {
