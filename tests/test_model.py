@@ -11,12 +11,14 @@ import torch
 from torch import nn
 
 import vitzoo
+from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 from vitzoo import VisionTransformer, ViTConfig
 from vitzoo.layers import DropPath, to_2tuple
 from vitzoo.registry import count_parameters, get_entry
 
 # Only the built-in zoo: names other tests or plugins register are not this file's business.
-BUILTIN_NAMES = [name for name in vitzoo.list_models() if get_entry(name).origin == "built-in"]
+CURATED = {m.name for m in _CURATED_MODELS}
+BUILTIN_NAMES = [name for name in vitzoo.list_models() if name in CURATED]  # the generated: tests/zoo
 
 
 @pytest.fixture(autouse=True)

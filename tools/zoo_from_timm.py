@@ -65,16 +65,23 @@ def config_fields(arch: str) -> dict[str, Any]:
     model = timm_on_meta(timm, arch)
     _, fields, _ = timm_model_fields(model, f"timm:{arch}")
     fields["dynamic_img_size"] = bool(getattr(model, "dynamic_img_size", False))
-    ratio = fields.get("mlp_ratio")
-    if ratio is not None:  # the tensors show int(D * ratio); a simple fraction giving it is the ratio timm states
-        simple = float(Fraction(ratio).limit_denominator(16))
-        if int(fields["embed_dim"] * simple) == int(fields["embed_dim"] * ratio):
-            fields["mlp_ratio"] = simple
+    if fields.get("mlp_ratio") is not None:
+        fields["mlp_ratio"] = stated_ratio(fields["embed_dim"], fields["mlp_ratio"])
     if fields.get("attn_pool_num_heads") == fields["num_heads"]:
         del fields["attn_pool_num_heads"]  # None: the blocks' head count, as timm's default is
     _check_tensors(arch, ViTConfig(**fields))
     config = ViTConfig(**fields).to_dict()
     return {k: v for k, v in config.items() if v != _DEFAULTS[k]}
+
+
+def stated_ratio(dim: int, ratio: float) -> float:
+    """The MLP ratio timm states, from the one the tensors show (hidden / dim, exact only at this width):
+    a simple fraction (EVA-02's 8/3), else the shortest decimal (so150m's 2.572), giving the same hidden width."""
+    hidden = int(dim * ratio)
+    candidates = [float(Fraction(ratio).limit_denominator(16))]
+    for digits in range(1, 7):
+        candidates += [round(ratio, digits), round(ratio, digits) + 10**-digits]
+    return next((r for r in candidates if int(dim * r) == hidden), ratio)
 
 
 def _check_tensors(arch: str, config: ViTConfig) -> None:

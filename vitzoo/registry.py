@@ -359,7 +359,7 @@ def source_kind(entry: ModelEntry, tag: str | None) -> str | None:
     source = cfg.source if cfg is not None else None
     if not source:
         return None
-    if source.startswith(TIMM_HUB):
+    if source.startswith(TIMM_HUB) or (cfg is not None and "timm" in cfg.extra):  # timm's layout, any repository
         return "timm"
     if any(a.kind == "open_clip" and a.tag == tag for a in entry.aliases):
         return "open_clip"
