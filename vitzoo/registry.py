@@ -708,6 +708,8 @@ def timm_release_name(cfg: PretrainedCfg) -> str | None:
     stated = cfg.extra.get("timm")
     if isinstance(stated, str):
         return stated
+    if "open_clip" in cfg.extra:
+        return None  # open_clip's release: a repository timm named holds open_clip's files, no timm release
     source = cfg.source or ""
     name = source[len(TIMM_HUB) :] if source.startswith(TIMM_HUB) else ""
     return name if "." in name and not any(ch in name for ch in "/@") else None

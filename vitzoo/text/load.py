@@ -47,7 +47,7 @@ from ..weights.verify import check_shown, check_stated
 from .bpe import ClipTokenizer, clip_tokenizer
 from .keymaps import split_open_clip, split_transformers_text
 from .model import ImageTextModel, Tokenizer
-from .open_clip_config import OpenClipConfig, parse_open_clip_config
+from .open_clip_config import ImageTower, OpenClipConfig, parse_open_clip_config
 from .spm import SentencePieceTokenizer, sentencepiece_tokenizer
 from .transformer import SHOWN_BY, TextConfig, TextTransformer, implied_fields, shown_fields
 from .transformers_config import transformers_text_config, transformers_text_says
@@ -200,20 +200,26 @@ def _check_text(text: TextConfig, says: dict[str, str], shapes: StateDict, *, co
     check_shown(implied_fields(text), shown_fields(shapes), SHOWN_BY, config=config, weights=weights, says=says)
 
 
+def image_tower_config(
+    tower: ImageTower | OpenClipConfig, where: str, sizes: dict[str, Any] | None = None
+) -> ViTConfig:
+    """The ViTConfig of an open_clip image tower: its own fields, or for a timm tower the registered
+    architecture of that timm model at `sizes` (the widths and depth its tensors show; the head
+    count and the options are the architecture's) with the fields open_clip's config sets."""
+    if tower.timm_name is None:
+        return ViTConfig(**tower.vision_fields)
+    entry = registry.find_by_timm_name(tower.timm_name)
+    if entry is None:
+        raise WeightsMismatchError(
+            f"{where}: the image tower is timm's {tower.timm_name!r}, which no registered vitzoo model matches"
+        )
+    return entry.resolve_config().replace(**(sizes or {}), **tower.vision_fields)
+
+
 def _open_clip_visual(cfg: OpenClipConfig, state: dict[str, torch.Tensor], where: str) -> VisionTransformer:
-    if cfg.timm_name is not None:
-        entry = registry.find_by_timm_name(cfg.timm_name)
-        if entry is None:
-            raise WeightsMismatchError(
-                f"{where}: the image tower is timm's {cfg.timm_name!r}, which no registered vitzoo model matches"
-            )
-        # The registered architecture, at the widths and depth the tensors show (the head count and
-        # the options are the architecture's).
-        shapes = infer_config_fields(state, file=where)
-        sizes = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
-        config = entry.resolve_config().replace(**sizes, **cfg.vision_fields)
-    else:
-        config = ViTConfig(**cfg.vision_fields)
+    shapes = infer_config_fields(state, file=where) if cfg.timm_name is not None else {}
+    sizes = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
+    config = image_tower_config(cfg, where, sizes)
     if "head.weight" in state and config.head_bias and "head.bias" not in state:
         state["head.bias"] = torch.zeros(state["head.weight"].shape[0])  # timm's CLIP head has a zero bias
     visual = VisionTransformer(config)

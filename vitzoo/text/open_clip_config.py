@@ -69,35 +69,64 @@ class OpenClipConfig:
         return bool(self.vision_fields.get("fc_norm", False))
 
     def preprocessing(self, vit: ViTConfig, source: str) -> PretrainedCfg:
-        """The image tower's preprocessing: open_clip's evaluation transform (resize the short side
-        and crop the centre, or squash) at the tower's input size."""
-        return PretrainedCfg(
-            input_size=vit.input_size,
-            num_classes=vit.num_classes,
-            crop_pct=1.0,
-            source=source,
-            **check_pretrained_fields(self.preprocess),
-        )
+        return tower_preprocessing(self.preprocess, vit, source)
+
+
+def tower_preprocessing(preprocess: dict[str, Any], vit: ViTConfig, source: str | None) -> PretrainedCfg:
+    """The image tower's preprocessing: open_clip's evaluation transform (resize the short side
+    and crop the centre, or squash) at the tower's input size."""
+    return PretrainedCfg(
+        input_size=vit.input_size,
+        num_classes=vit.num_classes,
+        crop_pct=1.0,
+        source=source,
+        **check_pretrained_fields(preprocess),
+    )
+
+
+@dataclass
+class ImageTower:
+    """An open_clip config's image tower alone (its text tower unread)."""
+
+    vision_fields: dict[str, Any]  # ViTConfig fields (a timm tower: those beyond its timm model's)
+    timm_name: str | None
+    preprocess: dict[str, Any]
+
+
+def parse_image_tower(raw: dict[str, Any], where: str) -> ImageTower:
+    """The image tower of an open_clip config; options vitzoo does not compute are refused by name."""
+    model_cfg = _object(raw.get("model_cfg", raw), "model_cfg", where)
+    vision = _object(model_cfg.get("vision_cfg", {}), "model_cfg.vision_cfg", where)
+    embed_dim = _embed_dim(model_cfg, where)
+    _refuse(vision, _VISION_DEFAULTS, "model_cfg.vision_cfg", where)
+    return ImageTower(
+        vision_fields=_vision_fields(vision, embed_dim, bool(model_cfg.get("quick_gelu", False)), where),
+        timm_name=vision.get("timm_model_name"),
+        preprocess=_preprocess(_object(raw.get("preprocess_cfg", {}), "preprocess_cfg", where), where),
+    )
 
 
 def parse_open_clip_config(raw: dict[str, Any], where: str) -> OpenClipConfig:
     model_cfg = _object(raw.get("model_cfg", raw), "model_cfg", where)
-    vision = _object(model_cfg.get("vision_cfg", {}), "model_cfg.vision_cfg", where)
     text = _object(model_cfg.get("text_cfg", {}), "model_cfg.text_cfg", where)
+    embed_dim = _embed_dim(model_cfg, where)
+    _refuse(text, _TEXT_DEFAULTS, "model_cfg.text_cfg", where)
+    image = parse_image_tower(raw, where)
+    return OpenClipConfig(
+        text=_text_config(text, embed_dim, bool(model_cfg.get("quick_gelu", False)), where),
+        vision_fields=image.vision_fields,
+        timm_name=image.timm_name,
+        tokenizer=_tokenizer_spec(text),
+        preprocess=image.preprocess,
+        text_says=_text_says(text, embed_dim, "model_cfg." if "model_cfg" in raw else ""),
+    )
+
+
+def _embed_dim(model_cfg: dict[str, Any], where: str) -> int:
     embed_dim = model_cfg.get("embed_dim")
     if not isinstance(embed_dim, int) or embed_dim <= 0:
         raise WeightsFileError(f"{where!r}: model_cfg.embed_dim={embed_dim!r} is invalid; expected a positive integer")
-    quick_gelu = bool(model_cfg.get("quick_gelu", False))
-    _refuse(text, _TEXT_DEFAULTS, "model_cfg.text_cfg", where)
-    _refuse(vision, _VISION_DEFAULTS, "model_cfg.vision_cfg", where)
-    return OpenClipConfig(
-        text=_text_config(text, embed_dim, quick_gelu, where),
-        vision_fields=_vision_fields(vision, embed_dim, quick_gelu, where),
-        timm_name=vision.get("timm_model_name"),
-        tokenizer=_tokenizer_spec(text),
-        preprocess=_preprocess(_object(raw.get("preprocess_cfg", {}), "preprocess_cfg", where), where),
-        text_says=_text_says(text, embed_dim, "model_cfg." if "model_cfg" in raw else ""),
-    )
+    return embed_dim
 
 
 def _object(value: Any, name: str, where: str) -> dict[str, Any]:

@@ -1,16 +1,21 @@
 """The built-in named models, as data: `MODELS`, read by the registry (vitzoo/registry.py) on first use.
 
-Two tables make it:
+Three tables make it:
 - `curated.py`, written by hand: the MNIST models, and each family's first releases with their
   descriptions and the choices timm's table does not state (vitzoo's names, DINOv3's class-token
   option, SigLIP 2's sizes as tags, the NaFlex towers of transformers' layout);
 - `timm_releases.py`, generated from timm by tools/zoo_from_timm.py: every other ViT-family release
   on timm's hub that ViTConfig expresses, one line of data each (architecture, tag, classes, size,
-  normalisation, crop, interpolation, licence), its architecture's fields stated once per family.
+  normalisation, crop, interpolation, licence), its architecture's fields stated once per family;
+- `open_clip_releases.py`, generated from open_clip by tools/zoo_from_open_clip.py: every other
+  open_clip release whose image tower ViTConfig expresses (repository, normalisation, size,
+  interpolation, resize mode, licence), with the vitzoo "name.tag" the generator joined it to.
 
 A generated release of an architecture that a curated model already has joins that model as one
 more tag (its `model_args` say what it needs beyond the model's config: a class count, a size, an
-activation); the other architectures become models of their own, named by `short_name`'s rule.
+activation); the other architectures become models of their own, named by `short_name`'s rule. An open_clip
+release joins the model the generator names (one of equal config, or a new one named from open_clip's
+model), its `model_args` again what its tower has beyond that model's config.
 Loading a source is vitzoo.weights' job: this package imports only the model config and `PretrainedCfg`.
 """
 
@@ -32,10 +37,12 @@ from ..pretrained_cfg import (
 )
 from .curated import CURATED, ZooModel
 from .families import family_of
+from .open_clip_releases import ARCHITECTURES as _OPEN_CLIP_ARCHS
+from .open_clip_releases import RELEASES as _OPEN_CLIP_RELEASES
 from .timm_releases import ARCHITECTURES, FAMILY_BASES, RELEASES
 from .timm_releases import OPEN_CLIP_NAMES as _OPEN_CLIP_TIMM
 
-__all__ = ["MODELS", "OPEN_CLIP_NAMES", "ZooModel", "arch_config"]
+__all__ = ["MODELS", "OPEN_CLIP_NAMES", "ZooModel", "arch_config", "open_clip_config"]
 
 # The normalisations of the generated table, by name; a row may also give (mean, std) itself.
 NORMS = {
@@ -61,10 +68,7 @@ def _release(row: tuple[Any, ...], config: ViTConfig) -> PretrainedCfg:
     arch, tag, classes, size, norm, crop_pct, crop_mode, interpolation, licence, *repo = row
     mean, std = NORMS[norm] if isinstance(norm, str) else _tuples(norm)
     height, width = (size, size) if isinstance(size, int) else _tuples(size)
-    wanted = arch_config(arch).replace(num_classes=classes, img_size=_tuples(size)).to_dict()
-    have = config.to_dict()
-    if wanted["init_values"] is not None and have["init_values"] is not None:
-        wanted["init_values"] = have["init_values"]  # LayerScale's initial value: the weights replace it
+    wanted = arch_config(arch).replace(num_classes=classes, img_size=_tuples(size))
     return PretrainedCfg(
         source=f"hf-hub:{repo[0] if repo else f'timm/{arch}.{tag}'}",
         input_size=(3, height, width),
@@ -78,9 +82,62 @@ def _release(row: tuple[Any, ...], config: ViTConfig) -> PretrainedCfg:
         license=licence or None,
         description=f"timm's release {arch}.{tag}",
         extra={"timm": f"{arch}.{tag}"},  # its name in timm (the source may be another copy of the weights)
-        model_args={k: _tuples(v) for k, v in wanted.items() if _tuples(v) != _tuples(have[k])},
+        model_args=_model_args(wanted, config),
         tag=tag,
     )
+
+
+def _model_args(wanted: ViTConfig, config: ViTConfig) -> dict[str, Any]:
+    """The fields a release's architecture `wanted` has beyond its model's `config`."""
+    want, have = wanted.to_dict(), config.to_dict()
+    if want["init_values"] is not None and have["init_values"] is not None:
+        want["init_values"] = have["init_values"]  # LayerScale's initial value: the weights replace it
+    return {k: _tuples(v) for k, v in want.items() if _tuples(v) != _tuples(have[k])}
+
+
+def open_clip_config(model: str) -> ViTConfig:
+    """The ViTConfig of a generated open_clip model's image tower."""
+    return ViTConfig(**{k: _tuples(v) for k, v in _OPEN_CLIP_ARCHS[model].items()})
+
+
+def _open_clip_release(row: tuple[Any, ...], config: ViTConfig, tag: str) -> PretrainedCfg:
+    """One generated open_clip row as the source of a model of `config`, under `tag`."""
+    model, oc_tag, repo, norm, size, interpolation, resize_mode, licence, _ = row
+    mean, std = NORMS[norm] if isinstance(norm, str) else _tuples(norm)
+    height, width = (size, size) if isinstance(size, int) else _tuples(size)
+    wanted = open_clip_config(model)
+    return PretrainedCfg(
+        source=f"hf-hub:{repo}",
+        input_size=(3, height, width),
+        mean=mean,
+        std=std,
+        interpolation=interpolation,
+        crop_pct=1.0,  # open_clip resizes to the input size, then crops the centre or squashes
+        crop_mode="center" if resize_mode == "shortest" else "squash",
+        num_classes=wanted.num_classes,
+        license=licence if licence != "unknown" else None,
+        description=f"open_clip's release {model}.{oc_tag}",
+        extra={"open_clip": f"{model}.{oc_tag}"},
+        model_args=_model_args(wanted, config),
+        tag=tag,
+    )
+
+
+def _with_open_clip(models: tuple[ZooModel, ...]) -> tuple[ZooModel, ...]:
+    """`models` with each generated open_clip release added to the model it names: a tag of an
+    existing model, or of a new model (the first release's tower, named by the generator)."""
+    by_name = {model.name: model for model in models}
+    for row in _OPEN_CLIP_RELEASES:
+        name, _, tag = row[-1].partition(".")
+        model = by_name.get(name)
+        if model is None:
+            config = open_clip_config(row[0])
+            first = _open_clip_release(row, config, tag)
+            what = f"open_clip's {row[0]} image tower"
+            model = ZooModel(name, config, first.without_weights(), {}, what, family=family_of(name))
+        release = _open_clip_release(row, model.config, tag)
+        by_name[name] = replace(model, pretrained={**model.pretrained, tag: release})
+    return tuple(by_name.values())
 
 
 def _joined() -> tuple[ZooModel, ...]:
@@ -108,14 +165,19 @@ def _joined() -> tuple[ZooModel, ...]:
 
 
 def _open_clip_names(models: tuple[ZooModel, ...]) -> dict[str, str]:
-    """open_clip's "MODEL.PRETRAINED" -> vitzoo's "name.tag", through each release's timm name."""
+    """open_clip's "MODEL.PRETRAINED" -> vitzoo's "name.tag": the timm-hosted releases through their
+    timm names, then the generated open_clip table's releases."""
     by_timm: dict[str, str] = {}
     for model in models:
         for tag, cfg in model.pretrained.items():
             timm_name = cfg.extra.get("timm") or (cfg.source or "").removeprefix("hf-hub:timm/")
             by_timm.setdefault(timm_name, f"{model.name}.{tag}")
-    return {name: by_timm[timm_name] for name, timm_name in _OPEN_CLIP_TIMM.items()}
+    timm_hosted = {name: by_timm[timm_name] for name, timm_name in _OPEN_CLIP_TIMM.items()}
+    own = {f"{row[0]}.{row[1]}": row[-1] for row in _OPEN_CLIP_RELEASES}
+    return {**timm_hosted, **own}
 
 
-MODELS: tuple[ZooModel, ...] = _joined()
+# The curated and timm tables joined: the models open_clip's generator joins its releases to.
+CURATED_AND_TIMM: tuple[ZooModel, ...] = _joined()
+MODELS: tuple[ZooModel, ...] = _with_open_clip(CURATED_AND_TIMM)
 OPEN_CLIP_NAMES: dict[str, str] = _open_clip_names(MODELS)
