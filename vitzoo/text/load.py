@@ -218,7 +218,7 @@ def image_tower_config(
 
 def _open_clip_visual(cfg: OpenClipConfig, state: dict[str, torch.Tensor], where: str) -> VisionTransformer:
     shapes = infer_config_fields(state, file=where) if cfg.timm_name is not None else {}
-    sizes = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
+    sizes: dict[str, Any] = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
     config = image_tower_config(cfg, where, sizes)
     if "head.weight" in state and config.head_bias and "head.bias" not in state:
         state["head.bias"] = torch.zeros(state["head.weight"].shape[0])  # timm's CLIP head has a zero bias

@@ -115,7 +115,7 @@ def _open_clip_release(row: tuple[Any, ...], config: ViTConfig, tag: str) -> Pre
         crop_pct=1.0,  # open_clip resizes to the input size, then crops the centre or squashes
         crop_mode="center" if resize_mode == "shortest" else "squash",
         num_classes=wanted.num_classes,
-        license=licence if licence != "unknown" else None,
+        license=licence,
         description=f"open_clip's release {model}.{oc_tag}",
         extra={"open_clip": f"{model}.{oc_tag}"},
         model_args=_model_args(wanted, config),
