@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 import vitzoo
-from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 from vitzoo import VisionTransformer, ViTConfig
 from vitzoo.layers import DropPath, to_2tuple
 from vitzoo.registry import count_parameters, get_entry
+from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
 # Only the built-in zoo: names other tests or plugins register are not this file's business.
 CURATED = {m.name for m in _CURATED_MODELS}

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 from vitzoo import precision
 from vitzoo.precision import auto_dtype, cpu_bf16_flags, parse_dtype
-
+from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
 CURATED = {m.name for m in _CURATED_MODELS}
+
+
 @pytest.mark.parametrize("name", sorted(CURATED))  # the generated releases run the same code
 def test_every_model_runs_in_bf16_close_to_fp32(name):
     """Norms, tokens, position embeddings (learned and sincos), conv stems and heads all follow

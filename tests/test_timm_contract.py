@@ -27,9 +27,9 @@ from torch import nn
 from torchvision.models.feature_extraction import NodePathTracer, create_feature_extractor, get_graph_node_names
 
 import vitzoo
-from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 from vitzoo import registry
 from vitzoo.layers import to_2tuple
+from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
 CURATED = {m.name for m in _CURATED_MODELS}
 NAMES = [name for name in vitzoo.list_models() if name in CURATED]  # the generated: tests/zoo

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 from vitzoo import registry, zoo
 from vitzoo.pretrained_cfg import license_flags
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
 from vitzoo.weights.timm_modules import timm_on_meta
+from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
 CURATED = {m.name for m in _CURATED_MODELS}
 TIMM_NAMES = {k: v for k, v in timm_counterparts().items() if k in CURATED}  # the generated: tests/zoo

@@ -186,6 +186,8 @@ def _create(
                     f"model {entry.name!r} has no pretrained weights registered; pass weights=<file, directory, "
                     "'hf-hub:org/repo' or 'timm:<name>'> (vitzoo.list_models(pretrained=True) lists names with weights)"
                 )
+            if resolved.source_kind == "open_clip":  # the image tower of open_clip's own layout
+                return _build_pretrained(entry, pcfg.source, pcfg, overrides, dtype, tag=pcfg.tag, open_clip=True)
             return _build_pretrained(entry, pcfg.source, pcfg, overrides, dtype, tag=pcfg.tag)
         if tag is not None and pcfg is not None:  # the tag decides architecture and preprocessing, whatever the copy
             return _build_pretrained(entry, weights, pcfg.replace(source=None), overrides, dtype, tag=tag)
@@ -231,8 +233,10 @@ def _build_pretrained(
     overrides: dict[str, Any],
     dtype: torch.dtype | None = None,
     tag: str | None = None,
+    open_clip: bool = False,
 ) -> nn.Module:
-    """`entry.builder(**overrides)` on the meta device, filled from `source`. The checkpoint decides
+    """`entry.builder(**overrides)` on the meta device, filled from `source` (`open_clip`: the
+    image tower of an open_clip-layout source). The checkpoint decides
     what `overrides` leave open (weights.build_args); `base_cfg` is the preprocessing the source's
     own config refines. With a weights `tag`, `base_cfg` is that tag's: its `model_args` say what
     these weights need beyond the architecture (a checkpoint that shows otherwise is refused), and
@@ -241,7 +245,12 @@ def _build_pretrained(
     With `dtype`, each checkpoint tensor is converted to it as it is loaded (none when the file
     already holds it): the model never exists in fp32, so a 7B model in bf16 loads in its bf16
     size (benchmarks/load.py --dinov3-7b measures it)."""
-    ckpt, _ = _read(source)
+    if open_clip:
+        from .text.load import read_open_clip_tower  # text/ sits beside the builder, which calls into it
+
+        ckpt = read_open_clip_tower(source)
+    else:
+        ckpt = _read(source)[0]
     carried = build_args(ckpt, overrides)
     named = {k: v for k, v in (base_cfg.model_args if base_cfg else {}).items() if k not in overrides}
     carried.update(named)

@@ -16,10 +16,10 @@ import torch
 from timm.models._hub import save_for_hf
 
 import vitzoo
-from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights import UnknownFormatError, WeightsMismatchError
 from vitzoo.weights.keymaps import detect_format, to_vitzoo
+from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
 CURATED = {m.name for m in _CURATED_MODELS}
 TIMM_NAMES = {k: v for k, v in timm_counterparts().items() if k in CURATED}  # the generated: tests/zoo

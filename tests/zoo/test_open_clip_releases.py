@@ -139,3 +139,35 @@ def test_reduced_release_computes_open_clips_image_features(model, tmp_path):
         expected = theirs.encode_image(x)
         torch.testing.assert_close(whole.visual(x), expected, rtol=0, atol=1e-5)
         torch.testing.assert_close(ours(x), expected, rtol=0, atol=1e-5)
+
+
+@pytest.fixture
+def restored_registry():
+    saved = registry.snapshot()
+    yield
+    registry.restore(saved)
+
+
+def test_pretrained_loads_the_image_tower_of_open_clips_layout_from_the_hub(
+    tmp_path, fake_hub, hf_cache, restored_registry
+):
+    """`create(name, pretrained=True)` of an open_clip release reads the image tower of its own
+    repository (open_clip_config.json and open_clip_model.safetensors, no model.safetensors): a
+    reduced ViT-B-32 published on the local Hub under a registered name and open_clip spelling."""
+    theirs = _reduced_open_clip("ViT-B-32", tmp_path / "ckpt")
+    fake_hub.publish_dir("laion/tiny-open-clip", tmp_path / "ckpt")
+    whole = vitzoo.create("ViT-B-32.laion2b_s34b_b79k", text=True, weights=tmp_path / "ckpt")
+    cfg = registry.resolve("ViT-B-32.laion2b_s34b_b79k").pretrained_cfg
+    assert cfg is not None
+    registry.register(
+        "tiny_open_clip",
+        base=whole.visual.config,
+        pretrained={"laion": cfg.replace(source="hf-hub:laion/tiny-open-clip", model_args={})},
+    )
+    registry.register_alias("Tiny-OpenCLIP.laion", "tiny_open_clip.laion", kind="open_clip")
+    assert registry.resolve("Tiny-OpenCLIP.laion").source_kind == "open_clip"
+    model = vitzoo.create("Tiny-OpenCLIP.laion", pretrained=True).eval()
+    assert model.pretrained_cfg.mean == cfg.mean
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), theirs.encode_image(x), rtol=0, atol=1e-5)

@@ -30,6 +30,7 @@ from ..model import VisionTransformer, ViTConfig
 from ..pretrained_cfg import PretrainedCfg, attach_pretrained_cfg
 from ..weight_shards import index_name
 from ..weights import WeightsError, WeightsNotFoundError, load_checkpoint, read_source, vit_config
+from ..weights.checkpoint import Checkpoint
 from ..weights.errors import WeightsFileError, WeightsMismatchError
 from ..weights.files import StateDict, read_checkpoint, read_json, read_shapes
 from ..weights.hub import (
@@ -47,7 +48,7 @@ from ..weights.verify import check_shown, check_stated
 from .bpe import ClipTokenizer, clip_tokenizer
 from .keymaps import split_open_clip, split_transformers_text
 from .model import ImageTextModel, Tokenizer
-from .open_clip_config import ImageTower, OpenClipConfig, parse_open_clip_config
+from .open_clip_config import ImageTower, OpenClipConfig, parse_image_tower, parse_open_clip_config
 from .spm import SentencePieceTokenizer, sentencepiece_tokenizer
 from .transformer import SHOWN_BY, TextConfig, TextTransformer, implied_fields, shown_fields
 from .transformers_config import transformers_text_config, transformers_text_says
@@ -183,6 +184,26 @@ def _read_open_clip(files: Files, config_path: Path) -> ImageTextModel:
     )
     attach_pretrained_cfg(visual, cfg.preprocessing(visual.config, files.label))
     return model
+
+
+def read_open_clip_tower(source: Source) -> Checkpoint:
+    """The image tower alone of an open_clip-layout source (open_clip_config.json beside its
+    weights), as a Checkpoint in vitzoo's names whose config is the tower's: what `create(name,
+    pretrained=True)` loads for an open_clip release (its text tower, even one vitzoo does not
+    read, is neither built nor checked)."""
+    files = open_files(source)
+    config_path = files.get(OPEN_CLIP_CONFIG)
+    tower = parse_image_tower(read_json(config_path), str(config_path))
+    weights = files.first(OPEN_CLIP_WEIGHTS)
+    fc_norm = bool(tower.vision_fields.get("fc_norm", False))
+    state = split_open_clip(read_checkpoint(weights), file=str(weights), fc_norm=fc_norm).visual
+    shapes = infer_config_fields(state, file=str(weights)) if tower.timm_name is not None else {}
+    sizes = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
+    config = image_tower_config(tower, str(weights), sizes)
+    if "head.weight" in state and config.head_bias and "head.bias" not in state:
+        state["head.bias"] = torch.zeros(state["head.weight"].shape[0])  # timm's CLIP head has a zero bias
+    fields = config.to_dict()
+    return Checkpoint(state, str(weights), "vitzoo", fields, set(fields))
 
 
 def _check_open_clip(cfg: OpenClipConfig, config: str, weights: Path) -> None:
