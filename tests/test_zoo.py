@@ -77,10 +77,11 @@ NEW_FAMILIES = [
 ]
 FAMILIES += NEW_FAMILIES
 # Every registered source that is a timm hub release ("vit_b16.augreg2_in21k_ft_in1k", ...).
-TIMM_RELEASES = sorted(
-    name
-    for name in vitzoo.list_models(pretrained=True)
-    if (registry.get_pretrained_cfg(name)[1].source or "").startswith("hf-hub:timm/")  # type: ignore[union-attr]
+TIMM_RELEASES = sorted(  # the curated table's (the generated ones: tests/zoo/test_timm_releases.py)
+    f"{m.name}.{tag}"
+    for m in _CURATED_MODELS
+    for tag, cfg in m.pretrained.items()
+    if (cfg.source or "").startswith("hf-hub:timm/")
 )
 
 

@@ -353,16 +353,17 @@ def _alias_index() -> dict[str, tuple[str, Alias]]:
 
 def source_kind(entry: ModelEntry, tag: str | None) -> str | None:
     """Whose layout a release's weights are in (one of SOURCE_KINDS): timm's hub ("hf-hub:timm/...");
-    open_clip, for an open_clip name's release in another repository; transformers, for any other
+    open_clip, for a release of open_clip's own files (any repository); transformers, for any other
     hub repository. None for a tag without source, or a local one."""
     cfg = entry.pretrained.get(tag) if tag is not None else None
     source = cfg.source if cfg is not None else None
-    if not source:
+    if cfg is None or not source:
         return None
-    if source.startswith(TIMM_HUB) or (cfg is not None and "timm" in cfg.extra):  # timm's layout, any repository
+    if "open_clip" in cfg.extra or any(a.kind == "open_clip" and a.tag == tag for a in entry.aliases):
+        if timm_release_name(cfg) is None:  # open_clip's own files, even in a repository timm named
+            return "open_clip"
+    if source.startswith(TIMM_HUB) or "timm" in cfg.extra:  # timm's layout, any repository
         return "timm"
-    if any(a.kind == "open_clip" and a.tag == tag for a in entry.aliases):
-        return "open_clip"
     return "transformers" if source.startswith("hf-hub:") else None
 
 

@@ -31,7 +31,8 @@ def test_timm_filters_match_names_or_their_timm_counterparts(harness):
         module="vision_transformer"
     )
     tagged = routed.list_models(filter="siglip2_b16", include_tags=True)
-    assert tagged == [f"siglip2_b16.{t}" for t in ("v2_webli", "v2_webli_256", "v2_webli_384", "v2_webli_512")]
+    sizes = [f"siglip2_b16.{t}" for t in ("v2_webli", "v2_webli_256", "v2_webli_384", "v2_webli_512")]
+    assert set(sizes) <= set(tagged) and all(t.startswith("siglip2_b16.") for t in tagged)
     assert routed.list_models(filter="vit_mnist", include_tags=True) == ["vit_mnist"]  # no tags: the bare name
     assert "vit_mnist" not in routed.list_pretrained() and "vit_b16.augreg_in21k_ft_in1k" in routed.list_pretrained()
     small = harness.VitzooRegistry(max_params=1e6)

@@ -59,7 +59,7 @@ def test_list_filters_by_licence_and_marks_restricted_ones(capsys):
     rows = json.loads(out)
     assert code == 0 and [r["name"] for r in rows] == vitzoo.list_models(pretrained=True, license="cc-by-nc-4.0")
     assert rows and all(r["license"] == "cc-by-nc-4.0" and r["license_flags"] == ["non-commercial"] for r in rows)
-    code, out, _ = run(capsys, "list", "--pretrained", "mae*", "vit_b16")
+    code, out, _ = run(capsys, "list", "--pretrained", "mae_b16", "vit_b16.augreg2*")
     lines = out.splitlines()
     assert lines[0].split()[-2:] == ["LICENSE", "RESTRICTED"]
     assert lines[1].split()[-2:] == ["cc-by-nc-4.0", "non-commercial"] and lines[2].split()[-2:] == ["apache-2.0", "-"]

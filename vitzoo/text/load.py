@@ -193,16 +193,12 @@ def read_open_clip_tower(source: Source) -> Checkpoint:
     read, is neither built nor checked)."""
     files = open_files(source)
     config_path = files.get(OPEN_CLIP_CONFIG)
+    assert config_path is not None  # not optional: a missing file raised
     tower = parse_image_tower(read_json(config_path), str(config_path))
     weights = files.first(OPEN_CLIP_WEIGHTS)
     fc_norm = bool(tower.vision_fields.get("fc_norm", False))
     state = split_open_clip(read_checkpoint(weights), file=str(weights), fc_norm=fc_norm).visual
-    shapes = infer_config_fields(state, file=str(weights)) if tower.timm_name is not None else {}
-    sizes = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
-    config = image_tower_config(tower, str(weights), sizes)
-    if "head.weight" in state and config.head_bias and "head.bias" not in state:
-        state["head.bias"] = torch.zeros(state["head.weight"].shape[0])  # timm's CLIP head has a zero bias
-    fields = config.to_dict()
+    fields = _tower_config(tower, state, str(weights)).to_dict()
     return Checkpoint(state, str(weights), "vitzoo", fields, set(fields))
 
 
@@ -238,14 +234,21 @@ def image_tower_config(
 
 
 def _open_clip_visual(cfg: OpenClipConfig, state: dict[str, torch.Tensor], where: str) -> VisionTransformer:
-    shapes = infer_config_fields(state, file=where) if cfg.timm_name is not None else {}
-    sizes: dict[str, Any] = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
-    config = image_tower_config(cfg, where, sizes)
-    if "head.weight" in state and config.head_bias and "head.bias" not in state:
-        state["head.bias"] = torch.zeros(state["head.weight"].shape[0])  # timm's CLIP head has a zero bias
+    config = _tower_config(cfg, state, where)
     visual = VisionTransformer(config)
     _load(visual, state, where, "image tower")
     return visual
+
+
+def _tower_config(tower: ImageTower | OpenClipConfig, state: dict[str, torch.Tensor], where: str) -> ViTConfig:
+    """The ViTConfig of an open_clip image tower whose tensors (vitzoo's names) are `state`; a timm
+    CLIP head's zero bias, which open_clip's projection lacks, is added to `state`."""
+    shapes = infer_config_fields(state, file=where) if tower.timm_name is not None else {}
+    sizes: dict[str, Any] = {k: shapes[k] for k in ("embed_dim", "depth", "patch_size", "mlp_ratio") if k in shapes}
+    config = image_tower_config(tower, where, sizes)
+    if "head.weight" in state and config.head_bias and "head.bias" not in state:
+        state["head.bias"] = torch.zeros(state["head.weight"].shape[0])  # timm's CLIP head has a zero bias
+    return config
 
 
 def _load(module: torch.nn.Module, state: dict[str, torch.Tensor], where: str, what: str) -> None:
