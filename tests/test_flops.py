@@ -8,10 +8,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import vitzoo
-from vitzoo.zoo.curated import CURATED
 from vitzoo.flops import _attention_ops_missing_from_counter, count_flops, measure_flops, model_flops, vit_flops
 from vitzoo.layers.attention import capture_attention
 from vitzoo.model import VisionTransformer, ViTConfig
+from vitzoo.zoo.curated import CURATED
 
 
 def counted(model: nn.Module, x: torch.Tensor) -> int:
