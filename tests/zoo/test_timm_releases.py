@@ -20,6 +20,8 @@ from vitzoo.zoo.timm_releases import ARCHITECTURES, LEFT_OUT, RELEASES
 timm = pytest.importorskip("timm")
 
 ATOL = 1e-5
+TIMM_VERSION = tuple(int(p) for p in timm.__version__.split(".")[:3] if p.isdigit())
+GENERATED_FROM = (1, 0, 31)  # the timm the table was generated from (its docstring says so too)
 REDUCED = dict(depth=2, embed_dim=96, num_heads=2)
 
 
@@ -73,9 +75,11 @@ def test_release_is_described_as_timm_describes_it(timm_name):
         if isinstance(expected, list | tuple):
             value, expected = tuple(value), tuple(expected)
         assert value == expected, key
-    assert ours["license"] == (theirs.get("license") or "unknown")
+    if theirs.get("license") or ours["license"] == "unknown":  # timm before 1.0.22 states fewer licences
+        assert ours["license"] == (theirs.get("license") or "unknown")
     repo = theirs["hf_hub_id"] if theirs["hf_hub_id"] != "timm/" else f"timm/{timm_name}"
-    assert cfg.source == f"hf-hub:{repo}"
+    if TIMM_VERSION >= GENERATED_FROM:  # older timm names other repositories (open_clip's copies, old names)
+        assert cfg.source == f"hf-hub:{repo}"
 
 
 def _tag_args(timm_name: str) -> dict[str, Any]:
