@@ -454,6 +454,7 @@ def test_export_openvino_command_in_bf16(tmp_path, capsys, saved, ov):
     torch.testing.assert_close(got.float(), expected.float(), rtol=0, atol=2e-2)
 
 
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_openvino_failures_leave_nothing(tmp_path, capsys, monkeypatch, ov):
     """A write that fails half-way (here a Ctrl-C) leaves neither file; a missing extra is named."""
     model = vitzoo.create("vit_mnist_tiny")
@@ -485,6 +486,7 @@ def test_openvino_failures_leave_nothing(tmp_path, capsys, monkeypatch, ov):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_openvino_models_freed_in_any_order_leave_signals_working(tmp_path, ov):
     """OpenVINO's CPU plugin points the thread's signal stack at each compiled model's buffer and
     restores what it found when the model is freed: freed out of order, the next Python signal

@@ -103,6 +103,7 @@ def test_the_shuffle_buffer_mixes_within_its_window_only() -> None:
     assert shuffle_buffer(items, 10, seed=1) == out and shuffle_buffer(items, 1, seed=1) == items
 
 
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_shards_train_and_resume_bit_identically_after_sigterm_mid_epoch(shard_dir: Path, tmp_path: Path) -> None:
     splits = load_data("wds", path=shard_dir, val_split=0.25)
     assert splits.streamed and len(splits.train) + len(splits.val) == 26

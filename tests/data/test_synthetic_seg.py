@@ -59,6 +59,7 @@ def test_the_same_seed_builds_the_same_bytes_and_another_seed_other_scenes(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "c"]  # nothing left of the builds
 
 
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_validation_scenes_use_other_photos_and_other_digits():
     assert not set(TRAIN_PHOTOS) & set(VAL_PHOTOS)
     tiles, sample = digit_tiles("val"), load_mnist_sample().val

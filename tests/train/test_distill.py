@@ -223,6 +223,7 @@ def test_invalid_distillation_settings_name_the_field(fields: dict, message: str
 
 
 # ----------------------------------------------------------------------------- resume
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_ctrl_c_then_resume_with_teacher_and_mixup_reaches_identical_weights(
     teacher3: Path, small_splits: DataSplits, tmp_path: Path
 ) -> None:

@@ -25,6 +25,7 @@ def fresh_logger():
     logger.setLevel(level)
 
 
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_the_library_installs_no_handler_on_import() -> None:
     import subprocess
     import sys

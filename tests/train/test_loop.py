@@ -270,6 +270,7 @@ def test_weights_that_turn_nan_in_the_last_step_are_never_exported(small_splits:
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_lora_trains_adapters_and_head_resumes_exactly_and_exports_merged(
     small_splits: DataSplits, tmp_path: Path
 ) -> None:

@@ -85,6 +85,7 @@ def _same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+@pytest.mark.slow  # end to end in seconds: CI's -m slow pass
 def test_ctrl_c_then_resume_reaches_the_weights_of_an_uninterrupted_run(crops: DataSplits, tmp_path: Path) -> None:
     reference = _model()
     expected = fit(reference, crops, config=TrainConfig(**CONFIG), out_dir=tmp_path / "ref")
