@@ -56,7 +56,8 @@ class RegistryError(ValueError):
 ALIAS_KINDS = ("timm", "open_clip", "alias")
 # Where a release's weights come from, by the library whose layout they are in (`source_kind`).
 SOURCE_KINDS = ("timm", "open_clip", "transformers")
-TIMM_HUB = "hf-hub:timm/"
+TIMM_HUB = zoo.TIMM_HUB
+timm_release_name = zoo.timm_release_name  # timm's "arch.tag" of a release (the zoo states the rule)
 
 
 @dataclass(frozen=True)
@@ -701,19 +702,6 @@ def _populate() -> None:
             _index = index
             _seeded = True
         plugins.discover(_PLUGIN_ACCESS)
-
-
-def timm_release_name(cfg: PretrainedCfg) -> str | None:
-    """timm's "arch.tag" of a release: the one the table states (`extra["timm"]`: the weights may be
-    another copy, e.g. a QuickGELU architecture's), else that of its timm hub repository."""
-    stated = cfg.extra.get("timm")
-    if isinstance(stated, str):
-        return stated
-    if "open_clip" in cfg.extra:
-        return None  # open_clip's release: a repository timm named holds open_clip's files, no timm release
-    source = cfg.source or ""
-    name = source[len(TIMM_HUB) :] if source.startswith(TIMM_HUB) else ""
-    return name if "." in name and not any(ch in name for ch in "/@") else None
 
 
 def _builtin_entries() -> dict[str, ModelEntry]:

@@ -42,7 +42,9 @@ from .open_clip_releases import RELEASES as _OPEN_CLIP_RELEASES
 from .timm_releases import ARCHITECTURES, FAMILY_BASES, RELEASES
 from .timm_releases import OPEN_CLIP_NAMES as _OPEN_CLIP_TIMM
 
-__all__ = ["MODELS", "OPEN_CLIP_NAMES", "ZooModel", "arch_config", "open_clip_config"]
+TIMM_HUB = "hf-hub:timm/"
+
+__all__ = ["MODELS", "OPEN_CLIP_NAMES", "TIMM_HUB", "ZooModel", "arch_config", "open_clip_config", "timm_release_name"]
 
 # The normalisations of the generated table, by name; a row may also give (mean, std) itself.
 NORMS = {
@@ -62,12 +64,18 @@ def arch_config(arch: str) -> ViTConfig:
     return ViTConfig(**{k: _tuples(v) for k, v in {**FAMILY_BASES[fam], **fields}.items()})
 
 
+def _norm_and_size(norm: Any, size: Any) -> tuple[Any, Any, int, int]:
+    """A row's normalisation (a NORMS name or (mean, std)) and input size (a side or (height, width))."""
+    mean, std = NORMS[norm] if isinstance(norm, str) else _tuples(norm)
+    height, width = (size, size) if isinstance(size, int) else _tuples(size)
+    return mean, std, height, width
+
+
 def _release(row: tuple[Any, ...], config: ViTConfig) -> PretrainedCfg:
     """One generated row as the source of a model of `config`: `model_args` hold what its
     architecture (timm's, at the row's classes and size) has beyond `config`."""
     arch, tag, classes, size, norm, crop_pct, crop_mode, interpolation, licence, *repo = row
-    mean, std = NORMS[norm] if isinstance(norm, str) else _tuples(norm)
-    height, width = (size, size) if isinstance(size, int) else _tuples(size)
+    mean, std, height, width = _norm_and_size(norm, size)
     wanted = arch_config(arch).replace(num_classes=classes, img_size=_tuples(size))
     return PretrainedCfg(
         source=f"hf-hub:{repo[0] if repo else f'timm/{arch}.{tag}'}",
@@ -103,8 +111,7 @@ def open_clip_config(model: str) -> ViTConfig:
 def _open_clip_release(row: tuple[Any, ...], config: ViTConfig, tag: str) -> PretrainedCfg:
     """One generated open_clip row as the source of a model of `config`, under `tag`."""
     model, oc_tag, repo, norm, size, interpolation, resize_mode, licence, _ = row
-    mean, std = NORMS[norm] if isinstance(norm, str) else _tuples(norm)
-    height, width = (size, size) if isinstance(size, int) else _tuples(size)
+    mean, std, height, width = _norm_and_size(norm, size)
     wanted = open_clip_config(model)
     return PretrainedCfg(
         source=f"hf-hub:{repo}",
@@ -164,14 +171,28 @@ def _joined() -> tuple[ZooModel, ...]:
     return tuple(models)
 
 
+def timm_release_name(cfg: PretrainedCfg) -> str | None:
+    """timm's "arch.tag" of a release: the one the table states (`extra["timm"]`: the weights may be
+    another copy, e.g. a QuickGELU architecture's), else that of its timm hub repository."""
+    stated = cfg.extra.get("timm")
+    if isinstance(stated, str):
+        return stated
+    if "open_clip" in cfg.extra:
+        return None  # open_clip's release: a repository timm named holds open_clip's files, no timm release
+    source = cfg.source or ""
+    name = source[len(TIMM_HUB) :] if source.startswith(TIMM_HUB) else ""
+    return name if "." in name and not any(ch in name for ch in "/@") else None
+
+
 def _open_clip_names(models: tuple[ZooModel, ...]) -> dict[str, str]:
     """open_clip's "MODEL.PRETRAINED" -> vitzoo's "name.tag": the timm-hosted releases through their
     timm names, then the generated open_clip table's releases."""
     by_timm: dict[str, str] = {}
     for model in models:
         for tag, cfg in model.pretrained.items():
-            timm_name = cfg.extra.get("timm") or (cfg.source or "").removeprefix("hf-hub:timm/")
-            by_timm.setdefault(timm_name, f"{model.name}.{tag}")
+            timm_name = timm_release_name(cfg)
+            if timm_name is not None:
+                by_timm.setdefault(timm_name, f"{model.name}.{tag}")
     timm_hosted = {name: by_timm[timm_name] for name, timm_name in _OPEN_CLIP_TIMM.items()}
     own = {f"{row[0]}.{row[1]}": row[-1] for row in _OPEN_CLIP_RELEASES}
     return {**timm_hosted, **own}
