@@ -65,8 +65,9 @@ def config_fields(arch: str) -> dict[str, Any]:
     model = timm_on_meta(timm, arch)
     _, fields, _ = timm_model_fields(model, f"timm:{arch}")
     fields["dynamic_img_size"] = bool(getattr(model, "dynamic_img_size", False))
-    if fields.get("mlp_ratio") is not None:
-        fields["mlp_ratio"] = stated_ratio(fields["embed_dim"], fields["mlp_ratio"])
+    for ratio in ("mlp_ratio", "attn_pool_mlp_ratio"):
+        if fields.get(ratio) is not None:
+            fields[ratio] = stated_ratio(fields["embed_dim"], fields[ratio])
     if fields.get("attn_pool_num_heads") == fields["num_heads"]:
         del fields["attn_pool_num_heads"]  # None: the blocks' head count, as timm's default is
     _check_tensors(arch, ViTConfig(**fields))

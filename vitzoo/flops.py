@@ -51,7 +51,7 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     num_patches = gh * gw
     tokens = num_patches + config.num_prefix_tokens
     d = config.embed_dim
-    hidden = int(d * config.mlp_ratio)  # the plain Mlp's hidden width (the "map" pool's)
+    hidden = int(d * (config.attn_pool_mlp_ratio or config.mlp_ratio))  # the "map" pool's plain Mlp width
     block_hidden = mlp_hidden_dim(config.mlp_layer, d, config.mlp_ratio, config.mlp_align)
     # a gated MLP (SwiGLU) has two input projections (gate and input) of the hidden width
     block_fc1 = (2 if config.mlp_layer != "mlp" else 1) * d * block_hidden

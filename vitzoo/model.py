@@ -14,10 +14,13 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
     reg_tokens       DINOv2 with registers: extra learned tokens that carry no image content
     no_embed_class   DeiT III, DINOv2-reg: the position embedding covers the patches only and is
                      added before the prefix tokens (class, registers) join
+    embed_norm, proj_bias=False   AIMv2: a norm of the patch tokens (patch_embed.norm), no bias on the
+                     attention's output projection nor in the MLP
     pre_norm, patch_bias=False, act_layer   CLIP (ln_pre, a bias-free patch projection, QuickGELU;
                      layers/activations.py)
     global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none);
-                     attn_pool_num_heads, pool_include_prefix: PE's pool (8 heads, over every token)
+                     attn_pool_num_heads, pool_include_prefix: PE's pool (8 heads, over every token);
+                     attn_pool_mlp_ratio: its MLP's own width (PE-Core-G)
     fc_norm          MAE fine-tuning: the final LayerNorm moves after the pooling
     head_bias        CLIP's visual projection has no bias
     mlp_layer        "swiglu" / "swiglu_packed": the gated MLP of DINOv2-g, EVA-02, DINOv3
@@ -110,6 +113,7 @@ class ViTConfig:
     # patches (layers/patch_embed.py); () is the plain ViT. Needs patch_size = 2 ** (stages + 1).
     conv_stem: tuple[int, ...] = ()
     patch_bias: bool = True  # bias of the patch projection (CLIP has none)
+    embed_norm: bool = False  # a norm (norm_layer) of the patch tokens right after the projection (AIMv2)
     num_classes: int = 1000  # 0: no classifier, the model returns pooled features
     embed_dim: int = 768
     depth: int = 12
@@ -118,6 +122,7 @@ class ViTConfig:
     qkv_bias: bool = True
     qkv_fused: bool = True  # False: separate q_proj / k_proj / v_proj (EVA-02 B/L)
     k_bias: bool = True  # False (with qkv_bias): q and v have a bias, k none (EVA's attention)
+    proj_bias: bool = True  # biases of the attention's output projection and of the MLP's layers (AIMv2: none)
     act_layer: ActName = "gelu"  # MLP activation of the blocks and of the "map" pool (layers/activations.py)
     # The blocks' MLP: "mlp" (fc1, act, fc2), or gated by act_layer (SwiGLU with "silu"):
     # "swiglu" (fc1_g, fc1_x, fc2) or "swiglu_packed" (fc1 holds gate and input); layers/swiglu.py.
@@ -136,6 +141,7 @@ class ViTConfig:
     # (SigLIP); "": none, the head sees every token (what prune_intermediate_layers leaves).
     global_pool: Literal["token", "avg", "map", ""] = "token"
     attn_pool_num_heads: int | None = None  # "map": heads of the pooling attention (PE: 8); None: num_heads
+    attn_pool_mlp_ratio: float | None = None  # "map": the pool MLP's width ratio (PE-Core-G: 4); None: mlp_ratio
     pool_include_prefix: bool = False  # "map": the query attends over the prefix tokens too (PE)
     representation_size: int | None = None  # Linear + Tanh before the head (ImageNet-21k ViT)
     final_norm: bool = True  # LayerNorm after the last block (the MNIST tutorial has none)
@@ -211,6 +217,11 @@ class ViTConfig:
                     or (self.attn_pool_num_heads > 0 and self.embed_dim % self.attn_pool_num_heads == 0),
                     "attn_pool_num_heads",
                     f"None or a divisor of embed_dim {self.embed_dim}",
+                ),
+                (
+                    self.attn_pool_mlp_ratio is None or self.attn_pool_mlp_ratio > 0,
+                    "attn_pool_mlp_ratio",
+                    "None or a positive number",
                 ),
                 (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos' or 'none'"),
                 (self.pos_resample in POS_RESAMPLE, "pos_resample", "one of " + ", ".join(map(repr, POS_RESAMPLE))),
@@ -371,6 +382,7 @@ class ViTConfig:
         stem = sum(linear(c_in * 9, c_out, False) + 2 * c_out for c_in, c_out in itertools.pairwise(channels))
         kernel = channels[-1] * 9 if self.conv_stem else self.in_chans * ph * pw
         total = stem + linear(kernel, d, self.patch_bias) + self.num_prefix_tokens * d
+        total += norm(d) if self.embed_norm else 0
         if self.pos_embed == "learned":
             gh, gw = self.grid_size
             total += (gh * gw + (0 if self.no_embed_class else self.num_prefix_tokens)) * d
@@ -379,7 +391,7 @@ class ViTConfig:
         total += norm(d) * (int(self.pre_norm) + int(self.final_norm and not self.fc_norm) + int(self.fc_norm))
         total += self.depth * self._block_params()
         if self.global_pool == "map":  # latent query, q, kv, proj, norm and a plain MLP
-            hidden = int(d * self.mlp_ratio)
+            hidden = int(d * (self.attn_pool_mlp_ratio or self.mlp_ratio))
             total += (
                 d + linear(d, d) + linear(d, 2 * d) + linear(d, d) + norm(d) + linear(d, hidden) + linear(hidden, d)
             )
@@ -393,11 +405,12 @@ class ViTConfig:
     def _block_params(self) -> int:
         d = self.embed_dim
         q_and_v_bias = self.qkv_bias and not self.k_bias
-        attn = 4 * d * d + d  # q, k, v and the output projection with its bias
+        bias = int(self.proj_bias)  # of the output projection and the MLP's layers
+        attn = 4 * d * d + bias * d  # q, k, v and the output projection
         attn += 3 * d if self.qkv_bias and self.k_bias else 2 * d if q_and_v_bias else 0
         hidden = mlp_hidden_dim(self.mlp_layer, d, self.mlp_ratio, self.mlp_align)
         inputs = 1 if self.mlp_layer == "mlp" else 2  # a gated MLP projects to gate and input
-        mlp = inputs * (d * hidden + hidden) + hidden * d + d
+        mlp = inputs * (d * hidden + bias * hidden) + hidden * d + bias * d
         mlp += self._norm_params(hidden) if self.mlp_norm else 0
         return attn + mlp + 2 * self._norm_params(d) + (2 * d if self.init_values else 0)
 
@@ -541,6 +554,7 @@ class VisionTransformer(nn.Module):
             bias=config.patch_bias,
             strict_img_size=not config.dynamic_img_size,
             drop_remainder=config.drop_remainder,
+            norm=make_norm(config.norm_layer, D, config.norm_eps) if config.embed_norm else None,
         )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, config.reg_tokens, D)) if config.reg_tokens else None
@@ -565,7 +579,7 @@ class VisionTransformer(nn.Module):
             AttentionPool(
                 dim=D,
                 num_heads=config.attn_pool_num_heads or config.num_heads,
-                mlp_ratio=config.mlp_ratio,
+                mlp_ratio=config.attn_pool_mlp_ratio or config.mlp_ratio,
                 norm_eps=config.norm_eps,
                 act_layer=config.act_layer,
                 norm_layer=config.norm_layer,
@@ -644,6 +658,7 @@ class VisionTransformer(nn.Module):
                     norm_layer=c.norm_layer,
                     qkv_fused=c.qkv_fused,
                     k_bias=c.k_bias,
+                    proj_bias=c.proj_bias,
                     rope_rotate_half=c.rope_rotate_half,
                 )
                 for i in range(c.depth)
@@ -925,7 +940,7 @@ class VisionTransformer(nn.Module):
 
     def _embed_sequence(self, seq: PatchSequence) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Patches -> (B, prefix + L, D) tokens with each image's positions, and its rotary embedding."""
-        x = embed_patches(seq, self.patch_embed.proj.weight, self.patch_embed.proj.bias)
+        x = self.patch_embed.norm(embed_patches(seq, self.patch_embed.proj.weight, self.patch_embed.proj.bias))
         prefix = [t for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         table, embedded = self.pos_embed, self._embedded_prefix_tokens()
         prefix_rows = table[0, :embedded] if table is not None and embedded else None

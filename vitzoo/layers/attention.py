@@ -56,6 +56,7 @@ class Attention(nn.Module):
         is_causal: bool = False,
         qkv_fused: bool = True,
         k_bias: bool = True,
+        proj_bias: bool = True,
         rope_rotate_half: bool = False,
     ) -> None:
         super().__init__()
@@ -80,7 +81,7 @@ class Attention(nn.Module):
             self.k_proj = nn.Linear(dim, dim, bias=qkv_bias and k_bias)
             self.v_proj = nn.Linear(dim, dim, bias=qkv_bias)
         self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim, bias=proj_bias)  # AIMv2's has no bias
         self.proj_drop = nn.Dropout(proj_drop)
         # Set only by `capture_attention`: a list that receives this layer's attention weights.
         # None (the normal case) keeps the fused kernel, so ordinary forwards pay one `is None` test.

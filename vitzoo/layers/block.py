@@ -7,7 +7,8 @@ x = x + DropPath(LayerScale(Mlp(LayerNorm(x))))
 query may attend (padding masked out of patch-sequence batches, naflex.py), None for all.
 LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2); otherwise, like a
 zero stochastic-depth rate, it is an nn.Identity that does no tensor work. The norms are LayerNorm
-or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request.
+or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request;
+`proj_bias=False` (AIMv2) drops the biases of the attention's output projection and of every MLP layer.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Block(nn.Module):
         is_causal: bool = False,
         qkv_fused: bool = True,
         k_bias: bool = True,
+        proj_bias: bool = True,
         rope_rotate_half: bool = False,
     ) -> None:
         super().__init__()
@@ -56,6 +58,7 @@ class Block(nn.Module):
             is_causal=is_causal,
             qkv_fused=qkv_fused,
             k_bias=k_bias,
+            proj_bias=proj_bias,
             rope_rotate_half=rope_rotate_half,
         )
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
@@ -70,6 +73,7 @@ class Block(nn.Module):
             norm_layer=norm_layer if mlp_norm else None,
             norm_eps=norm_eps,
             align=mlp_align,
+            bias=proj_bias,
         )
         self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()

@@ -1,5 +1,6 @@
 """The position-wise feed-forward network of a Transformer block: fc1 -> activation -> fc2, with
-an optional normalisation of the hidden units before fc2 (`norm`, timm's Mlp `norm_layer`). The
+an optional normalisation of the hidden units before fc2 (`norm`, timm's Mlp `norm_layer`), and
+without biases on request (`bias=False`: timm's `proj_bias`, AIMv2). The
 gated MLPs (SwiGLU) are in swiglu.py.
 
 fc1 and its activation go through `linear.linear_module`, which for bf16 inference on CPU applies GELU
@@ -26,15 +27,16 @@ class Mlp(nn.Module):
         act_layer: str = "gelu",
         norm_layer: str | None = None,
         norm_eps: float = 1e-6,
+        bias: bool = True,
     ) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(dim, hidden_dim)
+        self.fc1 = nn.Linear(dim, hidden_dim, bias=bias)
         # GELU and its tanh form can be fused into fc1 (same names as linear.linear's activations).
         self.fused_act = act_layer if act_layer in ("gelu", "gelu_tanh") else None
         self.act = make_activation(act_layer)  # exact (erf) GELU by default, as in the original ViT and timm
         self.drop1 = nn.Dropout(drop)
         self.norm = make_norm(norm_layer, hidden_dim, norm_eps) if norm_layer else None
-        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.fc2 = nn.Linear(hidden_dim, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

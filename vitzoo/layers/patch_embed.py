@@ -17,6 +17,9 @@ a stack of 3x3 stride-2 convolutions (BatchNorm, ReLU) halves the image once per
 `patch_size = 2 ** (len(conv_stem) + 1)` pixels, seen through overlapping, translation-equivariant
 filters rather than one linear map of its own pixels: on small images trained from scratch that
 is worth more accuracy per second than more tokens (benchmarks/accuracy.py).
+
+`norm` normalises each patch token right after the projection, before positions are added
+(AIMv2: RMSNorm; timm's `patch_embed.norm`); without one it is an nn.Identity.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class PatchEmbed(nn.Module):
         bias: bool = True,
         strict_img_size: bool = True,
         drop_remainder: bool = False,
+        norm: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.patch_size = to_2tuple(patch_size, "patch_size")
@@ -64,6 +68,8 @@ class PatchEmbed(nn.Module):
         else:
             self.stem = None
             self.proj = nn.Conv2d(in_chans, embed_dim, kernel_size=self.patch_size, stride=self.patch_size, bias=bias)
+        # A norm of each token after the projection (timm's `embed_norm_layer`, AIMv2's RMSNorm).
+        self.norm = norm if norm is not None else nn.Identity()
 
     def set_input_size(self, img_size: int | tuple[int, int]) -> None:
         """Set the image size this embedding expects (and its grid); the weights do not depend on it."""
@@ -114,7 +120,7 @@ class PatchEmbed(nn.Module):
         if self.stem is not None:
             x = self.stem(x)  # (B, c_last, H / 2^n, W / 2^n), rounded up
         x = self.proj(x)  # (B, D, gh, gw)
-        return x.flatten(2).transpose(1, 2)  # (B, N, D), patches in row-major order
+        return self.norm(x.flatten(2).transpose(1, 2))  # (B, N, D), patches in row-major order
 
     def as_linear(self) -> nn.Linear:
         """The same projection as an nn.Linear over flattened patches (sharing no storage)."""

@@ -69,16 +69,17 @@ class _GatedMlp(nn.Module):
         act_layer: str = "silu",
         norm_layer: str | None = None,
         norm_eps: float = 1e-6,
+        bias: bool = True,
     ) -> None:
         super().__init__()
-        self._add_inputs(dim, hidden_dim)
+        self._add_inputs(dim, hidden_dim, bias)
         self.act = make_activation(act_layer)
         self.drop1 = nn.Dropout(drop)
         self.norm = make_norm(norm_layer, hidden_dim, norm_eps) if norm_layer else nn.Identity()
-        self.fc2 = nn.Linear(hidden_dim, dim)
+        self.fc2 = nn.Linear(hidden_dim, dim, bias=bias)
         self.drop2 = nn.Dropout(drop)
 
-    def _add_inputs(self, dim: int, hidden_dim: int) -> None:
+    def _add_inputs(self, dim: int, hidden_dim: int, bias: bool) -> None:
         raise NotImplementedError
 
     def _output(self, gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -88,9 +89,9 @@ class _GatedMlp(nn.Module):
 class SwiGLU(_GatedMlp):
     """Gate and input projections apart (`fc1_g`, `fc1_x`): fc2(norm(act(fc1_g(x)) * fc1_x(x)))."""
 
-    def _add_inputs(self, dim: int, hidden_dim: int) -> None:
-        self.fc1_g = nn.Linear(dim, hidden_dim)
-        self.fc1_x = nn.Linear(dim, hidden_dim)
+    def _add_inputs(self, dim: int, hidden_dim: int, bias: bool) -> None:
+        self.fc1_g = nn.Linear(dim, hidden_dim, bias=bias)
+        self.fc1_x = nn.Linear(dim, hidden_dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._output(self.fc1_g(x), self.fc1_x(x))
@@ -99,8 +100,8 @@ class SwiGLU(_GatedMlp):
 class SwiGLUPacked(_GatedMlp):
     """Gate and input in one projection `fc1` (gate first): fc2(norm(act(gate) * x))."""
 
-    def _add_inputs(self, dim: int, hidden_dim: int) -> None:
-        self.fc1 = nn.Linear(dim, 2 * hidden_dim)
+    def _add_inputs(self, dim: int, hidden_dim: int, bias: bool) -> None:
+        self.fc1 = nn.Linear(dim, 2 * hidden_dim, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, x = self.fc1(x).chunk(2, dim=-1)
@@ -117,13 +118,20 @@ def make_mlp(
     norm_layer: str | None = None,
     norm_eps: float = 1e-6,
     align: int = 0,
+    bias: bool = True,
 ) -> nn.Module:
     """The MLP of a block: `kind` one of MLPS, its width by `mlp_hidden_dim`, with a sub-norm of
-    the hidden units when `norm_layer` names one."""
+    the hidden units when `norm_layer` names one, its layers without biases when not `bias` (AIMv2)."""
     classes: dict[str, Callable[..., nn.Module]] = {"mlp": Mlp, "swiglu": SwiGLU, "swiglu_packed": SwiGLUPacked}
     if kind not in classes:
         raise ValueError(f"mlp_layer={kind!r} is invalid; expected one of {', '.join(map(repr, MLPS))}")
     hidden = mlp_hidden_dim(kind, dim, mlp_ratio, align)
     return classes[kind](
-        dim=dim, hidden_dim=hidden, drop=drop, act_layer=act_layer, norm_layer=norm_layer, norm_eps=norm_eps
+        dim=dim,
+        hidden_dim=hidden,
+        drop=drop,
+        act_layer=act_layer,
+        norm_layer=norm_layer,
+        norm_eps=norm_eps,
+        bias=bias,
     )

@@ -23,6 +23,8 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                                                                         SigLIP 2's patch Linear becomes a
                                                                         convolution)
                   embeddings.patch_embeddings.weight                    DINOv3ViTModel
+                  [vision_model.]embeddings.patch_embed.weight          Aimv2VisionModel, Aimv2Model (its
+                                                                        vision tower)
     tips          [vision_encoder.]register_tokens                      TIPS / TIPSv2 (Google's names, which
                                                                         transformers' Tipsv2VisionModel and
                                                                         Tipsv2Model save)
@@ -51,7 +53,7 @@ from .files import StateDict
 FORMATS = ("vitzoo", "transformers", "tips", "radio", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
 # The LayerNorm eps of transformers' other families, for weights files without their config.json.
-DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS = 1e-6, 1e-5, 1e-6, 1e-5
+DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS, AIMV2_EPS = 1e-6, 1e-5, 1e-6, 1e-5, 1e-5
 
 
 @dataclass
@@ -76,6 +78,8 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
     if any(re.fullmatch(rf"{_HF}embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
         return "transformers"
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset) or _DINOV3_PATCH_KEY in keyset:
+        return "transformers"
+    if any(re.fullmatch(_AIMV2_PATCH_KEY, k) for k in keyset):
         return "transformers"
     if f"{_RADIO}patch_generator.embedder.weight" in keyset:
         return "radio"
@@ -345,9 +349,38 @@ def _from_transformers_dinov3(state: StateDict, file: str) -> Converted:
     return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": DINOV3_EPS})
 
 
+# Aimv2VisionModel (and Aimv2Model's vision_model): RMSNorms named rms_norm*, one after the patch
+# embedding; separate q/k/v; the MLP's gate_proj / up_proj / down_proj are timm's SwiGLU fc1_g / fc1_x / fc2.
+_AIMV2_PATCH_KEY = rf"{_V}embeddings\.patch_embed\.weight"
+_A2_LAYER = rf"{_V}encoder\.layers\.(\d+)\."
+AIMV2_RULES: list[Rule] = [
+    (rf"{_V}embeddings\.patch_embed\.(weight|bias)", r"patch_embed.proj.\1"),
+    (rf"{_V}embeddings\.rms_norm\.weight", "patch_embed.norm.weight"),
+    (rf"{_V}embeddings\.position_embedding\.weight", "pos_embed"),  # an nn.Embedding (N, D): reshaped below
+    (rf"{_A2_LAYER}attention\.([qkv])_proj\.(weight|bias)", r"blocks.\1.attn.\2.\3"),
+    (rf"{_A2_LAYER}attention\.out_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_A2_LAYER}ffn\.gate_proj\.(weight|bias)", r"blocks.\1.mlp.fc1_g.\2"),
+    (rf"{_A2_LAYER}ffn\.up_proj\.(weight|bias)", r"blocks.\1.mlp.fc1_x.\2"),
+    (rf"{_A2_LAYER}ffn\.down_proj\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
+    (rf"{_A2_LAYER}rms_norm([12])\.weight", r"blocks.\1.norm\2.weight"),
+    (rf"{_V}rms_norm\.weight", "norm.weight"),
+]
+# a whole Aimv2Model's text tower and similarity scale; old files' position ids
+AIMV2_IGNORE = [r"text_model\..*", r"text_projection\.weight", r"logit_scale", rf"{_V}embeddings\.position_ids"]
+
+
+def _from_transformers_aimv2(state: StateDict, file: str) -> Converted:
+    out = _apply_rules(state, AIMV2_RULES, AIMV2_IGNORE, file=file, fmt="transformers (AIMv2)")
+    if "pos_embed" in out:
+        out["pos_embed"] = out["pos_embed"].unsqueeze(0)
+    return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": AIMV2_EPS})
+
+
 def _from_transformers(state: StateDict, file: str) -> Converted:
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in state):
         return _from_transformers_clip(state, file)
+    if any(re.fullmatch(_AIMV2_PATCH_KEY, k) for k in state):
+        return _from_transformers_aimv2(state, file)
     if _DINOV3_PATCH_KEY in state:
         return _from_transformers_dinov3(state, file)
     out = merge_qkv(

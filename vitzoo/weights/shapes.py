@@ -80,6 +80,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         reg_tokens=reg_tokens,
         pre_norm="norm_pre.weight" in state,
         patch_bias="patch_embed.proj.bias" in state,
+        embed_norm="patch_embed.norm.weight" in state,  # AIMv2
         fc_norm=fc_norm,
         head_bias="head.bias" in state or "head.weight" not in state,
         # EVA's attention: separate projections; q and v biased but not k (fused: q_bias, v_bias)
@@ -95,6 +96,11 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         fields["global_pool"] = "map"
     if depth:
         fields.update(_block_fields(state, int(embed_dim)))
+    pool_fc1, block_fc1 = state.get("attn_pool.mlp.fc1.weight"), state.get("blocks.0.mlp.fc1.weight")
+    if pool_fc1 is not None and block_fc1 is not None and fields.get("mlp_layer", "mlp") == "mlp":
+        # the pool's MLP as wide as the blocks' unless it has a ratio of its own (PE-Core-G)
+        if pool_fc1.shape[0] != block_fc1.shape[0]:
+            fields["attn_pool_mlp_ratio"] = pool_fc1.shape[0] / embed_dim
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
@@ -136,6 +142,8 @@ def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
         fields.update(mlp_layer=kind, act_layer="silu")
     if "blocks.0.mlp.norm.weight" in state:
         fields["mlp_norm"] = True
+    if "blocks.0.attn.proj.weight" in state and "blocks.0.attn.proj.bias" not in state:
+        fields["proj_bias"] = False  # AIMv2: no bias on the attention's output nor in the MLP
     if "blocks.0.norm1.weight" in state and "blocks.0.norm1.bias" not in state:
         fields["norm_layer"] = "rmsnorm"
     return fields
@@ -149,6 +157,8 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     no_embed_class=False,
     pre_norm=False,
     patch_bias=True,
+    embed_norm=False,
+    proj_bias=True,
     fc_norm=False,
     head_bias=True,
     act_layer="gelu",

@@ -26,13 +26,20 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         value_bias say (the key's: zero), SwiGLU with use_gated_mlp;
                                         pooled by the class token (its pooler_output)
 
+    aimv2_vision_model, aimv2           AIMv2 (Aimv2VisionModel): RMSNorm everywhere and after the patch
+                                        embedding, no class token, SwiGLU; qkv_bias / mlp_bias say the
+                                        attention's and the MLP's biases (out_proj's is qkv_bias); the
+                                        tokens averaged (its attention-pooling head, use_head, and the
+                                        sinusoidal is_native positions are refused)
+
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
                                         position table is for max_img_size (cropped at load, CPE) and
                                         the model is built for image_size; norm_mean / norm_std are
                                         the preprocessing (RadioModel normalises inside)
 
-A whole CLIP or SigLIP model (text and vision, "clip" / "siglip" / "siglip2") is read for its vision_config.
+A whole CLIP, SigLIP or AIMv2 model (text and vision, "clip" / "siglip" / "siglip2" / "aimv2") is read for
+its vision_config.
 """
 
 from __future__ import annotations
@@ -133,6 +140,20 @@ _DINOV3_DEFAULTS = dict(
     use_gated_mlp=False,
     num_register_tokens=0,
 )
+_AIMV2_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "layer_norm_eps"},
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=8,
+    intermediate_size=2816,
+    patch_size=14,
+    hidden_act="silu",
+    rms_norm_eps=1e-5,
+    qkv_bias=False,
+    mlp_bias=False,
+    use_head=True,
+    is_native=False,
+)
 
 FAMILIES: dict[str, Family] = {
     "vit": Family(_VIT_DEFAULTS),
@@ -173,6 +194,11 @@ FAMILIES: dict[str, Family] = {
     # returns the tokens; pooled by the class token, as OpenGVLab's InternVisionModel)
     "internvl_vision": Family(_INTERNVL_DEFAULTS, fixed=dict(global_pool="token")),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
+    # AIMv2: RMSNorm after the patch embedding (embed_norm) and in every block, the tokens averaged
+    "aimv2_vision_model": Family(
+        _AIMV2_DEFAULTS,
+        fixed=dict(class_token=False, global_pool="avg", norm_layer="rmsnorm", embed_norm=True, mlp_layer="swiglu"),
+    ),
 }
 # Whole text + image models: their vision tower is the vision_config of the family named here.
 VISION_TOWERS = {
@@ -182,6 +208,7 @@ VISION_TOWERS = {
     "siglip": "siglip_vision_model",
     "siglip2": "siglip2_vision_model",
     "tipsv2": "tipsv2_vision_model",
+    "aimv2": "aimv2_vision_model",  # its text tower is not read
 }
 MODEL_TYPES = (*FAMILIES, *VISION_TOWERS)
 
@@ -225,6 +252,9 @@ _KEY_TYPES: dict[str, Any] = {
     "use_absolute_position_embeddings": bool,
     "layer_scale_init_value": float,
     "use_mean_pooling": bool,
+    "rms_norm_eps": float,
+    "use_head": bool,
+    "is_native": bool,
 }
 # Settings no vitzoo layer computes: the one value each family's models must have, and why.
 _REFUSED: dict[str, tuple[Any, str]] = {
@@ -234,6 +264,11 @@ _REFUSED: dict[str, tuple[Any, str]] = {
     "use_qk_norm": (False, "InternViT-6B's q/k RMSNorm is no layer of vitzoo's"),
     "norm_type": ("layer_norm", "InternViT-6B's RMSNorm (its eps inside the root) is not vitzoo's"),
     "use_absolute_position_embeddings": (True, "vitzoo's ViT has a learned position table"),
+    "use_head": (
+        False,
+        "AIMv2's attention-pooling head (a learned query over k/v projections, no MLP) is no layer of vitzoo's",
+    ),
+    "is_native": (False, "AIMv2 native's 2D sinusoidal positions are not vitzoo's table"),
 }
 
 
@@ -287,7 +322,7 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         img_size=_size(values["image_size"]) if "num_patches" not in values else _naflex_size(values, where),
         patch_size=_size(values["patch_size"]),
         in_chans=values["num_channels"],
-        norm_eps=float(values["layer_norm_eps"]),
+        norm_eps=float(values["rms_norm_eps" if "rms_norm_eps" in values else "layer_norm_eps"]),
         act_layer=ACTIVATIONS[act],
         **family.fixed,
     )
@@ -310,6 +345,13 @@ def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str
     """The attention biases (and the options that go with them) of a family's config."""
     if name == "dinov3_vit":
         return _dinov3_fields(values, where)
+    if name == "aimv2_vision_model":  # out_proj biased as q/k/v; the MLP by mlp_bias
+        if values["qkv_bias"] is not values["mlp_bias"]:
+            raise WeightsFileError(
+                f"{where}: qkv_bias={values['qkv_bias']!r} with mlp_bias={values['mlp_bias']!r} is not supported; "
+                "expected both true or both false (vitzoo's proj_bias covers the attention output and the MLP)"
+            )
+        return {"qkv_bias": values["qkv_bias"], "proj_bias": values["mlp_bias"]}
     if name == "internvl_vision":  # q/k/v biased or not together; LayerScale by its own key
         return dict(
             qkv_bias=values["attention_bias"],

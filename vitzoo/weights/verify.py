@@ -36,6 +36,7 @@ _STATED_BY: dict[str, str] = {
     "patch_size": "patch_embed.proj.weight",
     "conv_stem": "patch_embed.stem.*.weight",
     "patch_bias": "patch_embed.proj.bias",
+    "embed_norm": "patch_embed.norm.weight",
     "depth": "blocks.<i>.*",
     "num_classes": "head.weight",
     "head_bias": "head.bias",
@@ -52,6 +53,7 @@ _STATED_BY: dict[str, str] = {
     "norm_layer": "blocks.0.norm1.bias",
     "qkv_fused": "blocks.0.attn.q_proj.weight",
     "k_bias": "blocks.0.attn.q_bias / k_proj.bias",
+    "proj_bias": "blocks.0.attn.proj.bias",
 }
 _BLOCK_FIELDS = (
     "qkv_bias",
@@ -60,6 +62,7 @@ _BLOCK_FIELDS = (
     "norm_layer",
     "qkv_fused",
     "k_bias",
+    "proj_bias",
 )  # shown by block 0's tensors only
 
 

@@ -1,0 +1,242 @@
+"""AIMv2 (an RMSNorm right after the patch embedding, `embed_norm`; no bias on the attention's output
+nor in the SwiGLU MLP, `proj_bias=False`) and PE-Core-G's attention pool with an MLP ratio of its
+own (`attn_pool_mlp_ratio`): timm's models and transformers' Aimv2VisionModel with random weights
+at reduced depth and width, through vitzoo's registered names; the backbone API, export, tuning
+and fine-tuning on a tiny AIMv2."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo import registry
+from vitzoo.flops import measure_flops, vit_flops
+from vitzoo.model import ViTConfig
+from vitzoo.weights.keymaps import to_vitzoo
+
+ATOL = 1e-5
+REDUCED = dict(depth=2, embed_dim=96, num_heads=2)
+AIMV2 = {"aimv2_l14": "aimv2_large_patch14_224", "aimv2_h14_448": "aimv2_huge_patch14_448"}
+
+
+def _timm(arch: str, **args: Any) -> torch.nn.Module:
+    timm = pytest.importorskip("timm")
+    if not timm.is_model(arch):
+        pytest.skip(f"timm {timm.__version__} has no {arch} (AIMv2 came with timm 1.0.16)")
+    torch.manual_seed(0)
+    model = timm.create_model(arch, pretrained=False, **args).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.1)
+    return model
+
+
+def _ours(name: str, theirs: torch.nn.Module, **args: Any) -> torch.nn.Module:
+    model = vitzoo.create(name, pretrained=False, **args).eval()
+    model.load_state_dict(to_vitzoo(dict(theirs.state_dict()), file=name).state, strict=True)
+    return model
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def test_registered_config_is_timms_aimv2():
+    c = registry.get_entry("aimv2_l14").resolve_config()
+    assert (c.embed_norm, c.proj_bias, c.qkv_bias, c.norm_layer, c.mlp_layer, c.class_token) == (
+        True,
+        False,
+        False,
+        "rmsnorm",
+        "swiglu",
+        False,
+    )
+    assert (c.global_pool, c.norm_eps, c.mlp_ratio) == ("avg", 1e-5, 2.75)
+    assert vitzoo.model_info("aimv2_l14")["num_params"] == 309_197_824  # timm's, counted on the meta device
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if "448" in n else n for n in sorted(AIMV2)])
+def test_timm_parity_at_the_native_and_another_size(name):
+    """The registered name at depth 2 / width 96 computes timm's output at its grid, at another
+    grid per call (dynamic_img_size: the table resampled as timm does) and after set_input_size."""
+    arch, size = AIMV2[name], 56
+    theirs = _timm(arch, img_size=size, dynamic_img_size=True, **REDUCED)
+    ours = _ours(name, theirs, img_size=size, dynamic_img_size=True, **REDUCED)
+    gen = torch.Generator().manual_seed(1)
+    for shape in ((size, size), (70, 84)):
+        x = torch.randn(2, 3, *shape, generator=gen)
+        with torch.no_grad():
+            assert _diff(ours(x), theirs(x)) <= ATOL
+            assert _diff(ours.forward_features(x), theirs.forward_features(x)) <= ATOL
+            _, got = ours.forward_intermediates(x, indices=[0, 1], norm=True)
+            _, want = theirs.forward_intermediates(x, indices=[0, 1], norm=True)
+            assert max(_diff(a, b) for a, b in zip(got, want)) <= ATOL
+    fixed = _ours(name, theirs, img_size=size, **REDUCED)
+    fixed.set_input_size(img_size=(70, 84))
+    theirs.set_input_size(img_size=(70, 84))
+    x = torch.randn(1, 3, 70, 84, generator=gen)
+    with torch.no_grad():
+        assert _diff(fixed(x), theirs(x)) <= ATOL
+
+
+def test_pe_core_gigantic_pool_mlp_ratio_parity():
+    """PE-Core-G's attention pool has an MLP of ratio 4 beside blocks of 8960 / 1536."""
+    c = registry.get_entry("vit_pe_core_bigg14_448").resolve_config()
+    assert (c.attn_pool_mlp_ratio, c.global_pool, round(c.mlp_ratio * 1536)) == (4.0, "map", 8960)
+    assert vitzoo.model_info("vit_pe_core_bigg14_448")["num_params"] == 1_882_033_920
+    args = dict(REDUCED, img_size=56, num_heads=2)
+    theirs = _timm("vit_pe_core_gigantic_patch14_448", **args)
+    assert theirs.attn_pool.mlp.fc1.out_features == 4 * 96
+    ours = _ours("vit_pe_core_bigg14_448", theirs, **args)
+    x = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert _diff(ours(x), theirs(x)) <= ATOL
+
+
+def test_fields_count_and_refuse():
+    base = ViTConfig(embed_dim=32, depth=2, num_heads=2, img_size=32, num_classes=3)
+    for fields in (
+        dict(embed_norm=True),
+        dict(proj_bias=False),
+        dict(proj_bias=False, mlp_layer="swiglu", act_layer="silu", norm_layer="rmsnorm", embed_norm=True),
+        dict(global_pool="map", attn_pool_mlp_ratio=1.5),
+    ):
+        config = base.replace(**fields)
+        with torch.device("meta"):
+            model = vitzoo.VisionTransformer(config)
+        assert config.num_params == sum(p.numel() for p in model.parameters()), fields
+        assert vit_flops(config).total == measure_flops(model, config.input_size), fields
+    with pytest.raises(ValueError, match="attn_pool_mlp_ratio"):
+        base.replace(global_pool="map", attn_pool_mlp_ratio=0.0)
+    with pytest.raises(TypeError, match="proj_bias"):
+        base.replace(proj_bias="no")
+
+
+# ---------------------------------------------------------------------------- transformers
+def _hf(name: str) -> Any:
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, name):
+        pytest.skip(f"transformers {transformers.__version__} has no {name} (AIMv2 came with transformers 4.54)")
+    return getattr(transformers, name)
+
+
+HF_TINY = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=2, image_size=56)
+
+
+def test_transformers_aimv2_vision_model(tmp_path):
+    config = _hf("Aimv2VisionConfig")(**HF_TINY, use_head=False)
+    torch.manual_seed(0)
+    hf = _hf("Aimv2VisionModel")(config).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.normal_(0, 0.1)
+    hf.save_pretrained(tmp_path / "hf")
+    x = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        out = hf(pixel_values=x).last_hidden_state
+        model = vitzoo.from_pretrained(tmp_path / "hf").eval()
+        assert _diff(model.forward_features(x), out) <= ATOL
+        assert _diff(model(x), out.mean(dim=1)) <= ATOL  # the tokens averaged
+    c = model.config
+    assert (c.embed_norm, c.proj_bias, c.qkv_bias, c.norm_layer, c.norm_eps) == (True, False, False, "rmsnorm", 1e-5)
+    named = vitzoo.create("aimv2_l14", weights=tmp_path / "hf", img_size=56, embed_dim=64, depth=2, num_heads=2)
+    with torch.no_grad():
+        assert _diff(named.eval().forward_features(x), out) <= ATOL
+
+
+@pytest.mark.parametrize(
+    "key, value", [("use_head", True), ("is_native", True), ("mlp_bias", True)], ids=["head", "native", "bias"]
+)
+def test_transformers_aimv2_settings_vitzoo_does_not_compute_are_refused(key, value, tmp_path):
+    from vitzoo.weights.errors import WeightsFileError
+    from vitzoo.weights.transformers_files import transformers_config
+
+    cfg = {"model_type": "aimv2_vision_model", **HF_TINY, "use_head": False, key: value}
+    with pytest.raises(WeightsFileError, match=key):
+        transformers_config(cfg, tmp_path / "config.json")
+    whole = {"model_type": "aimv2", "vision_config": {**HF_TINY, "use_head": False}}
+    assert transformers_config(whole, tmp_path / "config.json")["embed_norm"] is True
+
+
+def test_config_defaults_are_aimv2visionconfigs_own():
+    from vitzoo.weights.transformers_files import FAMILIES
+
+    defaults = _hf("Aimv2VisionConfig")().to_dict()
+    ours = FAMILIES["aimv2_vision_model"].defaults
+    assert {k: defaults[k] for k in ours} == ours
+
+
+# ---------------------------------------------------------------------------- the backbone API
+TINY_AIMV2 = dict(img_size=28, patch_size=7, in_chans=1, embed_dim=32, depth=2, num_heads=2, num_classes=10)
+
+
+def _tiny() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return vitzoo.create("aimv2_l14", **TINY_AIMV2).eval()
+
+
+def test_features_dense_optimize_and_export(tmp_path, monkeypatch):
+    from vitzoo import deploy, inference
+
+    model = _tiny()
+    x = torch.randn(2, 1, 28, 28, generator=torch.Generator().manual_seed(4))
+    torch.manual_seed(0)
+    features = vitzoo.create("aimv2_l14", features_only=True, out_indices=(0, 1), **TINY_AIMV2).eval()
+    features.model.load_state_dict(model.state_dict(), strict=False)  # the pruned model: no head
+    with torch.no_grad():
+        maps = features(x)
+        _, want = model.forward_intermediates(x, indices=(0, 1))
+        assert all(torch.equal(a, b) for a, b in zip(maps, want))
+        dense = vitzoo.dense_features(model, x)
+        assert dense.shape == (2, 32, 4, 4)
+        logits = model(x)
+    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(inference, "ROUND_S", 0.005)
+    fast = vitzoo.optimize(model, x, candidates=["eager-explicit"], cache=False)
+    with torch.inference_mode():
+        assert _diff(fast(x), logits) <= 1e-4
+    path = deploy.export(model, tmp_path / "aimv2.pt2")
+    program = deploy.load_program(path)
+    with torch.no_grad():
+        assert _diff(program(x), logits) <= ATOL
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    onnx = deploy.export(model, tmp_path / "aimv2.onnx")
+    session = onnxruntime.InferenceSession(str(onnx))
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert _diff(torch.from_numpy(got), logits) <= 1e-4
+
+
+@pytest.mark.slow  # two short epochs: ~15 s on 2 cores
+def test_finetune_lowers_the_loss_and_the_pictures_run(tmp_path):
+    from vitzoo.data import DataSplits, load_mnist_sample
+    from vitzoo.train import TrainConfig, fit
+    from vitzoo.viz import plot_attention, plot_pca
+
+    full = load_mnist_sample()
+    idx = torch.cat([torch.nonzero(full.train.labels == c).flatten()[:20] for c in range(10)]).sort().values
+    val = torch.cat([torch.nonzero(full.val.labels == c).flatten()[:10] for c in range(10)]).sort().values
+    splits = DataSplits(train=full.train.subset(idx), val=full.val.subset(val), name="mnist-sample", kind="digits")
+    model = _tiny().train()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        config = TrainConfig(epochs=2, batch_size=20, lr=3e-3, progress=False, seed=7)
+        fit(model, splits, config=config, out_dir=tmp_path / "run")
+    finally:
+        torch.set_num_threads(previous)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["train_loss"] < records[0]["train_loss"]
+    model.eval()
+    plot_attention(model, out=tmp_path / "attention.png")
+    assert (tmp_path / "attention.png").read_bytes()[:4] == b"\x89PNG"
+    from PIL import Image
+
+    photo = Image.fromarray(full.val.images[0, 0].numpy())
+    plot_pca(model, [photo, photo], size=28, out=tmp_path / "pca.png")
+    assert (tmp_path / "pca.png").read_bytes()[:4] == b"\x89PNG"
