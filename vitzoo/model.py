@@ -212,17 +212,6 @@ class ViTConfig:
                 (self.norm_layer in NORMS, "norm_layer", "one of " + ", ".join(map(repr, NORMS))),
                 (self.init_values is None or self.init_values > 0, "init_values", "None or a positive number"),
                 (self.reg_tokens >= 0, "reg_tokens", "an int >= 0"),
-                (
-                    self.attn_pool_num_heads is None
-                    or (self.attn_pool_num_heads > 0 and self.embed_dim % self.attn_pool_num_heads == 0),
-                    "attn_pool_num_heads",
-                    f"None or a divisor of embed_dim {self.embed_dim}",
-                ),
-                (
-                    self.attn_pool_mlp_ratio is None or self.attn_pool_mlp_ratio > 0,
-                    "attn_pool_mlp_ratio",
-                    "None or a positive number",
-                ),
                 (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos' or 'none'"),
                 (self.pos_resample in POS_RESAMPLE, "pos_resample", "one of " + ", ".join(map(repr, POS_RESAMPLE))),
                 (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
@@ -238,6 +227,7 @@ class ViTConfig:
             ],
         )
         self._validate_rope()
+        self._validate_pool()
         if self.distilled and not self.class_token:
             raise ValueError("distilled=True needs class_token=True (DeiT token order is [cls, dist, patches])")
         if self.global_pool == "token" and not self.class_token:
@@ -262,6 +252,25 @@ class ViTConfig:
                 "expected fc_norm=False for a model without a final norm"
             )
         self._validate_mlp()
+
+    def _validate_pool(self) -> None:
+        """The "map" pool's own settings (PE: its head count; PE-Core-G: its MLP ratio)."""
+        check_fields(
+            self,
+            [
+                (
+                    self.attn_pool_num_heads is None
+                    or (self.attn_pool_num_heads > 0 and self.embed_dim % self.attn_pool_num_heads == 0),
+                    "attn_pool_num_heads",
+                    f"None or a divisor of embed_dim {self.embed_dim}",
+                ),
+                (
+                    self.attn_pool_mlp_ratio is None or self.attn_pool_mlp_ratio > 0,
+                    "attn_pool_mlp_ratio",
+                    "None or a positive number",
+                ),
+            ],
+        )
 
     def _validate_mlp(self) -> None:
         if self.mlp_align and self.mlp_layer != "swiglu":
@@ -575,18 +584,7 @@ class VisionTransformer(nn.Module):
         final_norm_on_tokens = config.final_norm and not config.fc_norm
         self.norm = make_norm(config.norm_layer, D, config.norm_eps) if final_norm_on_tokens else nn.Identity()
 
-        self.attn_pool = (
-            AttentionPool(
-                dim=D,
-                num_heads=config.attn_pool_num_heads or config.num_heads,
-                mlp_ratio=config.attn_pool_mlp_ratio or config.mlp_ratio,
-                norm_eps=config.norm_eps,
-                act_layer=config.act_layer,
-                norm_layer=config.norm_layer,
-            )
-            if config.global_pool == "map"
-            else None
-        )
+        self.attn_pool = self._new_attn_pool() if config.global_pool == "map" else None
         self.fc_norm = make_norm(config.norm_layer, D, config.norm_eps) if config.fc_norm else nn.Identity()
         if config.representation_size:
             self.pre_logits: nn.Module = nn.Sequential()
@@ -634,6 +632,17 @@ class VisionTransformer(nn.Module):
         if num_classes <= 0:
             return nn.Identity()
         return nn.Linear(self.head_hidden_size, num_classes, bias=self.config.head_bias)
+
+    def _new_attn_pool(self) -> AttentionPool:
+        c = self.config
+        return AttentionPool(
+            dim=c.embed_dim,
+            num_heads=c.attn_pool_num_heads or c.num_heads,
+            mlp_ratio=c.attn_pool_mlp_ratio or c.mlp_ratio,  # PE-Core-G's pool has a width of its own
+            norm_eps=c.norm_eps,
+            act_layer=c.act_layer,
+            norm_layer=c.norm_layer,
+        )
 
     def _new_blocks(self) -> nn.Sequential:
         c = self.config

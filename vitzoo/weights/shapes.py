@@ -96,11 +96,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         fields["global_pool"] = "map"
     if depth:
         fields.update(_block_fields(state, int(embed_dim)))
-    pool_fc1, block_fc1 = state.get("attn_pool.mlp.fc1.weight"), state.get("blocks.0.mlp.fc1.weight")
-    if pool_fc1 is not None and block_fc1 is not None and fields.get("mlp_layer", "mlp") == "mlp":
-        # the pool's MLP as wide as the blocks' unless it has a ratio of its own (PE-Core-G)
-        if pool_fc1.shape[0] != block_fc1.shape[0]:
-            fields["attn_pool_mlp_ratio"] = pool_fc1.shape[0] / embed_dim
+        fields.update(_pool_fields(state, int(embed_dim), fields.get("mlp_layer", "mlp")))
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
@@ -127,6 +123,14 @@ def mlp_kind(state: StateDict) -> str | None:
     if fc1 is None or fc2 is None or fc1.ndim != 2 or fc2.ndim != 2:
         return None
     return "swiglu_packed" if fc1.shape[0] == 2 * fc2.shape[1] else "mlp"
+
+
+def _pool_fields(state: StateDict, embed_dim: int, mlp_layer: str) -> dict[str, Any]:
+    """The attention pool's MLP as wide as the blocks' plain MLP, or of a ratio of its own (PE-Core-G)."""
+    pool_fc1, block_fc1 = state.get("attn_pool.mlp.fc1.weight"), state.get("blocks.0.mlp.fc1.weight")
+    if pool_fc1 is None or block_fc1 is None or mlp_layer != "mlp" or pool_fc1.shape[0] == block_fc1.shape[0]:
+        return {}
+    return {"attn_pool_mlp_ratio": pool_fc1.shape[0] / embed_dim}
 
 
 def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
