@@ -52,7 +52,8 @@ def test_registered_architecture_loads_without_building_timms(timm_checkpoint, m
     model = vitzoo.from_pretrained(directory).eval()
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
-        assert max_diff(model(x), reference(x)) == 0
+        # fp32 rounding: the kernels oneDNN picks on some CPUs (AVX2) sum in another order
+        assert max_diff(model(x), reference(x)) <= 1e-6
 
 
 def test_without_timm_an_unregistered_architecture_loads_with_a_warning(timm_checkpoint, monkeypatch, caplog):
