@@ -69,7 +69,9 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     # Per block: qkv (D -> 3D) and proj (D -> D) on every token; q k^T and attn v are each
     # (tokens x tokens x D) multiply-adds summed over heads; fc1 (D -> hidden) and fc2 back.
     qkv_proj = config.depth * 2 * tokens * d * (3 * d + d)
-    attention = config.depth * 2 * (2 * tokens * tokens * d)
+    # Differential attention (attn_layer="diff") multiplies its two maps (half-width q, k) by all of v
+    # each: q k^T costs the same, attn v twice. The parallel block's fused projections are the same products.
+    attention = config.depth * 2 * ((3 if config.attn_layer == "diff" else 2) * tokens * tokens * d)
     mlp = config.depth * 2 * tokens * (block_fc1 + block_hidden * d)
     pool = 0
     if config.global_pool == "map":

@@ -61,7 +61,7 @@ from torch import nn
 from .atomic import write_json
 from .checks import Range
 from .jsonio import read_json
-from .layers.attention import Attention
+from .layers.attention import attention_layers
 from .memory import available_memory, human_bytes, model_bytes
 from .precision import cpu_isa, native_bf16_flags
 
@@ -334,7 +334,7 @@ def _candidate_names(device: torch.device, only: list[str] | None, fp8: bool) ->
 def _why_not(name: str, model: nn.Module, x: torch.Tensor, calls: int | None, eager_s: float) -> str | None:
     """Why candidate `name` is not tried here, or None to try it."""
     if name == "eager-explicit":
-        if not any(isinstance(m, Attention) for m in model.modules()):
+        if not attention_layers(model):
             return "no vitzoo attention layers"
         if _model_dtype(model) == torch.float32:
             return "fp32 model (the fused kernel is the faster there)"
@@ -704,9 +704,8 @@ def _remember(key: str, report: OptimizeReport) -> None:
 
 
 def _set_explicit(model: nn.Module, on: bool) -> None:
-    for module in model.modules():
-        if isinstance(module, Attention):
-            module.explicit = on
+    for module in attention_layers(model):
+        module.explicit = on
 
 
 def _model_dtype(model: nn.Module) -> torch.dtype:

@@ -30,6 +30,10 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      RoPE-ViT axial), "mixed" (RoPE-ViT, learned frequencies), "dinov3"; beside the
                      learned table or alone (pos_embed="none"); class and register tokens not rotated
     qkv_fused, k_bias  EVA's attention layouts: separate q/k/v projections, no bias on k
+    block_type       "prenorm" (the block above) or "parallel": attention and MLP side by side from
+                     one norm, their input projections fused (ViT-22B; layers/parallel_block.py)
+    attn_layer       "attn" or "diff": differential attention, two softmax maps subtracted
+                     (layers/diff_attention.py)
 
 Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
 their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
@@ -64,8 +68,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .checks import check_fields, check_heads, check_image_bounds, check_types
-from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
+from .layers import PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
+from .layers.block import BLOCKS, make_block
+from .layers.diff_attention import init_lambdas
 from .layers.layer_scale import LayerScale
 from .layers.naflex import (
     PATCH_COORD,
@@ -96,6 +102,7 @@ from .pretrained_cfg import PretrainedCfg
 from .weight_shards import DEFAULT_MAX_SHARD_SIZE
 
 GLOBAL_POOLS = ("token", "avg", "map", "")
+ATTN_LAYERS = ("attn", "diff")
 POS_EMBEDS = ("learned", "sincos", "none")
 
 
@@ -123,6 +130,12 @@ class ViTConfig:
     qkv_fused: bool = True  # False: separate q_proj / k_proj / v_proj (EVA-02 B/L)
     k_bias: bool = True  # False (with qkv_bias): q and v have a bias, k none (EVA's attention)
     proj_bias: bool = True  # biases of the attention's output projection and of the MLP's layers (AIMv2: none)
+    # The encoder block (layers/block.py BLOCKS): "prenorm", or "parallel" (attention and MLP from
+    # one norm, one fused input projection: timm's ParallelScalingBlock; layers/parallel_block.py).
+    block_type: Literal["prenorm", "parallel"] = "prenorm"
+    # "attn" (softmax attention) or "diff": differential attention (layers/diff_attention.py);
+    # with block_type="parallel", timm's DiffParallelScalingBlock (one fused output projection).
+    attn_layer: Literal["attn", "diff"] = "attn"
     act_layer: ActName = "gelu"  # MLP activation of the blocks and of the "map" pool (layers/activations.py)
     # The blocks' MLP: "mlp" (fc1, act, fc2), or gated by act_layer (SwiGLU with "silu"):
     # "swiglu" (fc1_g, fc1_x, fc2) or "swiglu_packed" (fc1 holds gate and input); layers/swiglu.py.
@@ -151,7 +164,8 @@ class ViTConfig:
     dynamic_img_size: bool = False  # any input size, multiples of the patch; positions resampled per call
     # How the learned table is resized to another grid (each image's of a patch-sequence batch,
     # dynamic_img_size, set_input_size; layers/naflex.py): "timm" (bicubic), "timm_square" (NaFlexVit's
-    # aspect-preserving square, cropped) or "siglip2" (transformers' SigLIP 2: bilinear); antialiased.
+    # aspect-preserving square, cropped) or "siglip2" (transformers' SigLIP 2: bilinear), antialiased;
+    # "radio" / "radio_corners" (C-RADIO: bilinear to the square, cropped, not antialiased).
     pos_resample: PosResample = "timm"
     # 2D rotary position embedding in every block (layers/rope.py); "" is none. timm's names.
     rope: Literal["", "cat", "mixed", "dinov3"] = ""
@@ -252,6 +266,38 @@ class ViTConfig:
                 "expected fc_norm=False for a model without a final norm"
             )
         self._validate_mlp()
+        self._validate_block()
+
+    def _validate_block(self) -> None:
+        """The parallel block and differential attention: their fields, and what they do not combine with."""
+        check_fields(
+            self,
+            [
+                (self.block_type in BLOCKS, "block_type", "one of " + ", ".join(map(repr, BLOCKS))),
+                (self.attn_layer in ATTN_LAYERS, "attn_layer", "one of " + ", ".join(map(repr, ATTN_LAYERS))),
+            ],
+        )
+        if self.attn_layer == "diff" and (self.embed_dim // self.num_heads) % 2:
+            raise ValueError(
+                f"attn_layer='diff' needs an even head width; embed_dim {self.embed_dim} / num_heads "
+                f"{self.num_heads} = {self.embed_dim // self.num_heads}; expected it even"
+            )
+        refused = {
+            "rope": self.rope != "",
+            "qkv_fused": not self.qkv_fused,
+            "k_bias": not self.k_bias,
+            "proj_bias": not self.proj_bias,
+        }
+        if self.block_type == "parallel":
+            refused.update(mlp_layer=self.mlp_layer != "mlp", mlp_norm=self.mlp_norm)
+        for name, set_ in refused.items():
+            if set_ and (self.block_type == "parallel" or self.attn_layer == "diff"):
+                chosen = f"block_type={self.block_type!r}" if self.block_type == "parallel" else "attn_layer='diff'"
+                raise ValueError(
+                    f"{chosen} cannot be combined with {name}={getattr(self, name)!r}: it has one fused qkv "
+                    f"projection with a plain MLP and no rotary embedding; expected {name}="
+                    f"{getattr(ViTConfig, name)!r}"
+                )
 
     def _validate_pool(self) -> None:
         """The "map" pool's own settings (PE: its head count; PE-Core-G: its MLP ratio)."""
@@ -413,6 +459,10 @@ class ViTConfig:
 
     def _block_params(self) -> int:
         d = self.embed_dim
+        # differential attention: four lambda vectors of half a head, the sub-norm's scale over a head
+        diff = 3 * (d // self.num_heads) if self.attn_layer == "diff" else 0
+        if self.block_type == "parallel":
+            return self._parallel_block_params() + diff
         q_and_v_bias = self.qkv_bias and not self.k_bias
         bias = int(self.proj_bias)  # of the output projection and the MLP's layers
         attn = 4 * d * d + bias * d  # q, k, v and the output projection
@@ -421,7 +471,14 @@ class ViTConfig:
         inputs = 1 if self.mlp_layer == "mlp" else 2  # a gated MLP projects to gate and input
         mlp = inputs * (d * hidden + bias * hidden) + hidden * d + bias * d
         mlp += self._norm_params(hidden) if self.mlp_norm else 0
-        return attn + mlp + 2 * self._norm_params(d) + (2 * d if self.init_values else 0)
+        return attn + mlp + 2 * self._norm_params(d) + (2 * d if self.init_values else 0) + diff
+
+    def _parallel_block_params(self) -> int:
+        """layers/parallel_block.py: one norm, in_proj (MLP hidden + q, k, v), the output projection(s)."""
+        d, hidden = self.embed_dim, int(self.mlp_ratio * self.embed_dim)
+        in_proj = d * (hidden + 3 * d) + (hidden + 3 * d if self.qkv_bias else hidden)  # else mlp_bias
+        out = (d + hidden) * d + d if self.attn_layer == "diff" else d * d + d + hidden * d + d
+        return self._norm_params(d) + in_proj + out + (d if self.init_values else 0)
 
     def _norm_params(self, n: int) -> int:
         return 2 * n if self.norm_layer == "layernorm" else n  # LayerNorm: weight and bias; RMSNorm: a scale
@@ -650,7 +707,8 @@ class VisionTransformer(nn.Module):
         dpr = [c.drop_path_rate * i / max(c.depth - 1, 1) for i in range(c.depth)]
         return nn.Sequential(
             *[
-                Block(
+                make_block(
+                    c.block_type,
                     dim=c.embed_dim,
                     num_heads=c.num_heads,
                     mlp_ratio=c.mlp_ratio,
@@ -669,6 +727,8 @@ class VisionTransformer(nn.Module):
                     k_bias=c.k_bias,
                     proj_bias=c.proj_bias,
                     rope_rotate_half=c.rope_rotate_half,
+                    attn_layer=c.attn_layer,
+                    index=i,
                 )
                 for i in range(c.depth)
             ]
@@ -723,6 +783,8 @@ class VisionTransformer(nn.Module):
                 m.reset_parameters()
             elif isinstance(m, AttentionPool):
                 m.init_latent()
+            if hasattr(m, "lambda_q1"):  # differential attention (layers/diff_attention.py)
+                init_lambdas(m)
 
         self.apply(init_module)
         w = self.patch_embed.proj.weight

@@ -10,7 +10,9 @@ swiglu       the gated MLP (SwiGLU), unpacked and packed, and the MLP of a block
 norm         LayerNorm or RMSNorm by name
 layer_scale  LayerScale: a learned per-channel factor on a residual branch
 drop_path    stochastic depth
-block        the pre-norm encoder block that stacks the pieces above
+block        the pre-norm encoder block that stacks the pieces above; the kinds of block by name
+parallel_block  attention and MLP side by side from one norm (ViT-22B)
+diff_attention  differential attention: two softmax maps subtracted with a learned lambda
 pool         attention pooling (MAP): a learned query attends over the tokens
 """
 

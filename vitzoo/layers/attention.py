@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -170,6 +171,14 @@ class Attention(nn.Module):
         return weights @ v
 
 
+def attention_layers(module: nn.Module) -> list[Any]:
+    """The layers inside `module` that attend and can hand out their weights (`attn_sink`) or be
+    written out (`explicit`): every Attention (and subclass: differential attention), and the
+    blocks that attend without one (`records_attention`: the parallel block). Each has the two
+    attributes (typed Any: the parallel block is no Attention subclass)."""
+    return [m for m in module.modules() if isinstance(m, Attention) or getattr(type(m), "records_attention", False)]
+
+
 @contextmanager
 def capture_attention(module: nn.Module) -> Iterator[list[torch.Tensor]]:
     """Record the attention weights of every `Attention` layer inside `module`.
@@ -177,12 +186,13 @@ def capture_attention(module: nn.Module) -> Iterator[list[torch.Tensor]]:
         with capture_attention(model) as maps:
             logits = model(x)
         maps[i]  # block i's softmax weights, (B, heads, N, N); each row sums to 1
+                 # (differential attention: the difference of its two maps, rows summing to 1 - lambda)
 
     The yielded list receives one tensor per attention call, in call order, so after one forward
     pass of a ViT it holds `depth` entries in block order. The tensors keep their autograd graph
     (use torch.no_grad() when only looking). On exit the layers go back to the fused kernel.
     """
-    layers = [m for m in module.modules() if isinstance(m, Attention)]
+    layers = attention_layers(module)
     if not layers:
         raise ValueError(
             f"capture_attention: {type(module).__name__} contains no vitzoo.layers.Attention layer; "

@@ -8,7 +8,13 @@ query may attend (padding masked out of patch-sequence batches, naflex.py), None
 LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2); otherwise, like a
 zero stochastic-depth rate, it is an nn.Identity that does no tensor work. The norms are LayerNorm
 or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request;
-`proj_bias=False` (AIMv2) drops the biases of the attention's output projection and of every MLP layer.
+`proj_bias=False` (AIMv2) drops the biases of the attention's output projection and of every MLP layer;
+the attention is plain (attention.py) or differential (`attn_layer="diff"`, diff_attention.py, which
+takes the block's `index` for its lambda_init).
+
+The kinds of block, chosen by ViTConfig.block_type, are the table BLOCKS (name -> class), each
+class built with the same keyword arguments (`make_block`): "prenorm" this one, "parallel"
+attention and MLP side by side from one norm (parallel_block.py).
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ import torch
 from torch import nn
 
 from .attention import Attention
+from .diff_attention import DiffAttention
 from .drop_path import DropPath
 from .layer_scale import LayerScale
 from .norm import make_norm
+from .parallel_block import ParallelBlock
 from .swiglu import make_mlp
 
 
@@ -46,21 +54,29 @@ class Block(nn.Module):
         k_bias: bool = True,
         proj_bias: bool = True,
         rope_rotate_half: bool = False,
+        attn_layer: str = "attn",
+        index: int = 0,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm_layer, dim, norm_eps)
-        self.attn = Attention(
-            dim=dim,
-            num_heads=num_heads,
-            qkv_bias=qkv_bias,
-            attn_drop=attn_drop,
-            proj_drop=drop,
-            is_causal=is_causal,
-            qkv_fused=qkv_fused,
-            k_bias=k_bias,
-            proj_bias=proj_bias,
-            rope_rotate_half=rope_rotate_half,
-        )
+        self.attn: Attention
+        if attn_layer == "diff":
+            self.attn = DiffAttention(
+                dim=dim, num_heads=num_heads, qkv_bias=qkv_bias, attn_drop=attn_drop, proj_drop=drop, index=index
+            )
+        else:
+            self.attn = Attention(
+                dim=dim,
+                num_heads=num_heads,
+                qkv_bias=qkv_bias,
+                attn_drop=attn_drop,
+                proj_drop=drop,
+                is_causal=is_causal,
+                qkv_fused=qkv_fused,
+                k_bias=k_bias,
+                proj_bias=proj_bias,
+                rope_rotate_half=rope_rotate_half,
+            )
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = make_norm(norm_layer, dim, norm_eps)
@@ -84,3 +100,14 @@ class Block(nn.Module):
         x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope, attn_mask)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x
+
+
+# ViTConfig.block_type -> the block class; each takes Block's keyword arguments.
+BLOCKS: dict[str, type[nn.Module]] = {"prenorm": Block, "parallel": ParallelBlock}
+
+
+def make_block(block_type: str, **kwargs: object) -> nn.Module:
+    """The encoder block of kind `block_type` (a key of BLOCKS) built from Block's keyword arguments."""
+    if block_type not in BLOCKS:
+        raise ValueError(f"block_type={block_type!r} is invalid; expected one of {', '.join(map(repr, BLOCKS))}")
+    return BLOCKS[block_type](**kwargs)

@@ -39,6 +39,7 @@ from torch import nn
 
 from .attention import Attention
 from .mlp import Mlp
+from .parallel_block import ParallelBlock
 
 # The targets one may name, and what each expands to (in this order).
 LORA_TARGETS: dict[str, tuple[str, ...]] = {
@@ -158,6 +159,12 @@ def add_lora(
     chosen = parse_lora_targets(targets)
     if has_lora(model):
         raise ValueError("add_lora: the model already has LoRA adapters; merge them first (merge_lora)")
+    parallel = next((name for name, m in model.named_modules() if isinstance(m, ParallelBlock)), None)
+    if parallel is not None:
+        raise ValueError(
+            f"add_lora: {parallel} is a parallel block (block_type='parallel'), whose q, k, v and MLP input share "
+            "one fused in_proj; LoRA adapts the pre-norm block's qkv, proj, fc1 and fc2 only"
+        )
     settings = dict(rank=rank, alpha=alpha, dropout=dropout)
     adapted: list[str] = []
     for name, module in list(model.named_modules()):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import nn
 
-from ..layers.attention import Attention, capture_attention
+from ..layers.attention import attention_layers, capture_attention
 from ._figure import finish, new_figure, show_image
 from .images import prepare_image
 
@@ -163,7 +163,7 @@ def plot_attention(
         what = "both" if has_cls else "rollout"
     if what != "rollout" and not has_cls:
         raise ValueError(no_cls)
-    depth = sum(isinstance(m, Attention) for m in model.modules())
+    depth = len(attention_layers(model))
     layer = check_index(-1 if layer is None else layer, depth, what="layer", context=f"the {name} has {depth} blocks")
     display, x = prepare_image(model, image)
     weights = attention_weights(model, x)
