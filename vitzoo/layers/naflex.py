@@ -30,6 +30,9 @@ The table rules (`ViTConfig.pos_resample`):
                    top-left (rows, columns) kept
     "siglip2"      transformers' Siglip2VisionEmbeddings (and timm's naflexvit *_siglip):
                    bilinear, antialiased, align_corners=False, to (rows, columns)
+    "radio"        C-RADIO (timm's naflexvit *_radio_v3 L/g and *_radio_v4): bilinear, not
+                   antialiased, align_corners=False, to a square of the longer side, top-left kept
+    "radio_corners" the same with align_corners=True (C-RADIOv3 B and H as released)
 """
 
 from __future__ import annotations
@@ -50,9 +53,28 @@ BATCH_KEYS = (PATCHES, PATCH_COORD, PATCH_VALID)
 # A patch-sequence batch: the three keys above (and any others, ignored).
 PatchBatch = Mapping[str, torch.Tensor]
 
-PosResample = Literal["timm", "timm_square", "siglip2"]
-POS_RESAMPLE: tuple[str, ...] = ("timm", "timm_square", "siglip2")
-_MODES = {"timm": "bicubic", "timm_square": "bicubic", "siglip2": "bilinear"}
+PosResample = Literal["timm", "timm_square", "siglip2", "radio", "radio_corners"]
+
+
+@dataclass(frozen=True)
+class TableRule:
+    """How a rule resizes the table: F.interpolate's mode, antialias and align_corners, and whether
+    to a square of the grid's longer side (its top-left rows and columns kept)."""
+
+    mode: str
+    square: bool = False
+    antialias: bool = True
+    align_corners: bool = False
+
+
+RULES: dict[str, TableRule] = {
+    "timm": TableRule("bicubic"),
+    "timm_square": TableRule("bicubic", square=True),
+    "siglip2": TableRule("bilinear"),
+    "radio": TableRule("bilinear", square=True, antialias=False),
+    "radio_corners": TableRule("bilinear", square=True, antialias=False, align_corners=True),
+}
+POS_RESAMPLE: tuple[str, ...] = tuple(RULES)
 
 
 class PatchBatchError(VitzooError, ValueError):
@@ -174,13 +196,14 @@ def embed_patches(seq: PatchSequence, weight: torch.Tensor, bias: torch.Tensor |
 def resample_table(table: torch.Tensor, old_grid: tuple[int, int], grid: tuple[int, int], rule: str) -> torch.Tensor:
     """A learned table's patch rows (old_grid[0] * old_grid[1], D) for another grid, by `rule`
     (see the module docstring): (grid[0] * grid[1], D), the table itself for its own grid."""
-    if rule not in _MODES:
+    how = RULES.get(rule)
+    if how is None:
         raise ValueError(f"pos_resample={rule!r} is invalid; expected one of {', '.join(map(repr, POS_RESAMPLE))}")
     if tuple(grid) == tuple(old_grid):
         return table
-    size = (max(grid), max(grid)) if rule == "timm_square" else grid
+    size = (max(grid), max(grid)) if how.square else grid
     image = table.float().reshape(1, old_grid[0], old_grid[1], -1).permute(0, 3, 1, 2)
-    image = F.interpolate(image, size=size, mode=_MODES[rule], align_corners=False, antialias=True)
+    image = F.interpolate(image, size=size, mode=how.mode, align_corners=how.align_corners, antialias=how.antialias)
     image = image[:, :, : grid[0], : grid[1]]
     return image.permute(0, 2, 3, 1).reshape(grid[0] * grid[1], -1).to(table.dtype)
 

@@ -69,14 +69,18 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         class_token=class_token,
         distilled=distilled,
         final_norm="norm.weight" in state or fc_norm,  # fc_norm: the final norm moved after the pooling
-        qkv_bias=any(f"blocks.0.attn.{k}" in state for k in ("qkv.bias", "q_bias", "q_proj.bias")) if depth else True,
+        qkv_bias=any(
+            f"blocks.0.{k}" in state for k in ("attn.qkv.bias", "attn.q_bias", "attn.q_proj.bias", "in_proj.bias")
+        )
+        if depth
+        else True,
         # timm pools MAE-style fine-tuned models (fc_norm) by averaging, even with a class token
         global_pool="token" if class_token and not fc_norm else "avg",
         conv_stem=conv_stem,
     )
     reg_tokens = int(state["reg_token"].shape[1]) if "reg_token" in state else 0
     options: dict[str, Any] = dict(
-        init_values=LAYER_SCALE_INIT if "blocks.0.ls1.gamma" in state else None,
+        init_values=LAYER_SCALE_INIT if "blocks.0.ls1.gamma" in state or "blocks.0.ls.gamma" in state else None,
         reg_tokens=reg_tokens,
         pre_norm="norm_pre.weight" in state,
         patch_bias="patch_embed.proj.bias" in state,
@@ -90,6 +94,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
         ),
         rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
+        block_type="parallel" if "blocks.0.in_proj.weight" in state else "prenorm",  # one fused input projection
+        attn_layer="diff" if "blocks.0.attn.lambda_q1" in state or "blocks.0.lambda_q1" in state else "attn",
     )
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
@@ -138,6 +144,11 @@ def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
     scale and no bias). A gated MLP is SwiGLU (SiLU) in every release that has one, so the
     activation is "silu" unless a config says otherwise."""
     fields: dict[str, Any] = {}
+    if "blocks.0.in_proj.weight" in state:  # the parallel block: the MLP's hidden units lead in_proj
+        fields["mlp_ratio"] = (state["blocks.0.in_proj.weight"].shape[0] - 3 * embed_dim) / embed_dim
+        if "blocks.0.in_norm.weight" in state and "blocks.0.in_norm.bias" not in state:
+            fields["norm_layer"] = "rmsnorm"
+        return fields
     kind = mlp_kind(state)
     if kind is not None:  # missing MLP weights: the load names them
         fc1 = state["blocks.0.mlp.fc1_g.weight" if kind == "swiglu" else "blocks.0.mlp.fc1.weight"]
@@ -172,4 +183,6 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     qkv_fused=True,
     k_bias=True,
     rope="",
+    block_type="prenorm",
+    attn_layer="attn",
 )

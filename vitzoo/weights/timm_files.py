@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..layers.naflex import RULES as TABLE_RULES
 from ..pretrained_cfg import CROP_MODES, imagenet_label_set
 from .checkpoint import Checkpoint
 from .errors import WeightsFileError, WeightsMismatchError, WeightsNotFoundError
@@ -121,7 +122,10 @@ def timm_pretrained(pcfg: dict[str, Any], where: str) -> dict[str, Any]:
 # timm's NaFlexVit: its rotary kinds (NaFlexVitCfg.rope_type) -> ViTConfig.rope, and how its table
 # is resized (pos_embed_interp_mode, pos_embed_ar_preserving) -> ViTConfig.pos_resample.
 _NAFLEX_ROPES = {"": "", "none": "", "axial": "cat", "mixed": "mixed", "dinov3": "dinov3"}
-_NAFLEX_RESAMPLE = {("bicubic", False): "timm", ("bicubic", True): "timm_square", ("bilinear", False): "siglip2"}
+# (interp mode, aspect-preserving, antialias, align_corners) -> ViTConfig.pos_resample (layers/naflex.py RULES)
+_NAFLEX_RESAMPLE = {
+    (rule.mode, rule.square, rule.antialias, rule.align_corners): name for name, rule in TABLE_RULES.items()
+}
 _NAFLEX_TABLE_ARGS = (
     "pos_embed_interp_mode",
     "pos_embed_ar_preserving",
@@ -158,14 +162,19 @@ def naflex_model_args(args: dict[str, Any], where: str) -> dict[str, Any]:
 def _naflex_table_fields(settings: dict[str, Any], where: str) -> dict[str, Any]:
     """pos_resample from NaFlexVitCfg's table settings (_NAFLEX_TABLE_ARGS)."""
     fields: dict[str, Any] = {}
-    key = (settings.get("pos_embed_interp_mode", "bicubic"), bool(settings.get("pos_embed_ar_preserving", False)))
-    exact = settings.get("pos_embed_antialias", True) is True and not settings.get("pos_embed_align_corners", False)
-    if key not in _NAFLEX_RESAMPLE or not exact or settings.get("pos_embed_use_grid_sample"):
+    key = (
+        settings.get("pos_embed_interp_mode", "bicubic"),
+        bool(settings.get("pos_embed_ar_preserving", False)),
+        bool(settings.get("pos_embed_antialias", True)),
+        bool(settings.get("pos_embed_align_corners", False)),
+    )
+    if key not in _NAFLEX_RESAMPLE or settings.get("pos_embed_use_grid_sample"):
         raise WeightsFileError(
             f"{where!r}: NaFlexVit's table resizing {key[0]!r} (aspect-preserving {key[1]}, antialias "
-            f"{settings.get('pos_embed_antialias', True)}, align_corners {settings.get('pos_embed_align_corners', False)}, "
-            f"grid_sample {settings.get('pos_embed_use_grid_sample', False)}) is not one vitzoo computes; expected "
-            "bicubic or bilinear, antialiased, align_corners false, without grid_sample"
+            f"{key[2]}, align_corners {key[3]}, grid_sample {settings.get('pos_embed_use_grid_sample', False)}) "
+            "is not one vitzoo computes; expected one of (mode, aspect-preserving, antialias, align_corners) "
+            + ", ".join(map(str, _NAFLEX_RESAMPLE))
+            + " without grid_sample"
         )
     fields["pos_resample"] = _NAFLEX_RESAMPLE[key]
     return fields
@@ -288,9 +297,11 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
     fields = infer_config_fields(converted.state, file=label)
     blocks = getattr(model, "blocks", None)
     if blocks is not None and len(blocks):
-        fields["num_heads"] = int(blocks[0].attn.num_heads)
-        fields["norm_eps"] = float(blocks[0].norm1.eps)
-        fields["act_layer"] = _timm_activation(blocks[0].mlp.act, label)
+        block = blocks[0]
+        parallel = hasattr(block, "in_proj")  # timm's (Diff)ParallelScalingBlock: no attn / mlp submodules
+        fields["num_heads"] = int(block.num_heads if parallel else block.attn.num_heads)
+        fields["norm_eps"] = float(block.in_norm.eps if parallel else block.norm1.eps)
+        fields["act_layer"] = _timm_activation(block.mlp_act if parallel else block.mlp.act, label)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     unshown = timm_position_and_pool_fields(model, label)

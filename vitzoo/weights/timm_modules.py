@@ -54,6 +54,9 @@ _EXPRESSED = frozenset(
         "patch_embed.PatchEmbed",
         "naflexvit.NaFlexEmbeds",
         "vision_transformer.Block",
+        "vision_transformer.ParallelScalingBlock",
+        "vision_transformer.DiffParallelScalingBlock",
+        "diff_attention.DiffAttention",
         "eva.EvaBlock",
         "vision_transformer.Attention",
         "attention.Attention",
@@ -95,16 +98,14 @@ _UNEXPRESSED = {
     "RelPosBlock": "relative position bias",
     "Beit": "BEiT: relative position bias",
     "VisionTransformerSAM": "SAM's image encoder: windowed attention with relative positions",
-    "ParallelScalingBlock": "attention and MLP computed in parallel from one norm",
-    "DiffParallelScalingBlock": "parallel attention and MLP with differential attention",
     "ParallelThingsBlock": "several attention and MLP branches side by side (num_parallel)",
-    "DiffAttention": "differential attention",
     "RelPosAttention": "relative position bias",
     "RelPosMlp": "relative position bias",
     "HybridEmbed": "a CNN backbone as the patch embedding (hybrid ViT)",
     "AttentionPoolPrr": "the 'prr' attention pool",
 }
 _NORMS = {"LayerNorm": "LayerNorm", "RmsNorm": "RMSNorm"}
+_DIFF = ("DiffAttention", "DiffParallelScalingBlock")
 _POOLS = ("", "token", "avg", "map")
 
 
@@ -148,7 +149,28 @@ def _pool(m: nn.Module) -> list[str]:
     return found
 
 
+def _parallel(m: nn.Module) -> list[str]:
+    """timm's ParallelScalingBlock: vitzoo's has separate output projections (DiffParallel: one)."""
+    found = _qk_norm(m)
+    if getattr(m, "out_proj", None) is not None:
+        found.append("one fused output projection for attention and MLP (fuse_out_proj)")
+    return found
+
+
+def _diff(m: nn.Module) -> list[str]:
+    """timm's differential attention (alone or in a parallel block): the paper's four lambda vectors."""
+    found = _qk_norm(m)
+    if getattr(m, "dual_lambda", False):
+        found.append("two scalar lambdas (dual_lambda)")
+    if not _absent(getattr(m, "norm", None)):
+        found.append("a norm inside the attention before its projection (scale_norm)")
+    return found
+
+
 _SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
+    "ParallelScalingBlock": _parallel,
+    "DiffParallelScalingBlock": _diff,
+    "DiffAttention": _diff,
     "Attention": _attention,
     "AttentionRope": _attention,
     "EvaAttention": _attention,
@@ -196,7 +218,11 @@ def _model_settings(model: nn.Module) -> dict[str, str]:
     if pool == "avg" and getattr(model, "attn_pool", None) is None and getattr(model, "pool_include_prefix", False):
         found["average pooling over the prefix tokens too (pool_include_prefix)"] = "the model"
     norms: dict[tuple[str, float], str] = {}
+    # differential attention's sub-norm is its own (RMSNorm, eps 1e-5 whatever the model's norms)
+    sub_norms = {f"{p}.sub_norm" for p, m in model.named_modules() if type(m).__name__ in _DIFF}
     for path, module in model.named_modules():
+        if path in sub_norms:
+            continue
         kind = _NORMS.get(type(module).__name__)
         eps = getattr(module, "eps", None)
         if kind is not None and isinstance(eps, float):

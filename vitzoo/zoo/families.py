@@ -6,6 +6,7 @@ from __future__ import annotations
 FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("mnist", "mnist"),
     ("aimv2", "aimv2"),
+    ("radio", "radio"),  # C-RADIO, classic and NaFlexVit forms of the same weights
     ("naflexvit", "naflexvit"),
     ("dinov3", "dinov3"),
     ("dinov2", "dinov2"),
@@ -17,7 +18,6 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("deit", "deit"),
     ("_pe_", "pe"),
     ("rope", "rope_vit"),
-    ("radio", "radio"),
     ("siglip2", "siglip2"),
     ("siglip", "siglip"),
     ("clip", "clip"),
