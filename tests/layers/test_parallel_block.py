@@ -105,3 +105,15 @@ def test_combinations_without_a_meaning_are_refused(fields, message):
     base = dict(img_size=32, embed_dim=24 if fields.get("num_heads") == 8 else 32, num_heads=4)
     with pytest.raises((ValueError, TypeError), match=message):
         ViTConfig(**{**base, **fields})
+
+
+@pytest.mark.parametrize(
+    "fields", [dict(block_type="parallel"), dict(block_type="parallel", attn_layer="diff"), dict(attn_layer="diff")]
+)
+def test_flop_formula_equals_the_counter(fields):
+    """Differential attention's two maps each multiply all of v: the formula counts attn v twice."""
+    from vitzoo.flops import count_flops, vit_flops
+
+    config = ViTConfig(img_size=32, embed_dim=32, depth=2, num_heads=4, num_classes=3, **fields)
+    model = VisionTransformer(config).eval()
+    assert vit_flops(config).total == count_flops(model, torch.randn(1, 3, 32, 32))

@@ -33,6 +33,10 @@ def position_prefix(pos_len: int, prefix: int, grid: tuple[int, int] | None = No
     return None
 
 
+# Block 0's query biases: fused qkv, EVA's q_bias, unfused q_proj, the parallel block's in_proj.
+_QKV_BIASES = ("attn.qkv.bias", "attn.q_bias", "attn.q_proj.bias", "in_proj.bias")
+
+
 def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict[str, Any]:
     """The ViTConfig fields a vitzoo-named state dict determines by its shapes. The head count is
     not among them (no tensor depends on it), nor the activation; callers get them from a config
@@ -69,11 +73,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         class_token=class_token,
         distilled=distilled,
         final_norm="norm.weight" in state or fc_norm,  # fc_norm: the final norm moved after the pooling
-        qkv_bias=any(
-            f"blocks.0.{k}" in state for k in ("attn.qkv.bias", "attn.q_bias", "attn.q_proj.bias", "in_proj.bias")
-        )
-        if depth
-        else True,
+        qkv_bias=any(f"blocks.0.{k}" in state for k in _QKV_BIASES) if depth else True,
         # timm pools MAE-style fine-tuned models (fc_norm) by averaging, even with a class token
         global_pool="token" if class_token and not fc_norm else "avg",
         conv_stem=conv_stem,
@@ -94,8 +94,6 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
         ),
         rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
-        block_type="parallel" if "blocks.0.in_proj.weight" in state else "prenorm",  # one fused input projection
-        attn_layer="diff" if "blocks.0.attn.lambda_q1" in state or "blocks.0.lambda_q1" in state else "attn",
     )
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
@@ -140,11 +138,14 @@ def _pool_fields(state: StateDict, embed_dim: int, mlp_layer: str) -> dict[str, 
 
 
 def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
-    """What block 0's tensors show: the MLP layout and width, its sub-norm, RMSNorm (a norm with a
-    scale and no bias). A gated MLP is SwiGLU (SiLU) in every release that has one, so the
+    """What block 0's tensors show: the block (a parallel one's fused in_proj), differential attention
+    (its lambdas), the MLP layout and width, its sub-norm, RMSNorm (a norm with a scale and no bias). A gated MLP is SwiGLU (SiLU) in every release that has one, so the
     activation is "silu" unless a config says otherwise."""
     fields: dict[str, Any] = {}
+    if "blocks.0.attn.lambda_q1" in state or "blocks.0.lambda_q1" in state:  # differential attention
+        fields["attn_layer"] = "diff"
     if "blocks.0.in_proj.weight" in state:  # the parallel block: the MLP's hidden units lead in_proj
+        fields["block_type"] = "parallel"
         fields["mlp_ratio"] = (state["blocks.0.in_proj.weight"].shape[0] - 3 * embed_dim) / embed_dim
         if "blocks.0.in_norm.weight" in state and "blocks.0.in_norm.bias" not in state:
             fields["norm_layer"] = "rmsnorm"
@@ -183,6 +184,4 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     qkv_fused=True,
     k_bias=True,
     rope="",
-    block_type="prenorm",
-    attn_layer="attn",
 )
