@@ -64,7 +64,8 @@ def config_fields(arch: str) -> dict[str, Any]:
     """The ViTConfig fields of timm's `arch` (its default tag's classes and size) that differ from ViTConfig()."""
     model = timm_on_meta(timm, arch)
     _, fields, _ = timm_model_fields(model, f"timm:{arch}")
-    fields["dynamic_img_size"] = bool(getattr(model, "dynamic_img_size", False))
+    # NaFlexVit has no such attribute: it takes any size (the reader says so, `dynamic_img_size=True`)
+    fields["dynamic_img_size"] = bool(getattr(model, "dynamic_img_size", fields.get("dynamic_img_size", False)))
     for ratio in ("mlp_ratio", "attn_pool_mlp_ratio"):
         if fields.get(ratio) is not None:
             fields[ratio] = stated_ratio(fields["embed_dim"], fields[ratio])

@@ -112,3 +112,20 @@ def test_patches_are_placed_by_coordinate_not_by_order():
                 theirs[i, 1:][shuffled[PATCH_VALID][i]],
                 atol=1e-5,
             )
+
+
+@pytest.mark.parametrize("rule, corners", [("radio", False), ("radio_corners", True)])
+def test_radio_rules_resize_bilinearly_to_the_square_without_antialiasing(rule, corners):
+    """C-RADIO: bilinear to a square of the longer side, its top-left kept, not antialiased (a
+    downsampled table is sampled, not averaged); align_corners keeps the table's corner rows."""
+    table = torch.randn(8 * 8, 5)
+    image = table.reshape(1, 8, 8, 5).permute(0, 3, 1, 2)
+    for grid in [(3, 6), (12, 10)]:
+        side = max(grid)
+        expected = F.interpolate(image, size=(side, side), mode="bilinear", align_corners=corners, antialias=False)[
+            :, :, : grid[0], : grid[1]
+        ]
+        got = resample_table(table, (8, 8), grid, rule)
+        torch.testing.assert_close(got, expected.permute(0, 2, 3, 1).reshape(-1, 5), rtol=0, atol=0)
+    if corners:
+        torch.testing.assert_close(resample_table(table, (8, 8), (4, 4), rule)[0], table[0], rtol=0, atol=0)

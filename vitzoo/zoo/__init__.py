@@ -76,7 +76,9 @@ def _release(row: tuple[Any, ...], config: ViTConfig) -> PretrainedCfg:
     architecture (timm's, at the row's classes and size) has beyond `config`."""
     arch, tag, classes, size, norm, crop_pct, crop_mode, interpolation, licence, *repo = row
     mean, std, height, width = _norm_and_size(norm, size)
-    wanted = arch_config(arch).replace(num_classes=classes, img_size=_tuples(size))
+    wanted = arch_config(arch).replace(num_classes=classes)
+    if not wanted.dynamic_img_size:  # a dynamic model's table keeps its own grid (C-RADIO NaFlexVit: 128 x 128)
+        wanted = wanted.replace(img_size=_tuples(size))
     return PretrainedCfg(
         source=f"hf-hub:{repo[0] if repo else f'timm/{arch}.{tag}'}",
         input_size=(3, height, width),
