@@ -135,12 +135,14 @@ def test_architecture_computes_timms_output_at_reduced_size(timm_name):
     ours.load_state_dict(to_vitzoo(dict(theirs.state_dict()), file=timm_name).state, strict=True)
     x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=ATOL)
         features = theirs.forward_features(x)
-        torch.testing.assert_close(ours.forward_features(x), features, rtol=0, atol=ATOL)
+        # without a final norm (C-RADIO) the tokens reach ~10: fp32 rounding relative to their size
+        atol = ATOL if config.final_norm else ATOL * max(1.0, features.abs().max().item())
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=atol)
+        torch.testing.assert_close(ours.forward_features(x), features, rtol=0, atol=atol)
         torch.testing.assert_close(
             ours.forward_head(ours.forward_features(x), pre_logits=True),
             theirs.forward_head(features, pre_logits=True),
             rtol=0,
-            atol=ATOL,
+            atol=atol,
         )
