@@ -34,6 +34,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      one norm, their input projections fused (ViT-22B; layers/parallel_block.py)
     attn_layer       "attn" or "diff": differential attention, two softmax maps subtracted
                      (layers/diff_attention.py)
+    attn_norm        the attention's sub-LN before its output projection (BEiT-3, EVA-02-CLIP B/L;
+                     layers/attention.py)
 
 Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
 their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
@@ -46,7 +48,7 @@ position table is resampled) and `set_grad_checkpointing`.
 
 Parameter names follow timm's VisionTransformer, so a timm state dict maps onto this model key by
 key (cls_token, reg_token, dist_token, pos_embed, patch_embed.proj, norm_pre, blocks.i.{norm1,
-attn.qkv, attn.proj, ls1.gamma, norm2, mlp.fc1, mlp.fc2, ls2.gamma}, norm, fc_norm, attn_pool.{latent,
+attn.qkv, attn.norm, attn.proj, ls1.gamma, norm2, mlp.fc1, mlp.fc2, ls2.gamma}, norm, fc_norm, attn_pool.{latent,
 q, kv, proj, norm, mlp}, head, head_dist); the representation layer is `pre_logits.fc`.
 """
 
@@ -141,6 +143,7 @@ class ViTConfig:
     # "swiglu" (fc1_g, fc1_x, fc2) or "swiglu_packed" (fc1 holds gate and input); layers/swiglu.py.
     mlp_layer: MlpName = "mlp"
     mlp_norm: bool = False  # a norm of the MLP's hidden units before fc2 (EVA-02's sub-LayerNorm)
+    attn_norm: bool = False  # a norm of the attention's heads before its proj (sub-LN: BEiT-3, EVA-02-CLIP)
     mlp_align: int = 0  # "swiglu": round the hidden width up to a multiple of this (DINOv3); 0: none
     norm_layer: NormName = "layernorm"  # every norm of the model: "layernorm" or "rmsnorm" (layers/norm.py)
     init_values: float | None = None  # LayerScale on both residual branches, gamma starting here
@@ -287,6 +290,7 @@ class ViTConfig:
             "qkv_fused": not self.qkv_fused,
             "k_bias": not self.k_bias,
             "proj_bias": not self.proj_bias,
+            "attn_norm": self.attn_norm,  # the sub-LN is the plain attention's
         }
         if self.block_type == "parallel":
             refused.update(mlp_layer=self.mlp_layer != "mlp", mlp_norm=self.mlp_norm)
@@ -467,6 +471,7 @@ class ViTConfig:
         bias = int(self.proj_bias)  # of the output projection and the MLP's layers
         attn = 4 * d * d + bias * d  # q, k, v and the output projection
         attn += 3 * d if self.qkv_bias and self.k_bias else 2 * d if q_and_v_bias else 0
+        attn += self._norm_params(d) if self.attn_norm else 0  # the sub-LN before proj
         hidden = mlp_hidden_dim(self.mlp_layer, d, self.mlp_ratio, self.mlp_align)
         inputs = 1 if self.mlp_layer == "mlp" else 2  # a gated MLP projects to gate and input
         mlp = inputs * (d * hidden + bias * hidden) + hidden * d + bias * d
@@ -721,6 +726,7 @@ class VisionTransformer(nn.Module):
                     act_layer=c.act_layer,
                     mlp_layer=c.mlp_layer,
                     mlp_norm=c.mlp_norm,
+                    attn_norm=c.attn_norm,
                     mlp_align=c.mlp_align,
                     norm_layer=c.norm_layer,
                     qkv_fused=c.qkv_fused,

@@ -9,6 +9,13 @@ Two other layouts of the same projections, with timm's names so its checkpoints 
 qkv_bias) gives q and v a bias but not k, as EVA's attention: the fused layout then holds
 `q_bias` and `v_bias` beside a bias-free qkv, the unfused one a bias-free k_proj.
 With `rope`, queries and keys are rotated by a 2D rotary embedding (rope.py) before attending.
+
+Sub-LN (`norm_layer`): Magneto's sub-LayerNorm (Wang et al., 2022, "Foundation Transformers"), as
+BEiT-3 and EVA-02-CLIP B/L use it: the concatenated heads are normalised once more before the
+output projection, `proj(Norm(concat(head_1 ... head_H)))`, so the projection sees unit-scale
+inputs however deep the model. timm's `scale_attn_norm` (VisionTransformer's Attention) and
+`scale_attn_inner` (EvaAttention); the norm is `attn.norm` (weight and bias, or RMSNorm's scale).
+Without it `norm` is an nn.Identity: no parameter and no tensor work.
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 Two exceptions, for speed alone, where the same formula is written out (two matrix products and a
@@ -33,6 +40,7 @@ from torch import nn
 
 from ..checks import check_heads
 from .linear import linear, linear_module
+from .norm import make_norm
 from .rope import apply_rope
 
 
@@ -59,7 +67,10 @@ class Attention(nn.Module):
         k_bias: bool = True,
         proj_bias: bool = True,
         rope_rotate_half: bool = False,
+        norm_layer: str | None = None,
+        norm_eps: float = 1e-6,
     ) -> None:
+        """`norm_layer`: "layernorm" or "rmsnorm" for the sub-LN before `proj` (None: none)."""
         super().__init__()
         check_heads(dim, num_heads)
         self.num_heads = num_heads
@@ -82,6 +93,7 @@ class Attention(nn.Module):
             self.k_proj = nn.Linear(dim, dim, bias=qkv_bias and k_bias)
             self.v_proj = nn.Linear(dim, dim, bias=qkv_bias)
         self.attn_drop = attn_drop
+        self.norm = make_norm(norm_layer, dim, norm_eps) if norm_layer else nn.Identity()  # sub-LN
         self.proj = nn.Linear(dim, dim, bias=proj_bias)  # AIMv2's has no bias
         self.proj_drop = nn.Dropout(proj_drop)
         # Set only by `capture_attention`: a list that receives this layer's attention weights.
@@ -118,7 +130,7 @@ class Attention(nn.Module):
                 q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop if self.training else 0.0
             )
         x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
-        return self.proj_drop(linear_module(self.proj, x))
+        return self.proj_drop(linear_module(self.proj, self.norm(x)))
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v, each (B, heads, N, head_dim)."""

@@ -7,7 +7,8 @@ x = x + DropPath(LayerScale(Mlp(LayerNorm(x))))
 query may attend (padding masked out of patch-sequence batches, naflex.py), None for all.
 LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2); otherwise, like a
 zero stochastic-depth rate, it is an nn.Identity that does no tensor work. The norms are LayerNorm
-or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request;
+or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request, and
+the attention too (`attn_norm`: its sub-LN before the output projection, attention.py);
 `proj_bias=False` (AIMv2) drops the biases of the attention's output projection and of every MLP layer;
 the attention is plain (attention.py) or differential (`attn_layer="diff"`, diff_attention.py, which
 takes the block's `index` for its lambda_init).
@@ -56,6 +57,7 @@ class Block(nn.Module):
         rope_rotate_half: bool = False,
         attn_layer: str = "attn",
         index: int = 0,
+        attn_norm: bool = False,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm_layer, dim, norm_eps)
@@ -76,6 +78,8 @@ class Block(nn.Module):
                 k_bias=k_bias,
                 proj_bias=proj_bias,
                 rope_rotate_half=rope_rotate_half,
+                norm_layer=norm_layer if attn_norm else None,
+                norm_eps=norm_eps,
             )
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()

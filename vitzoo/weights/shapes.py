@@ -139,7 +139,8 @@ def _pool_fields(state: StateDict, embed_dim: int, mlp_layer: str) -> dict[str, 
 
 def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
     """What block 0's tensors show: the block (a parallel one's fused in_proj), differential attention
-    (its lambdas), the MLP layout and width, its sub-norm, RMSNorm (a norm with a scale and no bias). A gated MLP is SwiGLU (SiLU) in every release that has one, so the
+    (its lambdas), the MLP layout and width, its sub-norm and the attention's, RMSNorm (a norm with a
+    scale and no bias). A gated MLP is SwiGLU (SiLU) in every release that has one, so the
     activation is "silu" unless a config says otherwise."""
     fields: dict[str, Any] = {}
     if "blocks.0.attn.lambda_q1" in state or "blocks.0.lambda_q1" in state:  # differential attention
@@ -160,6 +161,8 @@ def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
         fields["mlp_norm"] = True
     if "blocks.0.attn.proj.weight" in state and "blocks.0.attn.proj.bias" not in state:
         fields["proj_bias"] = False  # AIMv2: no bias on the attention's output nor in the MLP
+    if "blocks.0.attn.norm.weight" in state:  # the attention's sub-LN (BEiT-3, EVA-02-CLIP)
+        fields["attn_norm"] = True
     if "blocks.0.norm1.weight" in state and "blocks.0.norm1.bias" not in state:
         fields["norm_layer"] = "rmsnorm"
     return fields
@@ -180,6 +183,7 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     act_layer="gelu",
     mlp_layer="mlp",
     mlp_norm=False,
+    attn_norm=False,
     norm_layer="layernorm",
     qkv_fused=True,
     k_bias=True,

@@ -120,10 +120,12 @@ def _qk_norm(m: nn.Module) -> list[str]:
 
 
 def _attention(m: nn.Module) -> list[str]:
-    """What an attention module does beyond vitzoo's (fused or separate projections, q/v biases, rotary)."""
+    """What an attention module does beyond vitzoo's (fused or separate projections, q/v biases, rotary,
+    a LayerNorm or RMSNorm sub-LN before the projection)."""
     found = _qk_norm(m)
-    if not _absent(getattr(m, "norm", None)):
-        found.append("a norm inside the attention before its projection (scale_attn_inner / scale_attn_norm)")
+    norm = getattr(m, "norm", None)  # the sub-LN before proj (scale_attn_norm / scale_attn_inner): attn_norm
+    if not _absent(norm) and type(norm).__name__ not in _NORMS:
+        found.append(f"a {type(norm).__name__} inside the attention before its projection")
     if getattr(m, "gate", None) is not None:
         found.append("gated attention (gate)")
     heads = getattr(m, "num_heads", None)
