@@ -14,6 +14,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("mae_", "mae"),
     ("eva02", "eva02"),
     ("eva_", "eva"),
+    ("beit3", "beit3"),
     ("deit3", "deit3"),
     ("deit", "deit"),
     ("_pe_", "pe"),
