@@ -16,6 +16,7 @@ output projection, `proj(Norm(concat(head_1 ... head_H)))`, so the projection se
 inputs however deep the model. timm's `scale_attn_norm` (VisionTransformer's Attention) and
 `scale_attn_inner` (EvaAttention); the norm is `attn.norm` (weight and bias, or RMSNorm's scale).
 Without it `norm` is an nn.Identity: no parameter and no tensor work.
+
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 Two exceptions, for speed alone, where the same formula is written out (two matrix products and a
