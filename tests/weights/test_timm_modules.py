@@ -46,9 +46,8 @@ def _from_timm(name: str, reference: torch.nn.Module, monkeypatch: pytest.Monkey
             dict(img_size=28),
             r"blocks\.0: EvaBlockPostNorm, post-norm .*use_post_norm",
         ),
-        ("vit_base_patch16_xp_224", {}, r"ParallelScalingBlock, attention and MLP computed in parallel"),
+        ("vit_base_patch16_xp_224", {}, r"ParallelScalingBlock with qk-norm"),
         ("vit_small_patch16_18x2_224", {}, r"ParallelThingsBlock, several attention and MLP branches"),
-        ("vit_dwee_patch16_reg1_gap_256", {}, r"blocks\.0\.attn: DiffAttention, differential attention"),
         ("vit_relpos_base_patch16_224", {}, r"RelPosBlock, relative position bias"),
         ("beit_base_patch16_224", {}, r"the model: Beit, BEiT: relative position bias"),
         ("vit_small_r26_s32_224", {}, r"patch_embed: HybridEmbed, a CNN backbone"),
@@ -81,6 +80,8 @@ def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, mon
         ("vit_base_patch16_clip_quickgelu_224", {}),  # norm_pre, QuickGELU
         ("beit3_base_patch16_224", {}),  # the attention's sub-LN (scale_attn_norm), the MLP's
         ("eva02_base_patch16_clip_224", {}),  # Eva's sub-LN in the attention (scale_attn_inner)
+        ("vit_dwee_patch16_reg1_gap_256", {}),  # differential attention
+        ("vit_pwee_patch16_reg1_gap_256", {}),  # the parallel block (ParallelScalingBlock)
     ],
 )
 def test_timm_source_still_loads_what_vitzoo_computes(name, args: dict[str, Any], monkeypatch):
