@@ -8,6 +8,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("aimv2", "aimv2"),
     ("naflexvit", "naflexvit"),
     ("dinov3", "dinov3"),
+    ("sapiens2", "sapiens2"),
     ("dinov2", "dinov2"),
     ("dino_", "dino"),
     ("mae_", "mae"),
