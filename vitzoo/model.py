@@ -69,6 +69,7 @@ from torch.utils.checkpoint import checkpoint
 from .checks import check_fields, check_heads, check_image_bounds, check_types
 from .layers import Block, PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
+from .layers.gqa import check_kv_heads
 from .layers.layer_scale import LayerScale
 from .layers.naflex import (
     PATCH_COORD,
@@ -91,7 +92,6 @@ from .layers.naflex import (
 from .layers.norm import NORMS, NormName, RMSNorm, make_norm
 from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
-from .layers.gqa import check_kv_heads
 from .layers.pos_embed import resample_abs_pos_embed
 from .layers.qk_norm import QK_NORMS, QKNormName
 from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args

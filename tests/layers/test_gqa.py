@@ -33,7 +33,13 @@ def test_attention_computes_timms_attention_rope(kv, qk_norm):
 
     torch.manual_seed(0)
     theirs = timm_attention.AttentionRope(
-        32, num_heads=4, num_kv_heads=kv, qkv_fused=False, qk_norm=bool(qk_norm), norm_layer=RmsNorm, num_prefix_tokens=0
+        32,
+        num_heads=4,
+        num_kv_heads=kv,
+        qkv_fused=False,
+        qk_norm=bool(qk_norm),
+        norm_layer=RmsNorm,
+        num_prefix_tokens=0,
     ).eval()
     with torch.no_grad():
         for p in theirs.parameters():

@@ -469,7 +469,9 @@ def _sapiens2_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
     kv = values["num_key_value_heads_per_layer"]
     if kv is None:  # transformers' rule: full attention in the first and last layers
         first, last = values["num_first_full_attention_layers"], values["num_last_full_attention_layers"]
-        kv = [heads if i < first or i >= depth - last else values["num_key_value_attention_heads"] for i in range(depth)]
+        kv = [
+            heads if i < first or i >= depth - last else values["num_key_value_attention_heads"] for i in range(depth)
+        ]
     if len(kv) != depth:
         raise WeightsFileError(
             f"{where}: num_key_value_heads_per_layer has {len(kv)} entries for num_hidden_layers={depth}; "
