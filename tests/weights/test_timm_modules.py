@@ -1,5 +1,5 @@
 """vitzoo/weights/timm_modules.py: a timm model whose parts vitzoo does not compute exactly (post-norm
-blocks, parallel branches, relative positions, qk-norm, ...) is refused through "timm:<name>",
+blocks, parallel branches, relative positions, ...) is refused through "timm:<name>",
 naming each part, while the architectures it does compute still give timm's output."""
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ def _from_timm(name: str, reference: torch.nn.Module, monkeypatch: pytest.Monkey
         ("beit_base_patch16_224", {}, r"the model: Beit, BEiT: relative position bias"),
         ("vit_small_r26_s32_224", {}, r"patch_embed: HybridEmbed, a CNN backbone"),
         ("eva02_base_patch16_clip_224", {}, r"EvaAttention with a norm inside the attention .*scale_attn_inner"),
-        ("vit_base_patch16_224", dict(qk_norm=True), r"blocks\.0\.attn: Attention with qk-norm"),
         ("vit_base_patch16_224", dict(global_pool="avgmax"), r"global_pool 'avgmax'"),
         (
             "vit_base_patch16_224",
@@ -80,6 +79,7 @@ def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, mon
         ("vit_medium_patch16_gap_256", {}),  # average pooling
         ("deit_small_distilled_patch16_224", {}),
         ("vit_base_patch16_clip_quickgelu_224", {}),  # norm_pre, QuickGELU
+        ("vit_base_patch16_224", dict(qk_norm=True)),  # qk-norm per head (ViTConfig.qk_norm="head")
     ],
 )
 def test_timm_source_still_loads_what_vitzoo_computes(name, args: dict[str, Any], monkeypatch):
