@@ -511,7 +511,9 @@ def test_num_params_of_every_registered_architecture():
     configs.discard(None)
     for config in configs:
         for depth in (1, 2):
-            small = config.replace(depth=depth)
+            kv = config.num_kv_heads  # one per block (Sapiens2): a full block, then a grouped one
+            per_block = {"num_kv_heads": (kv[0], min(kv))[:depth]} if isinstance(kv, tuple) else {}
+            small = config.replace(depth=depth, **per_block)
             with torch.device("meta"):
                 assert small.num_params == registry.count_parameters(VisionTransformer(small)), config
     for name in ("vit_b16", "dinov2_g14", "clip_b16.openai"):
