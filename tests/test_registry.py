@@ -261,8 +261,10 @@ def test_registry_cfg_answers_as_the_models_default_cfg(name):
     """timm's tests ask the registry (get_pretrained_cfg_value) before building, then the model
     (default_cfg): both levels hold the same keys, with the same values."""
     registry_level = vitzoo.model_info(name)["preprocessing"]
+    kv = registry.get_entry(name).resolve_config().num_kv_heads  # one per block (Sapiens2): the first block's
+    one_block = {"num_kv_heads": kv[:1]} if isinstance(kv, tuple) else {}
     with torch.device("meta"):  # one block: neither the cfg nor the architecture's keys depend on depth
-        model_level = vitzoo.create(name, depth=1).default_cfg
+        model_level = vitzoo.create(name, depth=1, **one_block).default_cfg
     assert set(registry_level) == set(model_level)
     assert set(TIMM_ARCHITECTURE_KEYS) <= set(registry_level)
     for key in TIMM_ASKED if registry.get_entry(name).pretrained else registry_level:
@@ -509,7 +511,9 @@ def test_num_params_of_every_registered_architecture():
     configs.discard(None)
     for config in configs:
         for depth in (1, 2):
-            small = config.replace(depth=depth)
+            kv = config.num_kv_heads  # one per block (Sapiens2): a full block, then a grouped one
+            per_block = {"num_kv_heads": (kv[0], min(kv))[:depth]} if isinstance(kv, tuple) else {}
+            small = config.replace(depth=depth, **per_block)
             with torch.device("meta"):
                 assert small.num_params == registry.count_parameters(VisionTransformer(small)), config
     for name in ("vit_b16", "dinov2_g14", "clip_b16.openai"):

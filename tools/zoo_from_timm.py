@@ -88,9 +88,12 @@ def stated_ratio(dim: int, ratio: float) -> float:
 
 def _check_tensors(arch: str, config: ViTConfig) -> None:
     """Refuse an architecture whose tensors (names and shapes, at depth 2) vitzoo's model of `config` lacks."""
-    theirs = to_vitzoo(dict(timm_on_meta(timm, arch, depth=2).state_dict()), file=arch).state
+    reduced: dict[str, Any] = {"depth": 2}
+    if family_of(arch) == "sapiens2":  # timm states a key/value head count per block of its own depth:
+        reduced["num_kv_heads"] = (config.kv_heads[0], min(config.kv_heads))  # a full block, a grouped one
+    theirs = to_vitzoo(dict(timm_on_meta(timm, arch, **reduced).state_dict()), file=arch).state
     with torch.device("meta"):
-        ours = VisionTransformer(config.replace(depth=2)).state_dict()
+        ours = VisionTransformer(config.replace(**reduced)).state_dict()
     differ = sorted(set(ours) ^ set(theirs)) or [k for k in ours if ours[k].shape != theirs[k].shape]
     if differ:
         raise ValueError(f"timm:{arch}: its tensors differ from the ViTConfig's model ({', '.join(differ[:4])})")

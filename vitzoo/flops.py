@@ -68,7 +68,10 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
         patch_embed = 2 * num_patches * config.in_chans * ph * pw * d
     # Per block: qkv (D -> 3D) and proj (D -> D) on every token; q k^T and attn v are each
     # (tokens x tokens x D) multiply-adds summed over heads; fc1 (D -> hidden) and fc2 back.
-    qkv_proj = config.depth * 2 * tokens * d * (3 * d + d)
+    # Grouped-query attention: k and v are (D -> kv heads * head_dim) each; the attention itself
+    # repeats them for every query head, so its count is unchanged (qk-norm: element-wise).
+    kv_widths = [d // config.num_heads * heads for heads in config.kv_heads]
+    qkv_proj = sum(2 * tokens * d * (d + 2 * kv + d) for kv in kv_widths)
     # Differential attention (attn_layer="diff") multiplies its two maps (half-width q, k) by all of v
     # each: q k^T costs the same, attn v twice. The parallel block's fused projections are the same products.
     attention = config.depth * 2 * ((3 if config.attn_layer == "diff" else 2) * tokens * tokens * d)

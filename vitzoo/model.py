@@ -10,7 +10,8 @@ families use, in one module with one config dataclass.
 Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
 
     distilled        DeiT: a distillation token and a second head
-    init_values      DeiT III, DINOv2: LayerScale on both residual branches (layers/layer_scale.py)
+    init_values      DeiT III, DINOv2: LayerScale on both residual branches (layers/layer_scale.py);
+                     layer_scale_mlp=False: on the attention branch only (Sapiens2)
     reg_tokens       DINOv2 with registers: extra learned tokens that carry no image content
     no_embed_class   DeiT III, DINOv2-reg: the position embedding covers the patches only and is
                      added before the prefix tokens (class, registers) join
@@ -36,6 +37,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      (layers/diff_attention.py)
     attn_norm        the attention's sub-LN before its output projection (BEiT-3, EVA-02-CLIP B/L;
                      layers/attention.py)
+    num_kv_heads     grouped-query attention (layers/gqa.py): fewer key/value heads, per block (Sapiens2)
+    qk_norm          a norm of q and k per head or over all heads (layers/qk_norm.py; ViT-22B, Sapiens2)
 
 Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
 their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
@@ -74,6 +77,7 @@ from .layers import PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.block import BLOCKS, make_block
 from .layers.diff_attention import init_lambdas
+from .layers.gqa import check_kv_heads
 from .layers.layer_scale import LayerScale
 from .layers.naflex import (
     PATCH_COORD,
@@ -97,6 +101,7 @@ from .layers.norm import NORMS, NormName, RMSNorm, make_norm
 from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
+from .layers.qk_norm import QK_NORMS, QKNormName
 from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args
 from .layers.swiglu import MLPS, MlpName, mlp_hidden_dim
 from .layout import hub_pusher, save_pretrained
@@ -138,6 +143,12 @@ class ViTConfig:
     # "attn" (softmax attention) or "diff": differential attention (layers/diff_attention.py);
     # with block_type="parallel", timm's DiffParallelScalingBlock (one fused output projection).
     attn_layer: Literal["attn", "diff"] = "attn"
+    # Grouped-query attention (layers/gqa.py): key/value heads of every block (an int) or of each
+    # block (one per block, Sapiens2); None: num_heads (multi-head attention). Needs qkv_fused=False.
+    num_kv_heads: int | tuple[int, ...] | None = None
+    # A norm (norm_layer, norm_eps) of q and k before attending (layers/qk_norm.py): "head" over each
+    # head (ViT-22B, timm's qk_norm, Sapiens2), "full" over all heads at once (InternViT-6B); "": none.
+    qk_norm: QKNormName = ""
     act_layer: ActName = "gelu"  # MLP activation of the blocks and of the "map" pool (layers/activations.py)
     # The blocks' MLP: "mlp" (fc1, act, fc2), or gated by act_layer (SwiGLU with "silu"):
     # "swiglu" (fc1_g, fc1_x, fc2) or "swiglu_packed" (fc1 holds gate and input); layers/swiglu.py.
@@ -147,6 +158,7 @@ class ViTConfig:
     mlp_align: int = 0  # "swiglu": round the hidden width up to a multiple of this (DINOv3); 0: none
     norm_layer: NormName = "layernorm"  # every norm of the model: "layernorm" or "rmsnorm" (layers/norm.py)
     init_values: float | None = None  # LayerScale on both residual branches, gamma starting here
+    layer_scale_mlp: bool = True  # False (with init_values): LayerScale on the attention branch only (Sapiens2)
     class_token: bool = True
     reg_tokens: int = 0  # register tokens after the class token (DINOv2 with registers)
     distilled: bool = False  # DeiT: a second token and head; needs class_token
@@ -189,7 +201,7 @@ class ViTConfig:
 
     def __post_init__(self) -> None:
         # Normalise lists (from JSON) to tuples so configs compare and hash by value.
-        for name in ("img_size", "patch_size", "conv_stem", "rope_ref_feat_shape"):
+        for name in ("img_size", "patch_size", "conv_stem", "rope_ref_feat_shape", "num_kv_heads"):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -245,6 +257,7 @@ class ViTConfig:
         )
         self._validate_rope()
         self._validate_pool()
+        self._validate_attention()
         if self.distilled and not self.class_token:
             raise ValueError("distilled=True needs class_token=True (DeiT token order is [cls, dist, patches])")
         if self.global_pool == "token" and not self.class_token:
@@ -334,6 +347,39 @@ class ViTConfig:
                 f"int(embed_dim * mlp_ratio) = {int(self.embed_dim * self.mlp_ratio)} holds gate and input "
                 "halves; expected it even"
             )
+
+    def _validate_attention(self) -> None:
+        """num_kv_heads, qk_norm and layer_scale_mlp: each alone, and with the fields they need."""
+        kv = self.num_kv_heads
+        if isinstance(kv, tuple) and len(kv) != self.depth:
+            raise ValueError(
+                f"num_kv_heads={kv!r} has {len(kv)} entries for depth={self.depth}; expected one per block "
+                "(or one int for every block)"
+            )
+        for heads in self.kv_heads:
+            try:
+                check_kv_heads(self.num_heads, heads, self.qkv_fused)
+            except ValueError as e:
+                raise ValueError(f"num_kv_heads={kv!r} is invalid: {e}") from None
+        if self.rope == "mixed" and any(h != self.num_heads for h in self.kv_heads):
+            raise ValueError(
+                f"num_kv_heads={kv!r} cannot be combined with rope='mixed': its learned frequencies are per query "
+                "head; expected rope='cat' or 'dinov3', or num_kv_heads=None"
+            )
+        check_fields(self, [(self.qk_norm in QK_NORMS, "qk_norm", "one of " + ", ".join(map(repr, QK_NORMS)))])
+        if not self.layer_scale_mlp and not self.init_values:
+            raise ValueError(
+                "layer_scale_mlp=False places LayerScale on the attention branch only, so it needs init_values; "
+                "expected init_values set (e.g. 1.0) or layer_scale_mlp=True"
+            )
+
+    @property
+    def kv_heads(self) -> tuple[int, ...]:
+        """The key/value head count of each block (num_heads where num_kv_heads is None)."""
+        kv = self.num_kv_heads
+        if isinstance(kv, tuple):
+            return kv
+        return (self.num_heads if kv is None else kv,) * self.depth
 
     def _validate_rope(self) -> None:
         check_fields(
@@ -448,7 +494,7 @@ class ViTConfig:
         if self.rope == "mixed":  # learned frequencies: (x, y) per block and head, a quarter of the head width each
             total += 2 * self.depth * self.num_heads * 2 * -(-(d // self.num_heads) // 4)
         total += norm(d) * (int(self.pre_norm) + int(self.final_norm and not self.fc_norm) + int(self.fc_norm))
-        total += self.depth * self._block_params()
+        total += sum(self._block_params(heads) for heads in self.kv_heads)
         if self.global_pool == "map":  # latent query, q, kv, proj, norm and a plain MLP
             hidden = int(d * (self.attn_pool_mlp_ratio or self.mlp_ratio))
             total += (
@@ -461,22 +507,26 @@ class ViTConfig:
             total += heads * linear(self.representation_size or d, self.num_classes, self.head_bias)
         return total
 
-    def _block_params(self) -> int:
+    def _block_params(self, kv_heads: int) -> int:
         d = self.embed_dim
         # differential attention: four lambda vectors of half a head, the sub-norm's scale over a head
         diff = 3 * (d // self.num_heads) if self.attn_layer == "diff" else 0
         if self.block_type == "parallel":
             return self._parallel_block_params() + diff
+        kv = d // self.num_heads * kv_heads  # the width of k and of v (d without grouped-query attention)
         q_and_v_bias = self.qkv_bias and not self.k_bias
         bias = int(self.proj_bias)  # of the output projection and the MLP's layers
-        attn = 4 * d * d + bias * d  # q, k, v and the output projection
-        attn += 3 * d if self.qkv_bias and self.k_bias else 2 * d if q_and_v_bias else 0
+        attn = 2 * d * d + 2 * d * kv + bias * d  # q, k, v and the output projection
+        attn += d + 2 * kv if self.qkv_bias and self.k_bias else d + kv if q_and_v_bias else 0
         attn += self._norm_params(d) if self.attn_norm else 0  # the sub-LN before proj
+        if self.qk_norm:  # one norm of q and one of k, over a head or over all heads
+            attn += 2 * self._norm_params(d // self.num_heads) if self.qk_norm == "head" else self._norm_params(d + kv)
         hidden = mlp_hidden_dim(self.mlp_layer, d, self.mlp_ratio, self.mlp_align)
         inputs = 1 if self.mlp_layer == "mlp" else 2  # a gated MLP projects to gate and input
         mlp = inputs * (d * hidden + bias * hidden) + hidden * d + bias * d
         mlp += self._norm_params(hidden) if self.mlp_norm else 0
-        return attn + mlp + 2 * self._norm_params(d) + (2 * d if self.init_values else 0) + diff
+        scales = (1 + int(self.layer_scale_mlp)) * d if self.init_values else 0
+        return attn + mlp + 2 * self._norm_params(d) + scales + diff
 
     def _parallel_block_params(self) -> int:
         """layers/parallel_block.py: one norm, in_proj (MLP hidden + q, k, v), the output projection(s)."""
@@ -735,6 +785,9 @@ class VisionTransformer(nn.Module):
                     rope_rotate_half=c.rope_rotate_half,
                     attn_layer=c.attn_layer,
                     index=i,
+                    num_kv_heads=c.kv_heads[i],
+                    qk_norm=c.qk_norm,
+                    layer_scale_mlp=c.layer_scale_mlp,
                 )
                 for i in range(c.depth)
             ]
@@ -902,6 +955,8 @@ class VisionTransformer(nn.Module):
         taken, last = feature_take_indices(len(self.blocks), indices)
         self.blocks = self.blocks[: last + 1]
         changes: dict[str, Any] = {"depth": last + 1}
+        if isinstance(self.config.num_kv_heads, tuple):  # one per block: the kept blocks'
+            changes["num_kv_heads"] = self.config.num_kv_heads[: last + 1]
         if prune_norm:
             self.norm = nn.Identity()
             if not self.config.fc_norm:

@@ -1,5 +1,5 @@
 """vitzoo/weights/timm_modules.py: a timm model whose parts vitzoo does not compute exactly (post-norm
-blocks, parallel branches, relative positions, qk-norm, ...) is refused through "timm:<name>",
+blocks, parallel branches, relative positions, ...) is refused through "timm:<name>",
 naming each part, while the architectures it does compute still give timm's output."""
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ def _from_timm(name: str, reference: torch.nn.Module, monkeypatch: pytest.Monkey
         ("vit_relpos_base_patch16_224", {}, r"RelPosBlock, relative position bias"),
         ("beit_base_patch16_224", {}, r"the model: Beit, BEiT: relative position bias"),
         ("vit_small_r26_s32_224", {}, r"patch_embed: HybridEmbed, a CNN backbone"),
-        ("vit_base_patch16_224", dict(qk_norm=True), r"blocks\.0\.attn: Attention with qk-norm"),
         ("vit_base_patch16_224", dict(global_pool="avgmax"), r"global_pool 'avgmax'"),
         (
             "vit_base_patch16_224",
@@ -82,6 +81,7 @@ def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, mon
         ("eva02_base_patch16_clip_224", {}),  # Eva's sub-LN in the attention (scale_attn_inner)
         ("vit_dwee_patch16_reg1_gap_256", {}),  # differential attention
         ("vit_pwee_patch16_reg1_gap_256", {}),  # the parallel block (ParallelScalingBlock)
+        ("vit_base_patch16_224", dict(qk_norm=True)),  # qk-norm per head (ViTConfig.qk_norm="head")
     ],
 )
 def test_timm_source_still_loads_what_vitzoo_computes(name, args: dict[str, Any], monkeypatch):

@@ -1,5 +1,5 @@
 """transformers model types whose tensors are layouts vitzoo reads (ViT-MSN, I-JEPA, DPT's ViT
-backbone, MetaCLIP 2's and Chinese-CLIP's vision towers, TIPSv2, InternViT): a tiny model with
+backbone, MetaCLIP 2's and Chinese-CLIP's vision towers, TIPSv2, InternViT(-6B), Sapiens2): a tiny model with
 random weights, saved by save_pretrained, loads through `vitzoo.from_pretrained` and computes what
 transformers computes (max |diff| <= 1e-5); settings no vitzoo layer computes are refused by name."""
 
@@ -87,6 +87,42 @@ CASES: dict[str, tuple[str, str, dict[str, Any], Callable[[Any], torch.Tensor], 
         "out",
     ),
     "internvit": ("InternVLVisionModel", "InternVLVisionConfig", TINY, _tokens, "tokens"),
+    # InternViT-6B: RMSNorm everywhere, q and k normalised over all heads at once (qk_norm="full")
+    "internvit_6b": (
+        "InternVLVisionModel",
+        "InternVLVisionConfig",
+        dict(TINY, use_qk_norm=True, norm_type="rms_norm"),
+        _tokens,
+        "tokens",
+    ),
+    # Sapiens2: grouped-query attention per layer, qk-norm, attention-only LayerScale, saved in Meta's names
+    "sapiens2": (
+        "Sapiens2Model",
+        "Sapiens2Config",
+        dict(TINY, num_key_value_heads_per_layer=[4, 2]),
+        _tokens,
+        "tokens",
+    ),
+    "sapiens2_first_last_rule_no_k_bias": (
+        "Sapiens2Model",
+        "Sapiens2Config",
+        dict(
+            TINY,
+            num_first_full_attention_layers=0,
+            num_last_full_attention_layers=1,
+            num_key_value_attention_heads=1,
+            key_bias=False,
+        ),
+        lambda o: o.pooler_output,
+        "out",
+    ),
+    "sapiens2_plain": (
+        "Sapiens2Model",
+        "Sapiens2Config",
+        dict(TINY, use_qk_norm=False, use_gated_mlp=False, num_register_tokens=0),
+        _tokens,
+        "tokens",
+    ),
     "internvit_biased_final_norm": (
         "InternVLVisionModel",
         "InternVLVisionConfig",
@@ -165,11 +201,17 @@ def test_whole_models_are_read_for_their_vision_tower(cls, config_cls, config, v
         (
             "InternVLVisionModel",
             "InternVLVisionConfig",
-            {"norm_type": "rms_norm"},
+            {"norm_type": "group_norm"},
             WeightsFileError,
-            r"norm_type='rms_norm'",
+            r"norm_type='group_norm' is not supported",
         ),
-        ("InternVLVisionModel", "InternVLVisionConfig", {"use_qk_norm": True}, WeightsFileError, r"use_qk_norm=True"),
+        (  # its q/k norms are RMSNorms: with LayerNorm blocks, two norm kinds
+            "InternVLVisionModel",
+            "InternVLVisionConfig",
+            {"use_qk_norm": True},
+            WeightsFileError,
+            r"use_qk_norm=True with norm_type='layer_norm'",
+        ),
         ("IJepaModel", "IJepaConfig", {}, WeightsMismatchError, r"representation_size=None.*pre_logits\.fc\.weight"),
     ],
 )
@@ -183,3 +225,18 @@ def test_settings_vitzoo_does_not_compute_are_refused_by_name(cls, config_cls, c
     with pytest.raises(error, match=match) as err:
         vitzoo.from_pretrained(tmp_path)
     assert str(Path(tmp_path) / "config.json") in str(err.value)
+
+
+def test_sapiens2_module_names_read_as_its_saved_names(tmp_path):
+    """transformers' module names (a live Sapiens2Model's state dict) and the names it saves (Meta's)
+    give the same vitzoo state: q/k/v apart, the gated MLP packed gate first."""
+    from safetensors.torch import load_file
+
+    from vitzoo.weights.keymaps import to_vitzoo
+
+    hf = _model("Sapiens2Model", "Sapiens2Config", **dict(TINY, num_key_value_heads_per_layer=[4, 2]))
+    live = to_vitzoo(dict(hf.state_dict())).state
+    hf.save_pretrained(tmp_path)
+    saved = to_vitzoo(load_file(str(tmp_path / "model.safetensors"))).state
+    assert set(live) == set(saved) and all(torch.equal(live[k], saved[k]) for k in live)
+    assert live["blocks.1.attn.k_proj.weight"].shape == (32, 64) and "blocks.0.mlp.fc1.weight" in live

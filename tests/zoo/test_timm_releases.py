@@ -88,14 +88,24 @@ def _tag_args(timm_name: str) -> dict[str, Any]:
     return {"num_classes": cfg["num_classes"], "img_size": tuple(cfg["input_size"][1:])}
 
 
+def _kv_args(timm_name: str, heads: int | None = None) -> dict[str, Any]:
+    """timm's Sapiens2 states a key/value head count per block of its own depth, so a reduced one states
+    its own, for both: full attention in block 0, grouped-query attention (half the heads) in block 1."""
+    if ARCHITECTURES[timm_name.split(".")[0]][1] != "sapiens2":
+        return {}
+    heads = heads or registry.get_entry(REGISTERED[timm_name]).resolve_config().num_heads
+    return {"num_kv_heads": (heads, heads // 2)}
+
+
 @pytest.mark.parametrize("timm_name", EVERY_RELEASE)
 def test_release_builds_timms_tensors_at_reduced_depth(timm_name):
     """Every tensor's name and shape, at depth 2 (the blocks repeat): the tag's classes and size included."""
     _require(timm_name)
     arch = timm_name.split(".")[0]
-    theirs = timm_on_meta(timm, arch, depth=2, **_tag_args(timm_name))
+    kv = _kv_args(timm_name)
+    theirs = timm_on_meta(timm, arch, depth=2, **_tag_args(timm_name), **kv)
     with torch.device("meta"):
-        ours = vitzoo.create(REGISTERED[timm_name], pretrained=False, depth=2)
+        ours = vitzoo.create(REGISTERED[timm_name], pretrained=False, depth=2, **kv)
     expected = to_vitzoo(dict(theirs.state_dict()), file=timm_name).state
     assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in expected.items()}
 
@@ -110,7 +120,8 @@ def test_parameter_count_equals_timm_at_full_depth(timm_name):
 
 def _reference(timm_name: str, size: int) -> torch.nn.Module:
     torch.manual_seed(0)
-    args = {**REDUCED, "img_size": size, "num_classes": _tag_args(timm_name)["num_classes"]}
+    args = {**REDUCED, **_kv_args(timm_name, REDUCED["num_heads"]), "img_size": size}
+    args["num_classes"] = _tag_args(timm_name)["num_classes"]
     model = timm.create_model(timm_name.split(".")[0], pretrained=False, **args).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -131,7 +142,9 @@ def test_architecture_computes_timms_output_at_reduced_size(timm_name):
     # a NaFlexVit whose table has a grid of its own (pos_embed_grid_size: C-RADIO's 128 x 128) keeps it
     table = getattr(getattr(theirs, "embeds", None), "pos_embed", None)
     own_grid = table is not None and tuple(table.shape[1:3]) != (size // patch, size // patch)
-    ours = vitzoo.create(name, pretrained=False, **({} if own_grid else {"img_size": size}), **REDUCED).eval()
+    ours = vitzoo.create(
+        name, pretrained=False, **({} if own_grid else {"img_size": size}), **REDUCED, **_kv_args(timm_name, 2)
+    ).eval()
     ours.load_state_dict(to_vitzoo(dict(theirs.state_dict()), file=timm_name).state, strict=True)
     x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

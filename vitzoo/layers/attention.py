@@ -17,6 +17,9 @@ inputs however deep the model. timm's `scale_attn_norm` (VisionTransformer's Att
 `scale_attn_inner` (EvaAttention); the norm is `attn.norm` (weight and bias, or RMSNorm's scale).
 Without it `norm` is an nn.Identity: no parameter and no tensor work.
 
+Two options of the unfused layout: `num_kv_heads` < num_heads gives grouped-query attention
+(gqa.py: k_proj and v_proj h_kv heads wide, each kv head serving a group of query heads), and
+`qk_norm` normalises q and k before the rotary embedding (qk_norm.py: `q_norm`, `k_norm`).
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 Two exceptions, for speed alone, where the same formula is written out (two matrix products and a
@@ -40,8 +43,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checks import check_heads
+from .gqa import check_kv_heads, expand_kv
 from .linear import linear, linear_module
 from .norm import make_norm
+from .qk_norm import apply_qk_norm, make_qk_norm
 from .rope import apply_rope
 
 
@@ -69,12 +74,19 @@ class Attention(nn.Module):
         proj_bias: bool = True,
         rope_rotate_half: bool = False,
         norm_layer: str | None = None,
+        num_kv_heads: int | None = None,
+        qk_norm: str = "",
+        qk_norm_layer: str = "layernorm",
         norm_eps: float = 1e-6,
     ) -> None:
-        """`norm_layer`: "layernorm" or "rmsnorm" for the sub-LN before `proj` (None: none)."""
+        """`norm_layer`: "layernorm" or "rmsnorm" for the sub-LN before `proj` (None: none);
+        `qk_norm_layer`: the kind of the q / k norms (qk_norm.py)."""
         super().__init__()
         check_heads(dim, num_heads)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_kv_heads(num_heads, num_kv_heads, qkv_fused)
         self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads  # gqa.py: each serves num_heads // num_kv_heads query heads
         # Causal (the text towers of CLIP): token i attends to tokens 0..i only.
         self.is_causal = is_causal
         self.head_dim = dim // num_heads
@@ -90,9 +102,14 @@ class Attention(nn.Module):
                 self.register_buffer("k_bias", torch.zeros(dim), persistent=False)  # never trained
                 self.v_bias = nn.Parameter(torch.zeros(dim))
         else:
+            kv_dim = self.head_dim * num_kv_heads
             self.q_proj = nn.Linear(dim, dim, bias=qkv_bias)
-            self.k_proj = nn.Linear(dim, dim, bias=qkv_bias and k_bias)
-            self.v_proj = nn.Linear(dim, dim, bias=qkv_bias)
+            self.k_proj = nn.Linear(dim, kv_dim, bias=qkv_bias and k_bias)
+            self.v_proj = nn.Linear(dim, kv_dim, bias=qkv_bias)
+        # qk_norm.py: "head" or "full"; "" is none (no parameters, no tensor work)
+        self.qk_norm = qk_norm
+        self.q_norm = make_qk_norm(qk_norm, qk_norm_layer, self.head_dim, num_heads, norm_eps) if qk_norm else None
+        self.k_norm = make_qk_norm(qk_norm, qk_norm_layer, self.head_dim, num_kv_heads, norm_eps) if qk_norm else None
         self.attn_drop = attn_drop
         self.norm = make_norm(norm_layer, dim, norm_eps) if norm_layer else nn.Identity()  # sub-LN
         self.proj = nn.Linear(dim, dim, bias=proj_bias)  # AIMv2's has no bias
@@ -117,9 +134,14 @@ class Attention(nn.Module):
         key (patch-sequence batches mask their padding keys: layers/naflex.py)."""
         B, N, D = x.shape
         q, k, v = self._project(x)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = apply_qk_norm(self.q_norm, q, self.qk_norm), apply_qk_norm(self.k_norm, k, self.qk_norm)
         if rope is not None:  # (N, 2 * head_dim), per head (heads, N, ...) or per image (B, 1 | heads, N, ...)
             q = apply_rope(q, rope, self.rope_rotate_half).type_as(v)
             k = apply_rope(k, rope, self.rope_rotate_half).type_as(v)
+        if self.num_kv_heads != self.num_heads:  # grouped-query attention: each kv head to its group
+            groups = self.num_heads // self.num_kv_heads
+            k, v = expand_kv(k, groups), expand_kv(v, groups)
         if self.attn_sink is not None or self.explicit or explicit_is_faster(q):
             x = self._explicit_attention(q, k, v, self.attn_sink, attn_mask)
         elif attn_mask is None:  # softmax(q k^T / sqrt(head_dim)) v, fused.
@@ -138,10 +160,11 @@ class Attention(nn.Module):
         B, N, _ = x.shape
         if self.qkv is None:  # unfused: three projections
 
-            def heads(m: nn.Module) -> torch.Tensor:
-                return linear_module(m, x).reshape(B, N, self.num_heads, self.head_dim).transpose(1, 2)
+            def heads(m: nn.Module, n: int) -> torch.Tensor:
+                return linear_module(m, x).reshape(B, N, n, self.head_dim).transpose(1, 2)
 
-            return heads(self.q_proj), heads(self.k_proj), heads(self.v_proj)
+            kv = self.num_kv_heads
+            return heads(self.q_proj, self.num_heads), heads(self.k_proj, kv), heads(self.v_proj, kv)
         # One matmul for q, k and v of every head, then views: (B, N, 3, heads, head_dim) split on
         # dim 2 into three (B, heads, N, head_dim). Splitting in place (rather than permuting the
         # q/k/v axis to the front) lets the backward stack their gradients straight into the

@@ -5,8 +5,10 @@ x = x + DropPath(LayerScale(Mlp(LayerNorm(x))))
 
 `rope` is the rotary embedding of the tokens (rope.py), None without one; `attn_mask` the keys each
 query may attend (padding masked out of patch-sequence batches, naflex.py), None for all.
-LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2); otherwise, like a
-zero stochastic-depth rate, it is an nn.Identity that does no tensor work. The norms are LayerNorm
+LayerScale (layer_scale.py) is there only with `init_values` (DeiT III, DINOv2), on the attention
+branch alone with `layer_scale_mlp=False` (Sapiens2); otherwise, like a zero stochastic-depth rate,
+it is an nn.Identity that does no tensor work. The attention may have fewer key/value heads
+(`num_kv_heads`, gqa.py) and a norm of q and k (`qk_norm`, qk_norm.py). The norms are LayerNorm
 or RMSNorm (norm.py), the MLP plain or gated (SwiGLU, swiglu.py), with a sub-norm on request, and
 the attention too (`attn_norm`: its sub-LN before the output projection, attention.py);
 `proj_bias=False` (AIMv2) drops the biases of the attention's output projection and of every MLP layer;
@@ -58,6 +60,9 @@ class Block(nn.Module):
         attn_layer: str = "attn",
         index: int = 0,
         attn_norm: bool = False,
+        num_kv_heads: int | None = None,
+        qk_norm: str = "",
+        layer_scale_mlp: bool = True,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm_layer, dim, norm_eps)
@@ -80,6 +85,9 @@ class Block(nn.Module):
                 rope_rotate_half=rope_rotate_half,
                 norm_layer=norm_layer if attn_norm else None,
                 norm_eps=norm_eps,
+                num_kv_heads=num_kv_heads,
+                qk_norm=qk_norm,
+                qk_norm_layer=norm_layer,
             )
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -95,7 +103,7 @@ class Block(nn.Module):
             align=mlp_align,
             bias=proj_bias,
         )
-        self.ls2 = LayerScale(dim, init_values) if init_values else nn.Identity()
+        self.ls2 = LayerScale(dim, init_values) if init_values and layer_scale_mlp else nn.Identity()
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(

@@ -22,7 +22,10 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                                                                         ChineseCLIP models (their vision tower;
                                                                         SigLIP 2's patch Linear becomes a
                                                                         convolution)
-                  embeddings.patch_embeddings.weight                    DINOv3ViTModel
+                  embeddings.patch_embeddings.weight                    DINOv3ViTModel, Sapiens2Model's modules
+                                                                        (RMSNorm: no norm.bias; q/k/v kept apart)
+                  [backbone.]blocks.0.attn.wq.weight                    Sapiens2 as transformers saves it (Meta's
+                                                                        names: the facebook/sapiens2-* files)
                   [vision_model.]embeddings.patch_embed.weight          Aimv2VisionModel, Aimv2Model (its
                                                                         vision tower)
     tips          [vision_encoder.]register_tokens                      TIPS / TIPSv2 (Google's names, which
@@ -54,6 +57,7 @@ FORMATS = ("vitzoo", "transformers", "tips", "radio", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
 # The LayerNorm eps of transformers' other families, for weights files without their config.json.
 DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS, AIMV2_EPS = 1e-6, 1e-5, 1e-6, 1e-5, 1e-5
+SAPIENS2_EPS = 1e-6
 
 
 @dataclass
@@ -73,6 +77,8 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
     keyset = set(keys)
     if any(re.fullmatch(rf"{_TV}{_TIPS_KEY}", k) for k in keyset):
         return "tips"
+    if any(re.fullmatch(_SAPIENS2_KEY, k) for k in keyset):  # before timm's: its blocks are blocks.i too
+        return "transformers"
     if "patch_embed.proj.weight" in keyset or any(k.startswith("blocks.0.") for k in keyset):
         return "vitzoo"
     if any(re.fullmatch(rf"{_HF}embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
@@ -250,6 +256,7 @@ TRANSFORMERS_RULES: list[Rule] = [
     (rf"{_HF}{_HF_LAYER}attention\.attention\.key\.(weight|bias)", r"blocks.\1.attn.k.\2"),
     (rf"{_HF}{_HF_LAYER}attention\.attention\.value\.(weight|bias)", r"blocks.\1.attn.v.\2"),
     (rf"{_HF}{_HF_LAYER}attention\.q_proj\.(weight|bias)", r"blocks.\1.attn.q.\2"),
+    (rf"{_HF}{_HF_LAYER}attention\.([qk])_norm\.weight", r"blocks.\1.attn.\2_norm.weight"),  # InternViT-6B
     (rf"{_HF}{_HF_LAYER}attention\.k_proj\.(weight|bias)", r"blocks.\1.attn.k.\2"),
     (rf"{_HF}{_HF_LAYER}attention\.v_proj\.(weight|bias)", r"blocks.\1.attn.v.\2"),
     (rf"{_HF}{_HF_LAYER}attention\.output\.dense\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
@@ -327,6 +334,7 @@ DINOV3_RULES: list[Rule] = [
     (r"embeddings\.patch_embeddings\.(weight|bias)", r"patch_embed.proj.\1"),
     (rf"{_D3_LAYER}attention\.([qkv])_proj\.(weight|bias)", r"blocks.\1.attn.\2.\3"),
     (rf"{_D3_LAYER}attention\.o_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_D3_LAYER}attention\.([qk])_norm\.weight", r"blocks.\1.attn.\2_norm.weight"),  # Sapiens2
     (rf"{_D3_LAYER}norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),
     (rf"{_D3_LAYER}layer_scale([12])\.lambda1", r"blocks.\1.ls\2.gamma"),
     (rf"{_D3_LAYER}mlp\.gate_proj\.(weight|bias)", r"blocks.\1.mlp.fc1_g.\2"),
@@ -342,6 +350,8 @@ def _from_transformers_dinov3(state: StateDict, file: str) -> Converted:
     gated = any(k.endswith(".mlp.fc1_g.weight") for k in out)
     for key in [k for k in out if ".mlp.up." in k]:  # the gate's partner, or the plain MLP's fc1
         out[key.replace(".mlp.up.", ".mlp.fc1_x." if gated else ".mlp.fc1.")] = out.pop(key)
+    if "norm.weight" in out and "norm.bias" not in out:  # Sapiens2 (RMSNorm): q/k/v apart, as timm's
+        return _sapiens2_projections(out)
     for key in [k for k in out if k.endswith(".attn.q.bias")]:
         block = key.removesuffix(".q.bias")
         if f"{block}.k.bias" not in out and f"{block}.v.bias" in out:  # the key's bias is zero
@@ -376,7 +386,48 @@ def _from_transformers_aimv2(state: StateDict, file: str) -> Converted:
     return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": AIMV2_EPS})
 
 
+def _sapiens2_projections(out: StateDict) -> Converted:
+    """Sapiens2Model's state in timm's names: its q, k and v projections (k and v narrower with
+    grouped-query attention) as q_proj, k_proj and v_proj, never merged; its gate and input
+    projections packed into fc1, gate first (the w12 of the files it saves)."""
+    for key in [k for k in out if re.fullmatch(r"blocks\.\d+\.attn\.[qkv]\.(weight|bias)", k)]:
+        block, part, kind = key.rsplit(".", 2)
+        out[f"{block}.{part}_proj.{kind}"] = out.pop(key)
+    for key in [k for k in out if ".mlp.fc1_g." in k]:
+        out[key.replace(".fc1_g.", ".fc1.")] = torch.cat([out.pop(key), out.pop(key.replace(".fc1_g.", ".fc1_x."))])
+    return Converted(out, "transformers", {"norm_eps": SAPIENS2_EPS})
+
+
+# Sapiens2 as transformers saves it (transformers 5 writes Meta's original names back; the Hub's
+# facebook/sapiens2-* files): wq / wk / wv, LayerScale inside the attention (attn.gamma), the packed
+# SwiGLU as ffn.w12 (gate, then input) and ffn.w3, RMSNorms ln1 / ln2, the final one ln1, the
+# registers as storage_tokens; a task model's backbone under `backbone.`, its decode head left out.
+_S2 = r"(?:backbone\.)?"
+_SAPIENS2_KEY = rf"{_S2}blocks\.0\.attn\.wq\.weight"
+SAPIENS2_RULES: list[Rule] = [
+    (rf"{_S2}cls_token", "cls_token"),
+    (rf"{_S2}storage_tokens", "reg_token"),
+    (rf"{_S2}patch_embed\.projection\.(weight|bias)", r"patch_embed.proj.\1"),
+    (rf"{_S2}blocks\.(\d+)\.attn\.w([qkv])\.(weight|bias)", r"blocks.\1.attn.\2_proj.\3"),
+    (rf"{_S2}blocks\.(\d+)\.attn\.(proj\.weight|proj\.bias|q_norm\.weight|k_norm\.weight)", r"blocks.\1.attn.\2"),
+    (rf"{_S2}blocks\.(\d+)\.attn\.gamma\.weight", r"blocks.\1.ls1.gamma"),
+    (rf"{_S2}blocks\.(\d+)\.ffn\.w12\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
+    (rf"{_S2}blocks\.(\d+)\.ffn\.w3\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
+    (rf"{_S2}blocks\.(\d+)\.ln([12])\.weight", r"blocks.\1.norm\2.weight"),
+    (rf"{_S2}ln1\.weight", "norm.weight"),
+]
+# the mask token of masked pre-training, rotary buffers, a task model's decode head
+SAPIENS2_IGNORE = [rf"{_S2}mask_token", rf"{_S2}rope.*", r"decode_head\..*", r"scale_head\..*"]
+
+
+def _from_sapiens2(state: StateDict, file: str) -> Converted:
+    out = _apply_rules(state, SAPIENS2_RULES, SAPIENS2_IGNORE, file=file, fmt="transformers (Sapiens2)")
+    return Converted(out, "transformers", {"norm_eps": SAPIENS2_EPS})
+
+
 def _from_transformers(state: StateDict, file: str) -> Converted:
+    if any(re.fullmatch(_SAPIENS2_KEY, k) for k in state):
+        return _from_sapiens2(state, file)
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in state):
         return _from_transformers_clip(state, file)
     if any(re.fullmatch(_AIMV2_PATCH_KEY, k) for k in state):

@@ -81,6 +81,10 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     reg_tokens = int(state["reg_token"].shape[1]) if "reg_token" in state else 0
     options: dict[str, Any] = dict(
         init_values=LAYER_SCALE_INIT if "blocks.0.ls1.gamma" in state or "blocks.0.ls.gamma" in state else None,
+        # Sapiens2: LayerScale on the attention branch only
+        layer_scale_mlp="blocks.0.ls1.gamma" not in state or "blocks.0.ls2.gamma" in state,
+        # a norm of q and k: over each head, or (InternViT-6B) over all of them (the same with one head)
+        qk_norm=_qk_norm_scope(state, int(embed_dim)),
         reg_tokens=reg_tokens,
         pre_norm="norm_pre.weight" in state,
         patch_bias="patch_embed.proj.bias" in state,
@@ -115,6 +119,14 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             side = math.isqrt(pos.shape[1] - covered)
             fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
     return fields
+
+
+def _qk_norm_scope(state: StateDict, embed_dim: int) -> str:
+    """ViTConfig.qk_norm by block 0's q norm: none, over all channels (its width embed_dim), per head."""
+    q_norm = state.get("blocks.0.attn.q_norm.weight")
+    if q_norm is None:
+        return ""
+    return "full" if q_norm.shape[-1] == embed_dim else "head"
 
 
 def mlp_kind(state: StateDict) -> str | None:
@@ -172,6 +184,8 @@ def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
 # leave an option out when it has this value.
 CLASSIC_FIELDS: dict[str, Any] = dict(
     init_values=None,
+    layer_scale_mlp=True,
+    qk_norm="",
     reg_tokens=0,
     no_embed_class=False,
     pre_norm=False,

@@ -302,6 +302,8 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
         fields["num_heads"] = int(block.num_heads if parallel else block.attn.num_heads)
         fields["norm_eps"] = float(block.in_norm.eps if parallel else block.norm1.eps)
         fields["act_layer"] = _timm_activation(block.mlp_act if parallel else block.mlp.act, label)
+        if not parallel:
+            fields.update(_timm_attention_fields(blocks))
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     unshown = timm_position_and_pool_fields(model, label)
@@ -314,9 +316,23 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
             fields["drop_remainder"] = True  # timm's conv ignores the pixels past the last whole patch
     fields["img_size"] = img
     fields.update(unshown)
-    declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer") if k in fields}
+    declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer", "num_kv_heads", "qk_norm") if k in fields}
     declared |= {"global_pool", "no_embed_class", "img_size", *unshown} | ({"drop_remainder"} & set(fields))
     return converted.state, fields, declared
+
+
+def _timm_attention_fields(blocks: Any) -> dict[str, Any]:
+    """What no tensor shape of timm's blocks shows about their attention: grouped-query attention's
+    key/value heads (ViTConfig.num_kv_heads: one int when every block has the same count, one per
+    block otherwise) and that its qk-norm is per head (timm_modules refuses any other)."""
+    fields: dict[str, Any] = {}
+    heads = int(blocks[0].attn.num_heads)
+    kv = tuple(int(getattr(b.attn, "num_kv_heads", None) or heads) for b in blocks)
+    if any(h != heads for h in kv):
+        fields["num_kv_heads"] = kv[0] if len(set(kv)) == 1 else kv
+    if not isinstance(getattr(blocks[0].attn, "q_norm", None), nn.Identity | None):
+        fields["qk_norm"] = "head"
+    return fields
 
 
 # The attributes of timm's rotary embeddings that hold each setting.

@@ -119,18 +119,27 @@ def _qk_norm(m: nn.Module) -> list[str]:
     return ["qk-norm (q_norm, k_norm)"]
 
 
+def _head_qk_norm(m: nn.Module) -> list[str]:
+    """timm's qk-norm of an attention: one norm of q and one of k over each head's channels
+    (ViTConfig.qk_norm="head"; their kind and eps are checked with the model's other norms)."""
+    q, k = getattr(m, "q_norm", None), getattr(m, "k_norm", None)
+    if _absent(q) and _absent(k):
+        return []
+    head_dim = getattr(m, "head_dim", None)
+    if any(_absent(n) or tuple(getattr(n, "normalized_shape", ())) != (head_dim,) for n in (q, k)):
+        return ["qk-norm (q_norm, k_norm) other than one norm of q and one of k over each head"]
+    return []
+
+
 def _attention(m: nn.Module) -> list[str]:
     """What an attention module does beyond vitzoo's (fused or separate projections, q/v biases, rotary,
-    a LayerNorm or RMSNorm sub-LN before the projection)."""
-    found = _qk_norm(m)
+    qk-norm per head, grouped-query attention, a LayerNorm or RMSNorm sub-LN before the projection)."""
+    found = _head_qk_norm(m)
     norm = getattr(m, "norm", None)  # the sub-LN before proj (scale_attn_norm / scale_attn_inner): attn_norm
     if not _absent(norm) and type(norm).__name__ not in _NORMS:
         found.append(f"a {type(norm).__name__} inside the attention before its projection")
     if getattr(m, "gate", None) is not None:
         found.append("gated attention (gate)")
-    heads = getattr(m, "num_heads", None)
-    if getattr(m, "num_kv_heads", heads) != heads:
-        found.append("grouped-query attention (num_kv_heads)")
     proj = getattr(m, "proj", None)
     if isinstance(proj, nn.Linear) and proj.in_features != proj.out_features:
         found.append("an attention width other than the embedding width (attn_head_dim)")

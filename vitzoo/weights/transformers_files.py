@@ -25,6 +25,11 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         registers, LayerScale, q/k/v biases as query_bias / key_bias /
                                         value_bias say (the key's: zero), SwiGLU with use_gated_mlp;
                                         pooled by the class token (its pooler_output)
+    sapiens2                            Sapiens2 (Sapiens2Model): DINOv3's rotary positions, registers and
+                                        SwiGLU, with RMSNorm (rms_norm_eps), separate q/k/v projections,
+                                        grouped-query attention (num_key_value_heads_per_layer, or the
+                                        first/last full-attention rule), qk-norm per head (use_qk_norm)
+                                        and LayerScale on the attention branch only
 
     aimv2_vision_model, aimv2           AIMv2 (Aimv2VisionModel): RMSNorm everywhere and after the patch
                                         embedding, no class token, SwiGLU; qkv_bias / mlp_bias say the
@@ -155,6 +160,27 @@ _AIMV2_DEFAULTS = dict(
     is_native=False,
 )
 
+_SAPIENS2_DEFAULTS = dict(
+    {k: v for k, v in _DINOV3_DEFAULTS.items() if k != "layer_norm_eps"},
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    hidden_act="silu",
+    key_bias=True,
+    use_gated_mlp=True,
+    num_register_tokens=8,
+    rms_norm_eps=1e-6,
+    use_qk_norm=True,
+    num_key_value_heads_per_layer=None,
+    num_key_value_attention_heads=8,
+    num_first_full_attention_layers=8,
+    num_last_full_attention_layers=8,
+    pos_embed_shift=None,
+    pos_embed_jitter=None,
+    pos_embed_rescale=2.0,
+)
+
 FAMILIES: dict[str, Family] = {
     "vit": Family(_VIT_DEFAULTS),
     "deit": Family(_VIT_DEFAULTS),
@@ -193,6 +219,20 @@ FAMILIES: dict[str, Family] = {
     # InternViT (InternVLVisionModel): LayerScale, no final norm with use_mean_pooling (transformers
     # returns the tokens; pooled by the class token, as OpenGVLab's InternVisionModel)
     "internvl_vision": Family(_INTERNVL_DEFAULTS, fixed=dict(global_pool="token")),
+    # Sapiens2: DINOv3's rotary embedding for every input size; LayerScale on the attention branch only
+    "sapiens2": Family(
+        _SAPIENS2_DEFAULTS,
+        fixed=dict(
+            pos_embed="none",
+            rope="dinov3",
+            rope_rotate_half=True,
+            dynamic_img_size=True,
+            global_pool="token",
+            norm_layer="rmsnorm",
+            qkv_fused=False,
+            layer_scale_mlp=False,
+        ),
+    ),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
     # AIMv2: RMSNorm after the patch embedding (embed_norm) and in every block, the tokens averaged
     "aimv2_vision_model": Family(
@@ -255,14 +295,19 @@ _KEY_TYPES: dict[str, Any] = {
     "rms_norm_eps": float,
     "use_head": bool,
     "is_native": bool,
+    "num_key_value_heads_per_layer": list[int] | None,
+    "num_key_value_attention_heads": int,
+    "num_first_full_attention_layers": int,
+    "num_last_full_attention_layers": int,
+    "pos_embed_shift": float | None,
+    "pos_embed_jitter": float | None,
+    "pos_embed_rescale": float | None,
 }
 # Settings no vitzoo layer computes: the one value each family's models must have, and why.
 _REFUSED: dict[str, tuple[Any, str]] = {
     "is_hybrid": (False, "DPT-Hybrid's embeddings are a BiT ResNet"),
     "backbone_config": (None, "a DPT over another backbone model (read that backbone's own checkpoint)"),
     "apply_layernorm": (True, "vitzoo's TIPSv2 ends with its LayerNorm"),
-    "use_qk_norm": (False, "InternViT-6B's q/k RMSNorm is no layer of vitzoo's"),
-    "norm_type": ("layer_norm", "InternViT-6B's RMSNorm (its eps inside the root) is not vitzoo's"),
     "use_absolute_position_embeddings": (True, "vitzoo's ViT has a learned position table"),
     "use_head": (
         False,
@@ -352,13 +397,40 @@ def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str
                 "expected both true or both false (vitzoo's proj_bias covers the attention output and the MLP)"
             )
         return {"qkv_bias": values["qkv_bias"], "proj_bias": values["mlp_bias"]}
+    if name == "sapiens2":
+        return _sapiens2_fields(values, where)
     if name == "internvl_vision":  # q/k/v biased or not together; LayerScale by its own key
         return dict(
             qkv_bias=values["attention_bias"],
             init_values=float(values["layer_scale_init_value"]),
             final_norm=not values["use_mean_pooling"],
+            **_internvit_norms(values, where),
         )
     return {"qkv_bias": values["qkv_bias"]}
+
+
+# InternViT's RMSNorm (InternViT-6B) normalises in float32 and casts back: vitzoo's RMSNorm, at fp32
+_INTERNVIT_QK_EPS = 1e-6  # its q/k norms: RMSNorm over all heads at transformers' default eps
+
+
+def _internvit_norms(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """InternViT's norm kind (norm_type) and its qk-norm (use_qk_norm: an RMSNorm of q and of k
+    over all heads at once, ViTConfig.qk_norm="full"), which vitzoo's one norm_layer / norm_eps
+    must state: only with RMSNorm blocks at the q/k norms' eps (InternViT-6B's)."""
+    norm = values["norm_type"]
+    if norm not in ("layer_norm", "rms_norm"):
+        raise WeightsFileError(f"{where}: norm_type={norm!r} is not supported; expected 'layer_norm' or 'rms_norm'")
+    fields: dict[str, Any] = {"norm_layer": "rmsnorm"} if norm == "rms_norm" else {}
+    if values["use_qk_norm"]:
+        if norm != "rms_norm" or values["layer_norm_eps"] != _INTERNVIT_QK_EPS:
+            raise WeightsFileError(
+                f"{where}: use_qk_norm=True with norm_type={norm!r} and layer_norm_eps={values['layer_norm_eps']!r} "
+                f"is not supported: its q/k norms are RMSNorms at eps {_INTERNVIT_QK_EPS:g}, and vitzoo has one "
+                f"norm kind and eps; expected norm_type='rms_norm' and layer_norm_eps={_INTERNVIT_QK_EPS:g} "
+                "(InternViT-6B's)"
+            )
+        fields["qk_norm"] = "full"
+    return fields
 
 
 def _dinov3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
@@ -382,6 +454,40 @@ def _dinov3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
     fields["rope_temperature"] = float(values["rope_theta"])
     if values["use_gated_mlp"]:  # act(gate_proj(x)) * up_proj(x): timm's SwiGLU (fc1_g, fc1_x)
         fields["mlp_layer"] = "swiglu"
+    return fields
+
+
+def _sapiens2_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Sapiens2Config's attention as ViTConfig fields: DINOv3's biases and MLP (separate q/k/v
+    projections, so a bias on k alone is stated as such), the key/value heads of each layer,
+    qk-norm per head, and the training-only jitter of its rotary coordinates."""
+    fields = _dinov3_fields(values, where)
+    fields["k_bias"] = values["key_bias"]
+    if values["use_gated_mlp"]:  # saved packed (w12: gate, then input): fc1 twice the hidden width
+        fields.update(mlp_layer="swiglu_packed", mlp_ratio=2 * values["intermediate_size"] / values["hidden_size"])
+    depth, heads = values["num_hidden_layers"], values["num_attention_heads"]
+    kv = values["num_key_value_heads_per_layer"]
+    if kv is None:  # transformers' rule: full attention in the first and last layers
+        first, last = values["num_first_full_attention_layers"], values["num_last_full_attention_layers"]
+        kv = [
+            heads if i < first or i >= depth - last else values["num_key_value_attention_heads"] for i in range(depth)
+        ]
+    if len(kv) != depth:
+        raise WeightsFileError(
+            f"{where}: num_key_value_heads_per_layer has {len(kv)} entries for num_hidden_layers={depth}; "
+            "expected one per layer"
+        )
+    if any(h != heads for h in kv):
+        fields["num_kv_heads"] = kv[0] if len(set(kv)) == 1 else tuple(kv)
+    if values["use_qk_norm"]:
+        fields["qk_norm"] = "head"
+    for key, field_name in (
+        ("pos_embed_shift", "rope_shift_coords"),
+        ("pos_embed_jitter", "rope_jitter_coords"),
+        ("pos_embed_rescale", "rope_rescale_coords"),
+    ):
+        if values[key] is not None:
+            fields[field_name] = float(values[key])
     return fields
 
 
@@ -506,6 +612,14 @@ PROCESSORS: dict[str, Processor] = {
     # without a size, an image tensor is the largest square of patches within it.
     "Siglip2": Processor(dict(_VIT_PROCESSOR, resample=2, max_num_patches=256, patch_size=16)),
     "DINOv3ViT": Processor(dict(_VIT_PROCESSOR, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD))),
+    "Sapiens2": Processor(
+        dict(
+            _VIT_PROCESSOR,
+            size={"height": 1024, "width": 768},
+            image_mean=list(IMAGENET_MEAN),
+            image_std=list(IMAGENET_STD),
+        )
+    ),
 }
 
 

@@ -9,6 +9,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("radio", "radio"),  # C-RADIO, classic and NaFlexVit forms of the same weights
     ("naflexvit", "naflexvit"),
     ("dinov3", "dinov3"),
+    ("sapiens2", "sapiens2"),
     ("dinov2", "dinov2"),
     ("dino_", "dino"),
     ("mae_", "mae"),
