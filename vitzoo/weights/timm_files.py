@@ -305,6 +305,8 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     unshown = timm_position_and_pool_fields(model, label)
+    if type(model).__name__ == "VisionTransformerSAM":
+        unshown.update(_sam_timm_fields(model))
     if hasattr(model, "embeds"):  # timm's NaFlexVit
         unshown.update(_naflex_timm_fields(model, label))
         img = unshown.pop("img_size", fields.get("img_size"))
@@ -317,6 +319,16 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
     declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer") if k in fields}
     declared |= {"global_pool", "no_embed_class", "img_size", *unshown} | ({"drop_remainder"} & set(fields))
     return converted.state, fields, declared
+
+
+def _sam_timm_fields(model: Any) -> dict[str, Any]:
+    """What no tensor of timm's SAM encoder shows: which blocks attend within windows, and how large."""
+    windows = [int(block.window_size) for block in model.blocks]
+    window = max(windows, default=0)
+    return {
+        "window_size": window,
+        "global_attn_indexes": tuple(i for i, w in enumerate(windows) if w == 0) if window else (),
+    }
 
 
 # The attributes of timm's rotary embeddings that hold each setting.

@@ -22,6 +22,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("siglip", "siglip"),
     ("clip", "clip"),
     ("flexivit", "flexivit"),
+    ("samvit", "sam"),
     ("", "vit"),
 )
 
