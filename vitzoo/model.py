@@ -34,6 +34,9 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      one norm, their input projections fused (ViT-22B; layers/parallel_block.py)
     attn_layer       "attn" or "diff": differential attention, two softmax maps subtracted
                      (layers/diff_attention.py)
+    window_size, global_attn_indexes, rel_pos, neck_chans   SAM's image encoder (layers/sam.py):
+                     windowed attention but in a few global blocks, decomposed relative positions,
+                     a conv neck in the final norm's place; no prefix tokens
 
 Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
 their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
@@ -1151,7 +1154,7 @@ class VisionTransformer(nn.Module):
                 x = self._run_block(i, x, rope, None, grid)
         else:
             x = self.blocks(x)
-        return self._final(x, grid)
+        return self._final(typing.cast(torch.Tensor, x), grid)
 
     def pool(
         self, x: torch.Tensor, pool_type: str | None = None, patch_valid: torch.Tensor | None = None

@@ -63,7 +63,9 @@ def test_block_is_timms(window):
     ours.load_state_dict(theirs.state_dict())
     x = torch.randn(2, 5, 4, 32)
     with torch.no_grad():
-        torch.testing.assert_close(ours(x.reshape(2, 20, 32), grid=(5, 4)), theirs(x).reshape(2, 20, 32), rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            ours(x.reshape(2, 20, 32), grid=(5, 4)), theirs(x).reshape(2, 20, 32), rtol=0, atol=1e-5
+        )
 
 
 def test_neck_is_timms():
@@ -73,7 +75,10 @@ def test_neck_is_timms():
     torch.manual_seed(0)
     ours = Neck(32, 16)
     reference = torch.nn.Sequential(
-        torch.nn.Conv2d(32, 16, 1, bias=False), LayerNorm2d(16), torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), LayerNorm2d(16)
+        torch.nn.Conv2d(32, 16, 1, bias=False),
+        LayerNorm2d(16),
+        torch.nn.Conv2d(16, 16, 3, padding=1, bias=False),
+        LayerNorm2d(16),
     )
     with torch.no_grad():
         for p in ours.parameters():
