@@ -38,10 +38,11 @@ class FlopBreakdown:
     mlp: int
     head: int  # representation layer and classifier(s)
     pool: int = 0  # attention pooling ("map"): its query, key/value and output projections, attention, MLP
+    neck: int = 0  # SAM's convolutional neck (its 1x1 and 3x3 convolutions)
 
     @property
     def total(self) -> int:
-        return self.patch_embed + self.qkv_proj + self.attention + self.mlp + self.head + self.pool
+        return self.patch_embed + self.qkv_proj + self.attention + self.mlp + self.head + self.pool + self.neck
 
 
 def vit_flops(config: ViTConfig) -> FlopBreakdown:
@@ -75,6 +76,8 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     # Differential attention (attn_layer="diff") multiplies its two maps (half-width q, k) by all of v
     # each: q k^T costs the same, attn v twice. The parallel block's fused projections are the same products.
     attention = config.depth * 2 * ((3 if config.attn_layer == "diff" else 2) * tokens * tokens * d)
+    if config.window_size or config.rel_pos:
+        qkv_proj, attention = _sam_attention_flops(config)
     mlp = config.depth * 2 * tokens * (block_fc1 + block_hidden * d)
     pool = 0
     if config.global_pool == "map":
@@ -91,8 +94,32 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     if rep:
         head += heads * 2 * d * rep
     if config.num_classes > 0:
-        head += heads * 2 * (rep or d) * config.num_classes
-    return FlopBreakdown(patch_embed=patch_embed, qkv_proj=qkv_proj, attention=attention, mlp=mlp, head=head, pool=pool)
+        head += heads * 2 * (rep or config.neck_chans or d) * config.num_classes
+    c = config.neck_chans  # SAM's neck: a 1x1 (D -> C) and a 3x3 (C -> C) convolution at every patch
+    neck = 2 * num_patches * (d * c + 9 * c * c)
+    return FlopBreakdown(
+        patch_embed=patch_embed, qkv_proj=qkv_proj, attention=attention, mlp=mlp, head=head, pool=pool, neck=neck
+    )
+
+
+def _sam_attention_flops(config: ViTConfig) -> tuple[int, int]:
+    """(projections, attention) of SAM's blocks (layers/sam.py): a windowed block projects and attends
+    over its windows, the grid padded to whole windows; with rel_pos each query also meets the
+    relative-position rows of its window's (or grid's) rows and columns (two products, q . table)."""
+    gh, gw = config.grid_size
+    d, ws = config.embed_dim, config.window_size
+    qkv_proj = attention = 0
+    for i in range(config.depth):
+        if ws and i not in config.global_attn_indexes:
+            rows, cols = ws, ws
+            tokens = -(-gh // ws) * ws * -(-gw // ws) * ws
+        else:
+            rows, cols, tokens = gh, gw, gh * gw
+        qkv_proj += 2 * tokens * d * 4 * d
+        attention += 2 * (2 * tokens * rows * cols * d)
+        if config.rel_pos:
+            attention += 2 * tokens * (rows + cols) * d
+    return qkv_proj, attention
 
 
 def _shape(x: Any) -> tuple[int, ...]:

@@ -39,6 +39,9 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      layers/attention.py)
     num_kv_heads     grouped-query attention (layers/gqa.py): fewer key/value heads, per block (Sapiens2)
     qk_norm          a norm of q and k per head or over all heads (layers/qk_norm.py; ViT-22B, Sapiens2)
+    window_size, global_attn_indexes, rel_pos, neck_chans   SAM's image encoder (layers/sam.py):
+                     windowed attention but in a few global blocks, decomposed relative positions,
+                     a conv neck in the final norm's place; no prefix tokens
 
 Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
 their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
@@ -103,6 +106,7 @@ from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
 from .layers.qk_norm import QK_NORMS, QKNormName
 from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args
+from .layers.sam import Neck, SamBlock, neck_params, rel_pos_params
 from .layers.swiglu import MLPS, MlpName, mlp_hidden_dim
 from .layout import hub_pusher, save_pretrained
 from .pretrained_cfg import PretrainedCfg
@@ -195,13 +199,28 @@ class ViTConfig:
     rope_shift_coords: float | None = None  # training only: coordinate shift, per-axis jitter, shared rescale
     rope_jitter_coords: float | None = None
     rope_rescale_coords: float | None = None
+    # SAM's image encoder (layers/sam.py), on the grid of patches alone (no prefix tokens): attention
+    # within windows of window_size x window_size patches (0: global) except in the blocks of
+    # global_attn_indexes; decomposed relative positions in every block (rel_pos); a convolutional
+    # neck to neck_chans channels in place of the final norm (0: none).
+    window_size: int = 0
+    global_attn_indexes: tuple[int, ...] = ()
+    rel_pos: bool = False
+    neck_chans: int = 0
     drop_rate: float = 0.0  # dropout after the position embedding, in the MLP and after attn proj
     attn_drop_rate: float = 0.0  # dropout on the attention weights
     drop_path_rate: float = 0.0  # stochastic depth, rising linearly from 0 to this over depth
 
     def __post_init__(self) -> None:
         # Normalise lists (from JSON) to tuples so configs compare and hash by value.
-        for name in ("img_size", "patch_size", "conv_stem", "rope_ref_feat_shape", "num_kv_heads"):
+        for name in (
+            "img_size",
+            "patch_size",
+            "conv_stem",
+            "rope_ref_feat_shape",
+            "num_kv_heads",
+            "global_attn_indexes",
+        ):
             value = getattr(self, name)
             if isinstance(value, list):
                 object.__setattr__(self, name, tuple(value))
@@ -283,6 +302,7 @@ class ViTConfig:
             )
         self._validate_mlp()
         self._validate_block()
+        self._validate_sam()
 
     def _validate_block(self) -> None:
         """The parallel block and differential attention: their fields, and what they do not combine with."""
@@ -315,6 +335,54 @@ class ViTConfig:
                     f"projection with a plain MLP and no rotary embedding; expected {name}="
                     f"{getattr(ViTConfig, name)!r}"
                 )
+
+    def _validate_sam(self) -> None:
+        """SAM's fields (layers/sam.py): together, on a grid of patches without prefix tokens."""
+        check_fields(
+            self,
+            [
+                (self.window_size >= 0, "window_size", "an int >= 0 (0: no windows)"),
+                (self.neck_chans >= 0, "neck_chans", "an int >= 0 (0: no neck)"),
+                (
+                    all(i >= 0 for i in self.global_attn_indexes)
+                    and len(set(self.global_attn_indexes)) == len(self.global_attn_indexes),
+                    "global_attn_indexes",
+                    "distinct block indices >= 0",
+                ),
+            ],
+        )
+        if self.global_attn_indexes and not self.window_size:
+            raise ValueError(
+                f"global_attn_indexes={self.global_attn_indexes} needs window_size > 0: without windows every "
+                "block attends globally; expected window_size (SAM: 14) or global_attn_indexes=()"
+            )
+        sam = [f for f, on in (("window_size", self.window_size), ("rel_pos", self.rel_pos)) if on]
+        sam += ["neck_chans"] if self.neck_chans else []
+        if not sam:
+            return
+        named = ", ".join(f"{f}={getattr(self, f)!r}" for f in sam)
+        if self.num_prefix_tokens:
+            raise ValueError(
+                f"{named} works on the grid of patches alone, so it cannot be combined with class, distillation or "
+                "register tokens; expected class_token=False, distilled=False, reg_tokens=0"
+            )
+        if (self.window_size or self.rel_pos) and self.rope:
+            raise ValueError(f"{named} cannot be combined with rope={self.rope!r}; expected rope=''")
+        if self.neck_chans and (self.final_norm or self.fc_norm or self.global_pool == "map"):
+            raise ValueError(
+                f"neck_chans={self.neck_chans}: SAM's neck ends in its own LayerNorm and takes the final norm's "
+                "place; expected final_norm=False, fc_norm=False and global_pool 'avg' or ''"
+            )
+        if (self.window_size or self.rel_pos) and (
+            self.block_type != "prenorm" or self.attn_layer != "attn" or not self.proj_bias
+        ):
+            raise ValueError(
+                f"{named} cannot be combined with block_type={self.block_type!r} / attn_layer={self.attn_layer!r} / "
+                f"proj_bias={self.proj_bias!r}; "
+                "expected SAM's pre-norm blocks of plain attention"
+            )
+        if self.neck_chans and self.representation_size:
+            raise ValueError(f"neck_chans={self.neck_chans} cannot be combined with representation_size")
 
     def _validate_pool(self) -> None:
         """The "map" pool's own settings (PE: its head count; PE-Core-G: its MLP ratio)."""
@@ -494,7 +562,7 @@ class ViTConfig:
         if self.rope == "mixed":  # learned frequencies: (x, y) per block and head, a quarter of the head width each
             total += 2 * self.depth * self.num_heads * 2 * -(-(d // self.num_heads) // 4)
         total += norm(d) * (int(self.pre_norm) + int(self.final_norm and not self.fc_norm) + int(self.fc_norm))
-        total += sum(self._block_params(heads) for heads in self.kv_heads)
+        total += sum(self._block_params(heads) for heads in self.kv_heads) + self._sam_params()
         if self.global_pool == "map":  # latent query, q, kv, proj, norm and a plain MLP
             hidden = int(d * (self.attn_pool_mlp_ratio or self.mlp_ratio))
             total += (
@@ -504,7 +572,17 @@ class ViTConfig:
             total += linear(d, self.representation_size)
         if self.num_classes > 0:
             heads = 2 if self.distilled else 1
-            total += heads * linear(self.representation_size or d, self.num_classes, self.head_bias)
+            total += heads * linear(self.representation_size or self.neck_chans or d, self.num_classes, self.head_bias)
+        return total
+
+    def _sam_params(self) -> int:
+        """SAM's relative position tables (a window's, or the grid's in a global block) and neck."""
+        total = neck_params(self.embed_dim, self.neck_chans) if self.neck_chans else 0
+        if self.rel_pos:
+            ws = self.window_size
+            for i in range(self.depth):
+                grid = (ws, ws) if ws and i not in self.global_attn_indexes else self.grid_size
+                total += rel_pos_params(grid, self.embed_dim // self.num_heads)
         return total
 
     def _block_params(self, kv_heads: int) -> int:
@@ -662,8 +740,8 @@ class VisionTransformer(nn.Module):
         self.pretrained_cfg = PretrainedCfg(input_size=config.input_size, num_classes=config.num_classes)
         D = config.embed_dim
         self.num_prefix_tokens = config.num_prefix_tokens
-        self.num_features = D
-        self.head_hidden_size = config.representation_size or D
+        self.num_features = config.neck_chans or D  # what the final norm (or SAM's neck) gives
+        self.head_hidden_size = config.representation_size or self.num_features
         self.grad_checkpointing = False
 
         self.patch_embed = PatchEmbed(
@@ -695,6 +773,7 @@ class VisionTransformer(nn.Module):
         # With fc_norm the final LayerNorm moves after the pooling (validate() ensures final_norm).
         final_norm_on_tokens = config.final_norm and not config.fc_norm
         self.norm = make_norm(config.norm_layer, D, config.norm_eps) if final_norm_on_tokens else nn.Identity()
+        self.neck = Neck(D, config.neck_chans) if config.neck_chans else None  # SAM's, in the final norm's place
 
         self.attn_pool = self._new_attn_pool() if config.global_pool == "map" else None
         self.fc_norm = make_norm(config.norm_layer, D, config.norm_eps) if config.fc_norm else nn.Identity()
@@ -729,7 +808,7 @@ class VisionTransformer(nn.Module):
         of its (B, D, rows, columns) map, and the module's name."""
         reduction = max(self.patch_embed.patch_size)
         return [
-            {"num_chs": self.num_features, "reduction": reduction, "module": f"blocks.{i}"}
+            {"num_chs": self.config.embed_dim, "reduction": reduction, "module": f"blocks.{i}"}
             for i in range(len(self.blocks))
         ]
 
@@ -760,10 +839,17 @@ class VisionTransformer(nn.Module):
         c = self.config
         # Stochastic depth grows linearly with depth: early blocks carry more general features.
         dpr = [c.drop_path_rate * i / max(c.depth - 1, 1) for i in range(c.depth)]
+
+        def new_block(i: int, **options: Any) -> nn.Module:  # SAM's: windows (but in global ones), relative positions
+            if not self._grid_blocks:
+                return make_block(c.block_type, **options)
+            window = 0 if i in c.global_attn_indexes else c.window_size
+            return SamBlock(window_size=window, rel_pos=c.rel_pos, grid=self.patch_embed.grid_size, **options)
+
         return nn.Sequential(
             *[
-                make_block(
-                    c.block_type,
+                new_block(
+                    i,
                     dim=c.embed_dim,
                     num_heads=c.num_heads,
                     mlp_ratio=c.mlp_ratio,
@@ -814,6 +900,16 @@ class VisionTransformer(nn.Module):
             jitter_coords=c.rope_jitter_coords,
             rescale_coords=c.rope_rescale_coords,
         )
+
+    @property
+    def _grid_blocks(self) -> bool:
+        """Whether the blocks need the (rows, columns) grid of their tokens (SAM's: layers/sam.py)."""
+        return bool(self.config.window_size or self.config.rel_pos)
+
+    def _final(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """The final norm of (B, tokens, D) tokens, or SAM's neck over their (rows, columns) grid."""
+        x = self.norm(x)
+        return x if self.neck is None else self.neck.tokens(x, grid)
 
     def _embedded_prefix_tokens(self) -> int:
         """How many prefix tokens have a row in the position table (none with no_embed_class)."""
@@ -961,6 +1057,11 @@ class VisionTransformer(nn.Module):
             self.norm = nn.Identity()
             if not self.config.fc_norm:
                 changes["final_norm"] = False
+            if self.neck is not None:  # SAM's neck is its final norm (timm prunes it so too)
+                self.neck, self.num_features = None, self.config.embed_dim
+                changes["neck_chans"] = 0
+                if not prune_head:  # a head sized for the neck's width
+                    prune_head = True
         if prune_head:
             if self.config.fc_norm:  # the final norm lived after the pooling: gone with it
                 changes.update(fc_norm=False, final_norm=False)
@@ -1034,20 +1135,33 @@ class VisionTransformer(nn.Module):
         return self.rope.get_embed()
 
     def _run_block(
-        self, i: int, x: torch.Tensor, rope: torch.Tensor | None, attn_mask: torch.Tensor | None = None
+        self,
+        i: int,
+        x: torch.Tensor,
+        rope: torch.Tensor | None,
+        attn_mask: torch.Tensor | None = None,
+        grid: tuple[int, int] | None = None,
     ) -> torch.Tensor:
+        """Block i; `grid`: the (rows, columns) of the patches, for blocks that need it (SAM's)."""
         block = self.blocks[i]
         if rope is not None and self.rope is not None:
             rope = self.rope.for_block(rope, i)  # "mixed": block i's own frequencies
+        args = (x, rope, attn_mask) if grid is None or not self._grid_blocks else (x, rope, attn_mask, grid)
         if self.grad_checkpointing and torch.is_grad_enabled():
             # Keep only the block's input; its inside is recomputed during backward (dropout and
             # DropPath draw the same random numbers again: the RNG state is saved with it).
-            return checkpoint(block, x, rope, attn_mask, use_reentrant=False)
-        return block(x, rope, attn_mask)
+            return checkpoint(block, *args, use_reentrant=False)
+        return block(*args)
 
     # ----------------------------------------------------------------------------- patch sequences
     def patch_sequence_refusal(self) -> str | None:
         """Why this model cannot take a patch-sequence batch (layers/naflex.py), or None if it can."""
+        if self._grid_blocks or self.neck is not None:
+            return (
+                "this model is SAM's image encoder (window_size, rel_pos, neck_chans: layers/sam.py): its blocks "
+                "and neck work on one image's grid of patches, so it cannot take a patch-sequence batch; "
+                "expected a (B, C, H, W) image"
+            )
         if self.config.conv_stem:
             return (
                 f"this model has a convolutional stem (conv_stem={self.config.conv_stem}): its tokens are not a "
@@ -1101,13 +1215,14 @@ class VisionTransformer(nn.Module):
             return self._sequence_features(typing.cast(PatchBatch, x))
         x = typing.cast(torch.Tensor, x)  # (a torch.fx Proxy while tracing)
         rope = self._rope_embed(x.shape[-2:])
+        grid = self.patch_embed.dynamic_feat_size(x.shape[-2:])
         x = self._embed(x)
-        if self.grad_checkpointing or rope is not None:
+        if self.grad_checkpointing or rope is not None or self._grid_blocks:
             for i in range(len(self.blocks)):
-                x = self._run_block(i, x, rope)
+                x = self._run_block(i, x, rope, None, grid)
         else:
             x = self.blocks(x)
-        return self.norm(x)
+        return self._final(typing.cast(torch.Tensor, x), grid)
 
     def pool(
         self, x: torch.Tensor, pool_type: str | None = None, patch_valid: torch.Tensor | None = None
@@ -1200,10 +1315,10 @@ class VisionTransformer(nn.Module):
             x = self._embed(x)
         intermediates = []
         for i in range(last + 1 if stop_early else len(self.blocks)):
-            x = self._run_block(i, x, rope, mask)
+            x = self._run_block(i, x, rope, mask, grid)
             if i in taken:
-                intermediates.append(self.norm(x) if norm else x)
-        final = None if intermediates_only else self.norm(x)
+                intermediates.append(self._final(x, grid) if norm else x)
+        final = None if intermediates_only else self._final(x, grid)
         return self._intermediates_out(intermediates, final, grid, output_fmt, return_prefix_tokens, output_dict, valid)
 
     def _intermediates_out(

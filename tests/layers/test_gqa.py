@@ -44,7 +44,7 @@ def test_attention_computes_timms_attention_rope(kv, qk_norm):
     with torch.no_grad():
         for p in theirs.parameters():
             p.normal_(0, 0.2)
-    ours = Attention(dim=32, num_heads=4, qkv_fused=False, num_kv_heads=kv, qk_norm=qk_norm, norm_layer="rmsnorm")
+    ours = Attention(dim=32, num_heads=4, qkv_fused=False, num_kv_heads=kv, qk_norm=qk_norm, qk_norm_layer="rmsnorm")
     ours.load_state_dict(theirs.state_dict(), strict=True)
     x = torch.randn(2, 5, 32)
     with torch.no_grad():

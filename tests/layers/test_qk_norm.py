@@ -27,7 +27,7 @@ def test_names_are_timms_and_none_adds_nothing():
     names = set(Attention(dim=32, num_heads=4, qk_norm="head").state_dict())
     assert {"q_norm.weight", "q_norm.bias", "k_norm.weight", "k_norm.bias"} <= names
     assert not any("norm" in k for k in Attention(dim=32, num_heads=4).state_dict())
-    full = Attention(dim=32, num_heads=4, qk_norm="full", norm_layer="rmsnorm")
+    full = Attention(dim=32, num_heads=4, qk_norm="full", qk_norm_layer="rmsnorm")
     assert full.state_dict()["q_norm.weight"].shape == (32,)
 
 

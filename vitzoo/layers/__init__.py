@@ -14,6 +14,7 @@ block        the pre-norm encoder block that stacks the pieces above; the kinds 
 parallel_block  attention and MLP side by side from one norm (ViT-22B)
 diff_attention  differential attention: two softmax maps subtracted with a learned lambda
 pool         attention pooling (MAP): a learned query attends over the tokens
+sam          SAM's image encoder: windowed attention, decomposed relative positions, the conv neck
 """
 
 from .activations import QuickGELU, make_activation

@@ -128,11 +128,16 @@ class Attention(nn.Module):
             self.k_bias = torch.zeros(self.q_bias.shape, device=device, dtype=self.k_bias.dtype)
 
     def forward(
-        self, x: torch.Tensor, rope: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`attn_mask`: a bool mask broadcast to (B, heads, N, N), True where a query may attend a
-        key (patch-sequence batches mask their padding keys: layers/naflex.py)."""
-        B, N, D = x.shape
+        key (patch-sequence batches mask their padding keys: layers/naflex.py). `attn_bias`: a
+        float tensor broadcast to (B, heads, N, N), added to the logits before the softmax
+        (relative positions: layers/sam.py)."""
         q, k, v = self._project(x)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = apply_qk_norm(self.q_norm, q, self.qk_norm), apply_qk_norm(self.k_norm, k, self.qk_norm)
@@ -142,17 +147,35 @@ class Attention(nn.Module):
         if self.num_kv_heads != self.num_heads:  # grouped-query attention: each kv head to its group
             groups = self.num_heads // self.num_kv_heads
             k, v = expand_kv(k, groups), expand_kv(v, groups)
+        return self._attend(q, k, v, attn_mask, attn_bias)
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """softmax(q k^T / sqrt(head_dim) + attn_bias) v over the keys attn_mask allows, the heads
+        concatenated and projected: q, k, v (B, heads, N, head_dim) -> (B, N, D)."""
+        B, heads, N, head_dim = q.shape
         if self.attn_sink is not None or self.explicit or explicit_is_faster(q):
-            x = self._explicit_attention(q, k, v, self.attn_sink, attn_mask)
-        elif attn_mask is None:  # softmax(q k^T / sqrt(head_dim)) v, fused.
+            x = self._explicit_attention(q, k, v, self.attn_sink, attn_mask, attn_bias)
+        elif attn_mask is None and attn_bias is None:  # softmax(q k^T / sqrt(head_dim)) v, fused.
             x = F.scaled_dot_product_attention(
                 q, k, v, dropout_p=self.attn_drop if self.training else 0.0, is_causal=self.is_causal
             )
         else:
+            if attn_bias is None:
+                mask = attn_mask
+            else:  # one float mask: the bias, -inf where a key is masked out
+                mask = attn_bias.to(q.dtype)
+                mask = mask if attn_mask is None else mask.masked_fill(~attn_mask, float("-inf"))
             x = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=self.attn_drop if self.training else 0.0
+                q, k, v, attn_mask=mask, dropout_p=self.attn_drop if self.training else 0.0
             )
-        x = x.transpose(1, 2).reshape(B, N, D)  # concatenate the heads
+        x = x.transpose(1, 2).reshape(B, N, heads * head_dim)  # concatenate the heads
         return self.proj_drop(linear_module(self.proj, self.norm(x)))
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -188,11 +211,14 @@ class Attention(nn.Module):
         v: torch.Tensor,
         sink: list[torch.Tensor] | None,
         attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The same computation as the fused kernel, written out (so that the weights can be kept
         in `sink`, or where it is faster: `explicit_is_faster`). The weights handed out are the
         softmax itself, before attention dropout (in training)."""
         scores = (q * self.scale) @ k.transpose(-2, -1)  # (B, heads, N, N)
+        if attn_bias is not None:
+            scores = scores + attn_bias
         if self.is_causal:
             n = scores.shape[-1]
             future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)

@@ -28,6 +28,9 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                                                                         names: the facebook/sapiens2-* files)
                   [vision_model.]embeddings.patch_embed.weight          Aimv2VisionModel, Aimv2Model (its
                                                                         vision tower)
+                  [vision_encoder.]patch_embed.projection.weight        SamVisionModel, SamModel (its image
+                                                                        encoder; the (1, rows, columns, D)
+                                                                        table flattened)
     tips          [vision_encoder.]register_tokens                      TIPS / TIPSv2 (Google's names, which
                                                                         transformers' Tipsv2VisionModel and
                                                                         Tipsv2Model save)
@@ -56,7 +59,7 @@ from .files import StateDict
 FORMATS = ("vitzoo", "transformers", "tips", "radio", "torchvision", "npz")
 TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
 # The LayerNorm eps of transformers' other families, for weights files without their config.json.
-DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS, AIMV2_EPS = 1e-6, 1e-5, 1e-6, 1e-5, 1e-5
+DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS, AIMV2_EPS, SAM_EPS = 1e-6, 1e-5, 1e-6, 1e-5, 1e-5, 1e-6
 SAPIENS2_EPS = 1e-6
 
 
@@ -82,6 +85,8 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
     if "patch_embed.proj.weight" in keyset or any(k.startswith("blocks.0.") for k in keyset):
         return "vitzoo"
     if any(re.fullmatch(rf"{_HF}embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
+        return "transformers"
+    if any(re.fullmatch(_SAM_PATCH_KEY, k) for k in keyset):  # SamVisionModel, SamModel
         return "transformers"
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset) or _DINOV3_PATCH_KEY in keyset:
         return "transformers"
@@ -190,12 +195,42 @@ def _from_vitzoo(state: StateDict, file: str) -> Converted:
     hints: dict[str, Any] = {}
     if NAFLEX_PATCH_KEY in state:
         state, hints = _from_timm_naflex(state, file)
+    if "neck.0.weight" in state:
+        state = _from_timm_sam(state)
     out: StateDict = {}
     for key, value in state.items():
         for pattern, (_, repl) in zip(eva, EVA_RULES):
             key = pattern.sub(repl, key) if pattern.fullmatch(key) else key
         out[key] = value
     return Converted(out, "vitzoo", hints)
+
+
+def _from_timm_sam(state: StateDict) -> StateDict:
+    """timm's SAM encoder (VisionTransformerSAM): its (1, rows, columns, D) table flattened row-major,
+    its ClassifierHead's `head.fc` as the head. vitzoo's own saved SAM models pass unchanged."""
+    out: StateDict = {}
+    for key, value in state.items():
+        if key == "pos_embed" and value.ndim == 4:
+            value = value.reshape(1, value.shape[1] * value.shape[2], value.shape[3])
+        out[re.sub(r"^head\.fc\.", "head.", key)] = value
+    return out
+
+
+def _to_timm_sam(state: StateDict, what: str) -> StateDict:
+    """`_from_timm_sam` backwards: the table as (1, rows, columns, D) (a square grid: the only one
+    its row count alone determines), the head as `head.fc`."""
+    out: StateDict = {}
+    for key, value in state.items():
+        if key == "pos_embed":
+            side = math.isqrt(value.shape[1])
+            if side * side != value.shape[1]:
+                raise WeightsMismatchError(
+                    f"{what}: SAM's position table of {value.shape[1]} rows is no square grid, which timm's "
+                    "(1, rows, columns, D) layout needs here; export to 'vitzoo' instead"
+                )
+            value = value.reshape(1, side, side, value.shape[2])
+        out[re.sub(r"^head\.", "head.fc.", key)] = value
+    return out
 
 
 # timm's NaFlexVit keeps its patch projection, tokens and position table in `embeds`; the blocks,
@@ -425,6 +460,29 @@ def _from_sapiens2(state: StateDict, file: str) -> Converted:
     return Converted(out, "transformers", {"norm_eps": SAPIENS2_EPS})
 
 
+# SAM's image encoder (SamVisionModel; SamModel's vision_encoder, its prompt encoder and mask decoder
+# left out): timm's names but `layers.i`, `layer_norm1/2`, `mlp.lin1/2`, and the neck's modules named.
+_SAM = r"(?:vision_encoder\.)?"
+_SAM_PATCH_KEY = rf"{_SAM}patch_embed\.projection\.weight"
+_SAM_LAYER = rf"{_SAM}layers\.(\d+)\."
+_SAM_NECK = {"conv1": "0", "layer_norm1": "1", "conv2": "2", "layer_norm2": "3"}
+SAM_RULES: list[Rule] = [
+    (rf"{_SAM}patch_embed\.projection\.(weight|bias)", r"patch_embed.proj.\1"),
+    (rf"{_SAM}pos_embed", "pos_embed"),  # (1, rows, columns, D): flattened below
+    (rf"{_SAM_LAYER}layer_norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),
+    (rf"{_SAM_LAYER}attn\.(qkv|proj)\.(weight|bias)", r"blocks.\1.attn.\2.\3"),
+    (rf"{_SAM_LAYER}attn\.(rel_pos_[hw])", r"blocks.\1.attn.\2"),
+    (rf"{_SAM_LAYER}mlp\.lin([12])\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
+    *((rf"{_SAM}neck\.{name}\.(weight|bias)", rf"neck.{i}.\1") for name, i in _SAM_NECK.items()),
+]
+SAM_IGNORE = [r"prompt_encoder\..*", r"mask_decoder\..*", r"shared_image_embedding\..*"]
+
+
+def _from_transformers_sam(state: StateDict, file: str) -> Converted:
+    out = _from_timm_sam(_apply_rules(state, SAM_RULES, SAM_IGNORE, file=file, fmt="transformers (SAM)"))
+    return Converted(out, "transformers", {"norm_eps": SAM_EPS})
+
+
 def _from_transformers(state: StateDict, file: str) -> Converted:
     if any(re.fullmatch(_SAPIENS2_KEY, k) for k in state):
         return _from_sapiens2(state, file)
@@ -432,6 +490,8 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
         return _from_transformers_clip(state, file)
     if any(re.fullmatch(_AIMV2_PATCH_KEY, k) for k in state):
         return _from_transformers_aimv2(state, file)
+    if any(re.fullmatch(_SAM_PATCH_KEY, k) for k in state):
+        return _from_transformers_sam(state, file)
     if _DINOV3_PATCH_KEY in state:
         return _from_transformers_dinov3(state, file)
     out = merge_qkv(
@@ -699,6 +759,8 @@ def to_timm(state: StateDict, *, what: str = "model", eva: bool = False) -> Stat
             "through a custom embed_layer: timm cannot load it by name; export to 'vitzoo' instead"
         )
     out = dict(state)
+    if "neck.0.weight" in out:  # SAM's encoder: timm's VisionTransformerSAM layout
+        return _to_timm_sam(out, what)
     if eva:  # timm's Eva: LayerScale is gamma_1 / gamma_2 (EVA_RULES backwards)
         out = {re.sub(r"^blocks\.(\d+)\.ls([12])\.gamma$", r"blocks.\1.gamma_\2", k): v for k, v in out.items()}
     head = out.get("head.weight")

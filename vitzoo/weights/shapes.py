@@ -98,6 +98,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
         ),
         rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
+        rel_pos="blocks.0.attn.rel_pos_h" in state,  # SAM's relative position tables, its conv neck's width
+        neck_chans=int(state["neck.0.weight"].shape[0]) if "neck.0.weight" in state else 0,
     )
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
@@ -202,4 +204,6 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     qkv_fused=True,
     k_bias=True,
     rope="",
+    rel_pos=False,
+    neck_chans=0,
 )

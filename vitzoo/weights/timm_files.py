@@ -307,6 +307,8 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     unshown = timm_position_and_pool_fields(model, label)
+    if type(model).__name__ == "VisionTransformerSAM":
+        unshown.update(_sam_timm_fields(model))
     if hasattr(model, "embeds"):  # timm's NaFlexVit
         unshown.update(_naflex_timm_fields(model, label))
         img = unshown.pop("img_size", fields.get("img_size"))
@@ -333,6 +335,16 @@ def _timm_attention_fields(blocks: Any) -> dict[str, Any]:
     if not isinstance(getattr(blocks[0].attn, "q_norm", None), nn.Identity | None):
         fields["qk_norm"] = "head"
     return fields
+
+
+def _sam_timm_fields(model: Any) -> dict[str, Any]:
+    """What no tensor of timm's SAM encoder shows: which blocks attend within windows, and how large."""
+    windows = [int(block.window_size) for block in model.blocks]
+    window = max(windows, default=0)
+    return {
+        "window_size": window,
+        "global_attn_indexes": tuple(i for i, w in enumerate(windows) if w == 0) if window else (),
+    }
 
 
 # The attributes of timm's rotary embeddings that hold each setting.

@@ -51,6 +51,14 @@ _EXPRESSED = frozenset(
         "deit.VisionTransformerDistilled",
         "eva.Eva",
         "naflexvit.NaFlexVit",
+        "vision_transformer_sam.VisionTransformerSAM",
+        "vision_transformer_sam.Block",
+        "vision_transformer_sam.Attention",
+        "norm.LayerNorm2d",
+        "classifier.ClassifierHead",
+        "adaptive_avgmax_pool.SelectAdaptivePool2d",
+        "pooling.AdaptiveAvgPool2d",
+        "flatten.Flatten",
         "patch_embed.PatchEmbed",
         "naflexvit.NaFlexEmbeds",
         "vision_transformer.Block",
@@ -97,7 +105,6 @@ _UNEXPRESSED = {
     "VisionTransformerRelPos": "relative position bias (timm's relpos ViT)",
     "RelPosBlock": "relative position bias",
     "Beit": "BEiT: relative position bias",
-    "VisionTransformerSAM": "SAM's image encoder: windowed attention with relative positions",
     "ParallelThingsBlock": "several attention and MLP branches side by side (num_parallel)",
     "RelPosAttention": "relative position bias",
     "RelPosMlp": "relative position bias",
@@ -178,10 +185,23 @@ def _diff(m: nn.Module) -> list[str]:
     return found
 
 
+def _sam(m: nn.Module) -> list[str]:
+    """SAM's encoder (layers/sam.py) as its releases build it: relative positions or none, the conv neck."""
+    found = []
+    if getattr(m, "rope_global", None) is not None:
+        found.append("rotary embeddings in SAM's blocks (use_rope)")
+    if not isinstance(getattr(m, "neck", None), nn.Sequential):
+        found.append("SAM's encoder without its convolutional neck (neck_chans=None)")
+    if not isinstance(getattr(getattr(m, "head", None), "fc", nn.Identity()), nn.Linear | nn.Identity):
+        found.append("a classifier head other than a Linear (head_hidden_size)")
+    return found
+
+
 _SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
     "ParallelScalingBlock": _parallel,
     "DiffParallelScalingBlock": _diff,
     "DiffAttention": _diff,
+    "VisionTransformerSAM": _sam,
     "Attention": _attention,
     "AttentionRope": _attention,
     "EvaAttention": _attention,

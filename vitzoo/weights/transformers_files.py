@@ -37,6 +37,10 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         tokens averaged (its attention-pooling head, use_head, and the
                                         sinusoidal is_native positions are refused)
 
+    sam_vision_model, sam               SAM's image encoder: no class token, windowed attention but in
+                                        global_attn_indexes, decomposed relative positions (use_rel_pos),
+                                        the conv neck to output_channels, pooled by averaging (layers/sam.py)
+
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
                                         position table is for max_img_size (cropped at load, CPE) and
@@ -44,7 +48,7 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         the preprocessing (RadioModel normalises inside)
 
 A whole CLIP, SigLIP or AIMv2 model (text and vision, "clip" / "siglip" / "siglip2" / "aimv2") is read for
-its vision_config.
+its vision_config, a whole SAM model ("sam") for its image encoder's.
 """
 
 from __future__ import annotations
@@ -181,6 +185,19 @@ _SAPIENS2_DEFAULTS = dict(
     pos_embed_rescale=2.0,
 )
 
+_SAM_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "intermediate_size"},
+    image_size=1024,
+    layer_norm_eps=1e-6,
+    mlp_ratio=4.0,
+    mlp_dim=None,
+    use_abs_pos=True,
+    use_rel_pos=True,
+    window_size=14,
+    global_attn_indexes=[2, 5, 8, 11],
+    output_channels=256,
+)
+
 FAMILIES: dict[str, Family] = {
     "vit": Family(_VIT_DEFAULTS),
     "deit": Family(_VIT_DEFAULTS),
@@ -239,6 +256,10 @@ FAMILIES: dict[str, Family] = {
         _AIMV2_DEFAULTS,
         fixed=dict(class_token=False, global_pool="avg", norm_layer="rmsnorm", embed_norm=True, mlp_layer="swiglu"),
     ),
+    # SAM's image encoder (SamVisionModel): its neck ends in a LayerNorm, in the final norm's place
+    "sam_vision_model": Family(
+        _SAM_DEFAULTS, fixed=dict(class_token=False, global_pool="avg", final_norm=False), mlp_from_ratio=True
+    ),
 }
 # Whole text + image models: their vision tower is the vision_config of the family named here.
 VISION_TOWERS = {
@@ -249,6 +270,7 @@ VISION_TOWERS = {
     "siglip2": "siglip2_vision_model",
     "tipsv2": "tipsv2_vision_model",
     "aimv2": "aimv2_vision_model",  # its text tower is not read
+    "sam": "sam_vision_model",  # its prompt encoder and mask decoder are no part of an image encoder
 }
 MODEL_TYPES = (*FAMILIES, *VISION_TOWERS)
 
@@ -302,6 +324,12 @@ _KEY_TYPES: dict[str, Any] = {
     "pos_embed_shift": float | None,
     "pos_embed_jitter": float | None,
     "pos_embed_rescale": float | None,
+    "mlp_dim": int | None,
+    "use_abs_pos": bool,
+    "use_rel_pos": bool,
+    "window_size": int,
+    "global_attn_indexes": list[int],
+    "output_channels": int,
 }
 # Settings no vitzoo layer computes: the one value each family's models must have, and why.
 _REFUSED: dict[str, tuple[Any, str]] = {
@@ -374,6 +402,8 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
     fields.update(_attention_fields(name, values, where))
     if name == "radio":
         _radio_fields(values, fields, where)
+    if name == "sam_vision_model":
+        fields.update(_sam_fields(values))
     if values.get("use_swiglu_ffn"):  # DINOv2-g: SiLU-gated, its own width rule (swiglu.py)
         hidden_units = dinov2_swiglu_hidden_dim(hidden, mlp_ratio)
         fields.update(mlp_layer="swiglu_packed", act_layer="silu", mlp_ratio=packed_mlp_ratio(hidden, hidden_units))
@@ -488,6 +518,21 @@ def _sapiens2_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
     ):
         if values[key] is not None:
             fields[field_name] = float(values[key])
+    return fields
+
+
+def _sam_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """SamVisionConfig's windows, relative positions, neck and MLP width (mlp_dim, else hidden * mlp_ratio)."""
+    fields: dict[str, Any] = dict(
+        window_size=values["window_size"],
+        global_attn_indexes=tuple(values["global_attn_indexes"]) if values["window_size"] else (),
+        rel_pos=values["use_rel_pos"],
+        neck_chans=values["output_channels"],
+    )
+    if values["mlp_dim"] is not None:
+        fields["mlp_ratio"] = values["mlp_dim"] / values["hidden_size"]
+    if not values["use_abs_pos"]:
+        fields["pos_embed"] = "none"
     return fields
 
 

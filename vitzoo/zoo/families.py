@@ -24,6 +24,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("siglip", "siglip"),
     ("clip", "clip"),
     ("flexivit", "flexivit"),
+    ("samvit", "sam"),
     ("", "vit"),
 )
 
