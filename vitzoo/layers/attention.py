@@ -17,6 +17,8 @@ inputs however deep the model. timm's `scale_attn_norm` (VisionTransformer's Att
 `scale_attn_inner` (EvaAttention); the norm is `attn.norm` (weight and bias, or RMSNorm's scale).
 Without it `norm` is an nn.Identity: no parameter and no tensor work.
 
+With `attn_bias`, a float tensor broadcast to (B, heads, N, N) is added to the logits before the
+softmax (BEiT's relative position bias, relpos_bias.py): the fused kernel takes it as its float mask.
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 Two exceptions, for speed alone, where the same formula is written out (two matrix products and a
@@ -111,15 +113,23 @@ class Attention(nn.Module):
             self.k_bias = torch.zeros(self.q_bias.shape, device=device, dtype=self.k_bias.dtype)
 
     def forward(
-        self, x: torch.Tensor, rope: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """`attn_mask`: a bool mask broadcast to (B, heads, N, N), True where a query may attend a
-        key (patch-sequence batches mask their padding keys: layers/naflex.py)."""
+        key (patch-sequence batches mask their padding keys: layers/naflex.py). `attn_bias`: a float
+        tensor broadcast to (B, heads, N, N), added to the logits (relative position biases)."""
         B, N, D = x.shape
         q, k, v = self._project(x)
         if rope is not None:  # (N, 2 * head_dim), per head (heads, N, ...) or per image (B, 1 | heads, N, ...)
             q = apply_rope(q, rope, self.rope_rotate_half).type_as(v)
             k = apply_rope(k, rope, self.rope_rotate_half).type_as(v)
+        if attn_bias is not None:  # one float mask: the bias, -inf where attn_mask forbids
+            attn_bias = attn_bias.to(q.dtype)
+            attn_mask = attn_bias if attn_mask is None else attn_bias.masked_fill(~attn_mask, float("-inf"))
         if self.attn_sink is not None or self.explicit or explicit_is_faster(q):
             x = self._explicit_attention(q, k, v, self.attn_sink, attn_mask)
         elif attn_mask is None:  # softmax(q k^T / sqrt(head_dim)) v, fused.
@@ -174,8 +184,10 @@ class Attention(nn.Module):
             n = scores.shape[-1]
             future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
-        if attn_mask is not None:
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask is not None:  # a float mask: added (an attention bias, forward's attn_bias)
+            scores = scores + attn_mask
         weights = torch.softmax(scores, dim=-1)
         if sink is not None:
             sink.append(weights)
