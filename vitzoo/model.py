@@ -918,9 +918,9 @@ class VisionTransformer(nn.Module):
                 self.pos_embed = table  # replaces the buffer, still non-persistent
         if self.rope is not None:
             self.rope.set_grid(new_grid)
-        for block in self.blocks:  # BEiT's tables: resized as timm resizes them
-            if getattr(block, "rel_pos", None) is not None:
-                block.rel_pos.set_grid(new_grid)
+        for module in self.blocks.modules():  # BEiT's tables: resized as timm resizes them
+            if isinstance(module, RelPosBiasTable):
+                module.set_grid(new_grid)
         self.patch_embed.set_input_size(config.img_size)
         self.config = config
         self.pretrained_cfg = self.pretrained_cfg.replace(input_size=config.input_size)

@@ -94,6 +94,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
         ),
         rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
+        rel_pos_table=_REL_POS_KEY in state,  # BEiT's relative position bias
     )
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
@@ -104,8 +105,11 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
-    if pos is None:  # no learned table: sinusoids, or the rotary embedding alone (RoPE-Mixed shows itself)
-        fields["pos_embed"] = "none" if "rope.freqs" in state else "sincos"
+    if pos is None:  # no learned table: sinusoids, or relative or rotary positions alone (their tensors show them)
+        fields["pos_embed"] = "none" if "rope.freqs" in state or _REL_POS_KEY in state else "sincos"
+        side = _rel_pos_side(state)
+        if side is not None:
+            fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
     else:
         prefix = int(class_token) + int(distilled) + reg_tokens
         covered = position_prefix(pos.shape[1], prefix)
@@ -115,6 +119,19 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             side = math.isqrt(pos.shape[1] - covered)
             fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
     return fields
+
+
+_REL_POS_KEY = "blocks.0.rel_pos.relative_position_bias_table"
+
+
+def _rel_pos_side(state: StateDict) -> int | None:
+    """The side of the square grid BEiT's table of block 0 is for ((2 side - 1)^2 offsets and the
+    class token's 3 rows), None without a table or for a table of no square grid."""
+    table = state.get(_REL_POS_KEY)
+    if table is None or table.ndim != 2:
+        return None
+    width = math.isqrt(max(int(table.shape[0]) - 3, 0))
+    return (width + 1) // 2 if width * width == table.shape[0] - 3 and width % 2 else None
 
 
 def mlp_kind(state: StateDict) -> str | None:
@@ -188,4 +205,5 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     qkv_fused=True,
     k_bias=True,
     rope="",
+    rel_pos_table=False,
 )

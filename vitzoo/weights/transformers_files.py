@@ -32,6 +32,16 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         tokens averaged (its attention-pooling head, use_head, and the
                                         sinusoidal is_native positions are refused)
 
+    beit, data2vec-vision               BEiT (BeitModel, Data2VecVisionModel): q and v biased, k not;
+                                        a relative position table per block with
+                                        use_relative_position_bias (layers/relpos_bias.py), a learned
+                                        position table only with use_absolute_position_embeddings;
+                                        LayerScale (layer_scale_init_value); use_mean_pooling: the mean
+                                        of the patch tokens, then the pooler's LayerNorm (fc_norm), else
+                                        the class token after the final norm. The table shared by every
+                                        block (use_shared_relative_position_bias: the pre-training
+                                        checkpoints) is refused
+
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
                                         position table is for max_img_size (cropped at load, CPE) and
@@ -124,6 +134,14 @@ _INTERNVL_DEFAULTS = dict(
     layer_scale_init_value=0.1,
     use_mean_pooling=True,
 )
+_BEIT_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
+    use_absolute_position_embeddings=False,
+    use_relative_position_bias=False,
+    use_shared_relative_position_bias=False,
+    layer_scale_init_value=0.1,
+    use_mean_pooling=True,
+)
 _DINOV3_DEFAULTS = dict(
     {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
     hidden_size=384,
@@ -193,6 +211,9 @@ FAMILIES: dict[str, Family] = {
     # InternViT (InternVLVisionModel): LayerScale, no final norm with use_mean_pooling (transformers
     # returns the tokens; pooled by the class token, as OpenGVLab's InternVisionModel)
     "internvl_vision": Family(_INTERNVL_DEFAULTS, fixed=dict(global_pool="token")),
+    # BEiT and data2vec's image model (transformers' copy of BEiT): _beit_fields
+    "beit": Family(_BEIT_DEFAULTS),
+    "data2vec-vision": Family(_BEIT_DEFAULTS),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
     # AIMv2: RMSNorm after the patch embedding (embed_norm) and in every block, the tokens averaged
     "aimv2_vision_model": Family(
@@ -255,6 +276,8 @@ _KEY_TYPES: dict[str, Any] = {
     "rms_norm_eps": float,
     "use_head": bool,
     "is_native": bool,
+    "use_relative_position_bias": bool,
+    "use_shared_relative_position_bias": bool,
 }
 # Settings no vitzoo layer computes: the one value each family's models must have, and why.
 _REFUSED: dict[str, tuple[Any, str]] = {
@@ -263,12 +286,15 @@ _REFUSED: dict[str, tuple[Any, str]] = {
     "apply_layernorm": (True, "vitzoo's TIPSv2 ends with its LayerNorm"),
     "use_qk_norm": (False, "InternViT-6B's q/k RMSNorm is no layer of vitzoo's"),
     "norm_type": ("layer_norm", "InternViT-6B's RMSNorm (its eps inside the root) is not vitzoo's"),
-    "use_absolute_position_embeddings": (True, "vitzoo's ViT has a learned position table"),
     "use_head": (
         False,
         "AIMv2's attention-pooling head (a learned query over k/v projections, no MLP) is no layer of vitzoo's",
     ),
     "is_native": (False, "AIMv2 native's 2D sinusoidal positions are not vitzoo's table"),
+    "use_shared_relative_position_bias": (
+        False,
+        "BEiT's pre-training table shared by every block (vitzoo's is per block)",
+    ),
 }
 
 
@@ -352,13 +378,35 @@ def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str
                 "expected both true or both false (vitzoo's proj_bias covers the attention output and the MLP)"
             )
         return {"qkv_bias": values["qkv_bias"], "proj_bias": values["mlp_bias"]}
+    if name in ("beit", "data2vec-vision"):
+        return _beit_fields(values)
     if name == "internvl_vision":  # q/k/v biased or not together; LayerScale by its own key
+        if not values["use_absolute_position_embeddings"]:
+            raise WeightsFileError(
+                f"{where}: use_absolute_position_embeddings=False is not supported; expected True "
+                "(vitzoo's InternViT has a learned position table)"
+            )
         return dict(
             qkv_bias=values["attention_bias"],
             init_values=float(values["layer_scale_init_value"]),
             final_norm=not values["use_mean_pooling"],
         )
     return {"qkv_bias": values["qkv_bias"]}
+
+
+def _beit_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """BEiT's attention (q and v biased, k not), positions, LayerScale and pooling."""
+    mean = values["use_mean_pooling"]
+    scale = float(values["layer_scale_init_value"])
+    return dict(
+        qkv_bias=True,
+        k_bias=False,
+        pos_embed="learned" if values["use_absolute_position_embeddings"] else "none",
+        rel_pos_table=values["use_relative_position_bias"],
+        init_values=scale if scale > 0 else None,
+        global_pool="avg" if mean else "token",
+        fc_norm=mean,
+    )
 
 
 def _dinov3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("siglip", "siglip"),
     ("clip", "clip"),
     ("flexivit", "flexivit"),
+    ("beit", "beit"),
     ("", "vit"),
 )
 
