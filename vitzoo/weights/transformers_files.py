@@ -37,8 +37,9 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         use_relative_position_bias (layers/relpos_bias.py), a learned
                                         position table only with use_absolute_position_embeddings;
                                         LayerScale (layer_scale_init_value); use_mean_pooling: the mean
-                                        of the patch tokens, then the pooler's LayerNorm (fc_norm), else
-                                        the class token after the final norm. The table shared by every
+                                        of the patch tokens, then the pooler's LayerNorm (fc_norm; none
+                                        in a model saved without its pooler), else the class token
+                                        after the final norm. The table shared by every
                                         block (use_shared_relative_position_bias: the pre-training
                                         checkpoints) is refused
 
@@ -395,8 +396,9 @@ def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str
 
 
 def _beit_fields(values: dict[str, Any]) -> dict[str, Any]:
-    """BEiT's attention (q and v biased, k not), positions, LayerScale and pooling."""
-    mean = values["use_mean_pooling"]
+    """BEiT's attention (q and v biased, k not), positions, LayerScale and pooling. Whether the
+    mean-pooled feature is normalised (the pooler's LayerNorm: fc_norm) the tensors say: a model saved
+    without its pooler (Data2VecVisionModel's default) has no norm at all."""
     scale = float(values["layer_scale_init_value"])
     return dict(
         qkv_bias=True,
@@ -404,8 +406,7 @@ def _beit_fields(values: dict[str, Any]) -> dict[str, Any]:
         pos_embed="learned" if values["use_absolute_position_embeddings"] else "none",
         rel_pos_table=values["use_relative_position_bias"],
         init_values=scale if scale > 0 else None,
-        global_pool="avg" if mean else "token",
-        fc_norm=mean,
+        global_pool="avg" if values["use_mean_pooling"] else "token",
     )
 
 
