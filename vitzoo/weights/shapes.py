@@ -106,10 +106,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
     if pos is None:  # no learned table: sinusoids, or relative or rotary positions alone (their tensors show them)
-        fields["pos_embed"] = "none" if "rope.freqs" in state or _REL_POS_KEY in state else "sincos"
-        side = _rel_pos_side(state)
-        if side is not None:
-            fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
+        fields.update(_without_table(state, int(ph), int(pw)))
     else:
         prefix = int(class_token) + int(distilled) + reg_tokens
         covered = position_prefix(pos.shape[1], prefix)
@@ -122,6 +119,16 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
 
 
 _REL_POS_KEY = "blocks.0.rel_pos.relative_position_bias_table"
+
+
+def _without_table(state: StateDict, ph: int, pw: int) -> dict[str, Any]:
+    """A model without a learned position table: its positions (none but relative or rotary ones,
+    else sinusoids) and, from BEiT's relative position table, its input size."""
+    fields: dict[str, Any] = {"pos_embed": "none" if "rope.freqs" in state or _REL_POS_KEY in state else "sincos"}
+    side = _rel_pos_side(state)
+    if side is not None:
+        fields["img_size"] = side * ph if ph == pw else (side * ph, side * pw)
+    return fields
 
 
 def _rel_pos_side(state: StateDict) -> int | None:
