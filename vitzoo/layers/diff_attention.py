@@ -121,10 +121,16 @@ class DiffAttention(Attention):
         self.sub_norm = RMSNorm(self.head_dim, eps=SUB_NORM_EPS)
 
     def forward(
-        self, x: torch.Tensor, rope: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if rope is not None:
             raise ValueError("DiffAttention: a rotary embedding is not supported with differential attention")
+        if attn_bias is not None:
+            raise ValueError("DiffAttention: an additive attention bias (attn_bias) is not supported")
         B, N, D = x.shape
         q, k, v = self._project(x)
         x = differential_attention(
