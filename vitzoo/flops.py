@@ -2,7 +2,7 @@
 
 Convention (the same as `torch.utils.flop_counter.FlopCounterMode`): only matrix products count,
 and one multiply-add is 2 FLOPs. Element-wise work (LayerNorm, GELU, softmax, bias adds, residuals,
-LayerScale, the rotary embedding) is left out — it is a few percent of a ViT and depends on kernels rather than on the architecture.
+LayerScale, the rotary embedding, BEiT's relative position bias) is left out — it is a few percent of a ViT and depends on kernels rather than on the architecture.
 So a number here is twice the "GMACs" that some tables quote: ViT-B/16 at 224 is 35.1 GFLOPs =
 17.6 GMACs.
 

@@ -42,6 +42,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
     window_size, global_attn_indexes, rel_pos, neck_chans   SAM's image encoder (layers/sam.py):
                      windowed attention but in a few global blocks, decomposed relative positions,
                      a conv neck in the final norm's place; no prefix tokens
+    rel_pos_table    BEiT: a learned relative position bias per block, added to the attention logits
+                     (layers/relpos_bias.py); resized once by set_input_size, no dynamic_img_size
 
 Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
 their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
@@ -105,6 +107,7 @@ from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
 from .layers.qk_norm import QK_NORMS, QKNormName
+from .layers.relpos_bias import RelPosBiasTable, num_relative_distances
 from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args
 from .layers.sam import Neck, SamBlock, neck_params, rel_pos_params
 from .layers.swiglu import MLPS, MlpName, mlp_hidden_dim
@@ -207,6 +210,9 @@ class ViTConfig:
     global_attn_indexes: tuple[int, ...] = ()
     rel_pos: bool = False
     neck_chans: int = 0
+    # BEiT: each block learns a bias per head for every relative offset of two patches (and the class
+    # token's three rows), added to its attention logits (layers/relpos_bias.py). Needs the class token alone.
+    rel_pos_table: bool = False
     drop_rate: float = 0.0  # dropout after the position embedding, in the MLP and after attn proj
     attn_drop_rate: float = 0.0  # dropout on the attention weights
     drop_path_rate: float = 0.0  # stochastic depth, rising linearly from 0 to this over depth
@@ -303,6 +309,7 @@ class ViTConfig:
         self._validate_mlp()
         self._validate_block()
         self._validate_sam()
+        self._validate_rel_pos()
 
     def _validate_block(self) -> None:
         """The parallel block and differential attention: their fields, and what they do not combine with."""
@@ -324,6 +331,7 @@ class ViTConfig:
             "k_bias": not self.k_bias,
             "proj_bias": not self.proj_bias,
             "attn_norm": self.attn_norm,  # the sub-LN is the plain attention's
+            "rel_pos_table": self.rel_pos_table,
         }
         if self.block_type == "parallel":
             refused.update(mlp_layer=self.mlp_layer != "mlp", mlp_norm=self.mlp_norm)
@@ -383,6 +391,22 @@ class ViTConfig:
             )
         if self.neck_chans and self.representation_size:
             raise ValueError(f"neck_chans={self.neck_chans} cannot be combined with representation_size")
+
+    def _validate_rel_pos(self) -> None:
+        if not self.rel_pos_table:
+            return
+        if not self.class_token or self.num_prefix_tokens != 1:
+            raise ValueError(
+                f"rel_pos_table=True cannot be combined with class_token={self.class_token}, "
+                f"reg_tokens={self.reg_tokens}, distilled={self.distilled}: BEiT's table has rows for one class "
+                "token before the patches; expected class_token=True and no register or distillation token"
+            )
+        if self.dynamic_img_size:
+            raise ValueError(
+                "rel_pos_table=True cannot be combined with dynamic_img_size=True: BEiT's relative position table "
+                "is resized once for another grid (set_input_size, timm's resize_rel_pos_bias_table), not per "
+                "call; expected dynamic_img_size=False"
+            )
 
     def _validate_pool(self) -> None:
         """The "map" pool's own settings (PE: its head count; PE-Core-G: its MLP ratio)."""
@@ -563,6 +587,8 @@ class ViTConfig:
             total += 2 * self.depth * self.num_heads * 2 * -(-(d // self.num_heads) // 4)
         total += norm(d) * (int(self.pre_norm) + int(self.final_norm and not self.fc_norm) + int(self.fc_norm))
         total += sum(self._block_params(heads) for heads in self.kv_heads) + self._sam_params()
+        if self.rel_pos_table:  # one (offsets + 3, heads) table per block
+            total += self.depth * num_relative_distances(self.grid_size) * self.num_heads
         if self.global_pool == "map":  # latent query, q, kv, proj, norm and a plain MLP
             hidden = int(d * (self.attn_pool_mlp_ratio or self.mlp_ratio))
             total += (
@@ -874,6 +900,7 @@ class VisionTransformer(nn.Module):
                     num_kv_heads=c.kv_heads[i],
                     qk_norm=c.qk_norm,
                     layer_scale_mlp=c.layer_scale_mlp,
+                    **({"rel_pos_grid": c.grid_size} if c.rel_pos_table else {}),  # BEiT's table: "prenorm" only
                 )
                 for i in range(c.depth)
             ]
@@ -934,7 +961,7 @@ class VisionTransformer(nn.Module):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
-            elif isinstance(m, (LayerScale, RMSNorm)):
+            elif isinstance(m, (LayerScale, RMSNorm, RelPosBiasTable)):
                 m.reset_parameters()
             elif isinstance(m, AttentionPool):
                 m.init_latent()
@@ -1006,6 +1033,8 @@ class VisionTransformer(nn.Module):
         skip = {name for name in names if isinstance(getattr(self, name), nn.Parameter)}
         if self.rope is not None:  # RoPE-Mixed's learned frequencies, as timm lists them
             skip |= {f"rope.{name}" for name in self.rope.no_weight_decay()}
+        # BEiT's relative position tables, as timm lists them
+        skip |= {name for name, _ in self.named_parameters() if name.endswith("relative_position_bias_table")}
         return skip
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -1017,8 +1046,9 @@ class VisionTransformer(nn.Module):
         self, img_size: int | tuple[int, int] | None = None, patch_size: int | tuple[int, int] | None = None
     ) -> None:
         """Change the input size for good (timm's method): the learned position table is resampled
-        once (bicubic, as `dynamic_img_size` does per call), a sinusoidal one recomputed, and
-        `config.img_size` and `pretrained_cfg.input_size` follow."""
+        once (bicubic, as `dynamic_img_size` does per call), a sinusoidal one recomputed, BEiT's
+        relative position tables resized (layers/relpos_bias.py), and `config.img_size` and
+        `pretrained_cfg.input_size` follow."""
         if patch_size is not None and to_2tuple(patch_size, "patch_size") != self.patch_embed.patch_size:
             raise ValueError(
                 f"set_input_size: patch_size={patch_size!r} is invalid; the patch projection's kernel is not resampled "
@@ -1037,6 +1067,9 @@ class VisionTransformer(nn.Module):
                 self.pos_embed = table  # replaces the buffer, still non-persistent
         if self.rope is not None:
             self.rope.set_grid(new_grid)
+        for module in self.blocks.modules():  # BEiT's tables: resized as timm resizes them
+            if isinstance(module, RelPosBiasTable):
+                module.set_grid(new_grid)
         self.patch_embed.set_input_size(config.img_size)
         self.config = config
         self.pretrained_cfg = self.pretrained_cfg.replace(input_size=config.input_size)
@@ -1161,6 +1194,11 @@ class VisionTransformer(nn.Module):
                 "this model is SAM's image encoder (window_size, rel_pos, neck_chans: layers/sam.py): its blocks "
                 "and neck work on one image's grid of patches, so it cannot take a patch-sequence batch; "
                 "expected a (B, C, H, W) image"
+            )
+        if self.config.rel_pos_table:
+            return (
+                "this model has BEiT's relative position table (rel_pos_table=True), sized for one grid: it cannot "
+                "take a patch-sequence batch of images of their own grids; expected a (B, C, H, W) image"
             )
         if self.config.conv_stem:
             return (

@@ -503,6 +503,8 @@ def test_transformers_config_defaults_are_transformers_own():
         "chinese_clip_vision_model": "ChineseCLIPVisionConfig",
         "tipsv2_vision_model": "Tipsv2VisionConfig",
         "internvl_vision": "InternVLVisionConfig",
+        "beit": "BeitConfig",
+        "data2vec-vision": "Data2VecVisionConfig",
     }
     # Dinov2Config's patch_size default was 16 in older transformers (4.40), 14 now: vitzoo takes
     # today's; DINOv2's published configs state it, and the patch projection's shape checks it.

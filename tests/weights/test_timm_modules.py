@@ -49,7 +49,11 @@ def _from_timm(name: str, reference: torch.nn.Module, monkeypatch: pytest.Monkey
         ("vit_base_patch16_xp_224", {}, r"ParallelScalingBlock with qk-norm"),
         ("vit_small_patch16_18x2_224", {}, r"ParallelThingsBlock, several attention and MLP branches"),
         ("vit_relpos_base_patch16_224", {}, r"RelPosBlock, relative position bias"),
-        ("beit_base_patch16_224", {}, r"the model: Beit, BEiT: relative position bias"),
+        (
+            "beit_base_patch16_224",
+            dict(use_rel_pos_bias=False, use_shared_rel_pos_bias=True),
+            r"rel_pos_bias: RelativePositionBias, one relative position bias shared by every block",
+        ),
         ("vit_small_r26_s32_224", {}, r"patch_embed: HybridEmbed, a CNN backbone"),
         ("vit_base_patch16_224", dict(global_pool="avgmax"), r"global_pool 'avgmax'"),
         (
@@ -82,6 +86,7 @@ def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, mon
         ("vit_dwee_patch16_reg1_gap_256", {}),  # differential attention
         ("vit_pwee_patch16_reg1_gap_256", {}),  # the parallel block (ParallelScalingBlock)
         ("vit_base_patch16_224", dict(qk_norm=True)),  # qk-norm per head (ViTConfig.qk_norm="head")
+        ("beit_base_patch16_224", {}),  # BEiT: relative position tables, q/v biases, gamma_1/2, fc_norm
     ],
 )
 def test_timm_source_still_loads_what_vitzoo_computes(name, args: dict[str, Any], monkeypatch):

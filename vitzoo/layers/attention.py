@@ -20,6 +20,8 @@ Without it `norm` is an nn.Identity: no parameter and no tensor work.
 Two options of the unfused layout: `num_kv_heads` < num_heads gives grouped-query attention
 (gqa.py: k_proj and v_proj h_kv heads wide, each kv head serving a group of query heads), and
 `qk_norm` normalises q and k before the rotary embedding (qk_norm.py: `q_norm`, `k_norm`).
+With `attn_bias`, a float tensor broadcast to (B, heads, N, N) is added to the logits before the
+softmax (BEiT's relative position bias, relpos_bias.py): the fused kernel takes it as its float mask.
 The attention itself is `F.scaled_dot_product_attention`, which picks a fused kernel
 (flash / memory-efficient / oneDNN) and never materialises the (N x N) matrix when it can avoid it.
 Two exceptions, for speed alone, where the same formula is written out (two matrix products and a
@@ -223,8 +225,10 @@ class Attention(nn.Module):
             n = scores.shape[-1]
             future = torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1)
             scores = scores.masked_fill(future, float("-inf"))
-        if attn_mask is not None:
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
+        elif attn_mask is not None:  # a float mask: added (an attention bias, forward's attn_bias)
+            scores = scores + attn_mask
         weights = torch.softmax(scores, dim=-1)
         if sink is not None:
             sink.append(weights)

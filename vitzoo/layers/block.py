@@ -14,6 +14,8 @@ the attention too (`attn_norm`: its sub-LN before the output projection, attenti
 `proj_bias=False` (AIMv2) drops the biases of the attention's output projection and of every MLP layer;
 the attention is plain (attention.py) or differential (`attn_layer="diff"`, diff_attention.py, which
 takes the block's `index` for its lambda_init).
+With `rel_pos_grid` the block has BEiT's relative position bias table (`rel_pos`, relpos_bias.py),
+whose bias its attention adds to the logits (`attn_bias`).
 
 The kinds of block, chosen by ViTConfig.block_type, are the table BLOCKS (name -> class), each
 class built with the same keyword arguments (`make_block`): "prenorm" this one, "parallel"
@@ -31,6 +33,7 @@ from .drop_path import DropPath
 from .layer_scale import LayerScale
 from .norm import make_norm
 from .parallel_block import ParallelBlock
+from .relpos_bias import RelPosBiasTable
 from .swiglu import make_mlp
 
 
@@ -63,6 +66,7 @@ class Block(nn.Module):
         num_kv_heads: int | None = None,
         qk_norm: str = "",
         layer_scale_mlp: bool = True,
+        rel_pos_grid: tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm_layer, dim, norm_eps)
@@ -89,6 +93,7 @@ class Block(nn.Module):
                 qk_norm=qk_norm,
                 qk_norm_layer=norm_layer,
             )
+        self.rel_pos = RelPosBiasTable(rel_pos_grid, num_heads) if rel_pos_grid is not None else None
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = make_norm(norm_layer, dim, norm_eps)
@@ -109,7 +114,9 @@ class Block(nn.Module):
     def forward(
         self, x: torch.Tensor, rope: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
     ) -> torch.Tensor:
-        x = x + self.drop_path1(self.ls1(self.attn(self.norm1(x), rope, attn_mask)))
+        h = self.norm1(x)  # BEiT's relative position bias, where there is a table, added to the logits
+        h = self.attn(h, rope, attn_mask) if self.rel_pos is None else self.attn(h, rope, attn_mask, self.rel_pos())
+        x = x + self.drop_path1(self.ls1(h))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
         return x
 

@@ -127,10 +127,10 @@ class DiffAttention(Attention):
         attn_mask: torch.Tensor | None = None,
         attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        if rope is not None or attn_bias is not None:
-            raise ValueError(
-                "DiffAttention: a rotary embedding or an additive attn_bias is not supported with differential attention"
-            )
+        if rope is not None:
+            raise ValueError("DiffAttention: a rotary embedding is not supported with differential attention")
+        if attn_bias is not None:
+            raise ValueError("DiffAttention: an additive attention bias (attn_bias) is not supported")
         B, N, D = x.shape
         q, k, v = self._project(x)
         x = differential_attention(

@@ -4,7 +4,9 @@ vitzoo's names are timm's (see model.py), so "timm" and "vitzoo" checkpoints nee
 Every other layout is a table of (pattern, our name) rules plus the few tensor reshapes it needs:
 
     layout        detected by the key                                   source
-    timm/vitzoo   patch_embed.proj.weight                               timm (its Eva: gamma_1/2 renamed),
+    timm/vitzoo   patch_embed.proj.weight                               timm (its Eva and BEiT: gamma_1/2 renamed;
+                                                                        BEiT's attn.relative_position_bias_table
+                                                                        held by the block as rel_pos),
                                                                         vitzoo save_pretrained
                   embeds.proj.weight                                    timm's NaFlexVit (its `embeds`: a Linear
                                                                         over (row, column, channel) patches, a
@@ -15,7 +17,9 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                                                                         ViTMAEModel, ViTMSNModel, IJepaModel,
                                                                         DPTModel (DPTFor...: the backbone),
                                                                         InternVLVisionModel, Dinov2Model,
-                                                                        Dinov2WithRegistersModel
+                                                                        Dinov2WithRegistersModel, BeitModel,
+                                                                        Data2VecVisionModel (and their
+                                                                        ...ForImageClassification)
                   [vision_model.]embeddings.patch_embedding.weight      CLIPVisionModel[WithProjection],
                                                                         SiglipVisionModel, CLIPModel,
                                                                         SiglipModel, Siglip2Model, MetaClip2 and
@@ -184,8 +188,14 @@ def _merge_parts(state: StateDict, pattern: str, names: tuple[str, ...], target:
 
 
 # ----------------------------------------------------------------------------- timm / vitzoo
-# timm's Eva (EVA-02, PE, RoPE-ViT, DINOv3) names LayerScale's factors gamma_1 / gamma_2.
-EVA_RULES: list[Rule] = [(r"blocks\.(\d+)\.gamma_([12])", r"blocks.\1.ls\2.gamma")]
+# timm's Eva (EVA-02, PE, RoPE-ViT, DINOv3) and BEiT name LayerScale's factors gamma_1 / gamma_2;
+# BEiT's attention holds its relative position table, which vitzoo's block holds (layers/relpos_bias.py).
+EVA_RULES: list[Rule] = [
+    (r"blocks\.(\d+)\.gamma_([12])", r"blocks.\1.ls\2.gamma"),
+    (r"blocks\.(\d+)\.attn\.relative_position_bias_table", r"blocks.\1.rel_pos.relative_position_bias_table"),
+]
+# The index buffer that BEiT's original checkpoints saved: rebuilt from the grid (timm drops it too).
+_RELPOS_INDEX = re.compile(r"blocks\.\d+\.attn\.relative_position_index")
 
 
 def _from_vitzoo(state: StateDict, file: str) -> Converted:
@@ -199,6 +209,8 @@ def _from_vitzoo(state: StateDict, file: str) -> Converted:
         state = _from_timm_sam(state)
     out: StateDict = {}
     for key, value in state.items():
+        if _RELPOS_INDEX.fullmatch(key):
+            continue
         for pattern, (_, repl) in zip(eva, EVA_RULES):
             key = pattern.sub(repl, key) if pattern.fullmatch(key) else key
         out[key] = value
@@ -279,8 +291,11 @@ def _from_timm_naflex(state: StateDict, file: str) -> tuple[StateDict, dict[str,
 # ViT, DeiT, ViTMAE and DINOv2 share one naming scheme (DINOv2 names its LayerNorms norm1/norm2 and
 # adds LayerScale); CLIP and SigLIP share another (CLIP_RULES below).
 _HF_LAYER = r"(?:encoder\.layer|layers)\.(\d+)\."  # transformers <5 saved names | 5.x module names
-# the base model inside ViTFor..., DeiTFor..., ViTMAEForPreTraining, IJepaFor..., DPTFor...
-_HF = r"(?:vit\.|deit\.|ijepa\.|dpt\.)?"
+# the base model inside ViTFor..., DeiTFor..., ViTMAEForPreTraining, IJepaFor..., DPTFor..., BeitFor...,
+# Data2VecVisionFor...
+_HF = r"(?:vit\.|deit\.|ijepa\.|dpt\.|beit\.|data2vec_vision\.)?"
+# BEiT's relative position table: in the attention (transformers < 5), in the layer (5.x)
+_HF_RELPOS = rf"{_HF}{_HF_LAYER}(?:attention\.attention\.)?relative_position_bias\."
 TRANSFORMERS_RULES: list[Rule] = [
     (rf"{_HF}embeddings\.cls_token", "cls_token"),
     (rf"{_HF}embeddings\.distillation_token", "dist_token"),
@@ -312,6 +327,8 @@ TRANSFORMERS_RULES: list[Rule] = [
     (rf"{_HF}{_HF_LAYER}lambda_([12])", r"blocks.\1.ls\2.gamma"),  # InternViT
     (rf"{_HF}layernorm\.(weight|bias)", r"norm.\1"),
     (rf"{_HF}pooler\.dense\.(weight|bias)", r"pre_logits.fc.\1"),  # ViTModel's pooler (Linear + Tanh)
+    (rf"{_HF}pooler\.layernorm\.(weight|bias)", r"fc_norm.\1"),  # BEiT's mean pooling, then its LayerNorm
+    (rf"{_HF_RELPOS}relative_position_bias_table", r"blocks.\1.rel_pos.relative_position_bias_table"),
     (r"classifier\.(weight|bias)", r"head.\1"),  # ViTForImageClassification
     (r"cls_classifier\.(weight|bias)", r"head.\1"),  # DeiTForImageClassificationWithTeacher
     (r"distillation_classifier\.(weight|bias)", r"head_dist.\1"),
@@ -320,6 +337,7 @@ TRANSFORMERS_RULES: list[Rule] = [
 # and DPTForDepthEstimation's / DPTForSemanticSegmentation's neck and heads (the backbone is read).
 TRANSFORMERS_IGNORE = [
     rf"{_HF}embeddings\.mask_token",
+    rf"{_HF_RELPOS}relative_position_index",  # BEiT's index, rebuilt from the grid
     r"decoder\..*",
     r"neck\..*",
     r"(?:auxiliary_)?head\.(?:head|projection)\..*",
@@ -387,11 +405,17 @@ def _from_transformers_dinov3(state: StateDict, file: str) -> Converted:
         out[key.replace(".mlp.up.", ".mlp.fc1_x." if gated else ".mlp.fc1.")] = out.pop(key)
     if "norm.weight" in out and "norm.bias" not in out:  # Sapiens2 (RMSNorm): q/k/v apart, as timm's
         return _sapiens2_projections(out)
+    return Converted(merge_qkv(_q_and_v_biases(out), file=file), "transformers", {"norm_eps": DINOV3_EPS})
+
+
+def _q_and_v_biases(out: StateDict) -> StateDict:
+    """Separate q and v biases beside a bias-free key (DINOv3, BEiT) as vitzoo's fused layout holds
+    them: `attn.q_bias`, `attn.v_bias` (k_bias=False)."""
     for key in [k for k in out if k.endswith(".attn.q.bias")]:
         block = key.removesuffix(".q.bias")
         if f"{block}.k.bias" not in out and f"{block}.v.bias" in out:  # the key's bias is zero
             out[f"{block}.q_bias"], out[f"{block}.v_bias"] = out.pop(key), out.pop(f"{block}.v.bias")
-    return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": DINOV3_EPS})
+    return out
 
 
 # Aimv2VisionModel (and Aimv2Model's vision_model): RMSNorms named rms_norm*, one after the patch
@@ -495,7 +519,8 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
     if _DINOV3_PATCH_KEY in state:
         return _from_transformers_dinov3(state, file)
     out = merge_qkv(
-        _apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers"), file=file
+        _q_and_v_biases(_apply_rules(state, TRANSFORMERS_RULES, TRANSFORMERS_IGNORE, file=file, fmt="transformers")),
+        file=file,
     )
     out = _merge_gate(out, file=file)
     hints: dict[str, Any] = {"norm_eps": TRANSFORMERS_EPS}
@@ -758,7 +783,7 @@ def to_timm(state: StateDict, *, what: str = "model", eva: bool = False) -> Stat
             f"{what} has a convolutional stem (patch_embed.stem.*), which timm's VisionTransformer builds only "
             "through a custom embed_layer: timm cannot load it by name; export to 'vitzoo' instead"
         )
-    out = dict(state)
+    out = {re.sub(r"^blocks\.(\d+)\.rel_pos\.", r"blocks.\1.attn.", k): v for k, v in state.items()}  # BEiT
     if "neck.0.weight" in out:  # SAM's encoder: timm's VisionTransformerSAM layout
         return _to_timm_sam(out, what)
     if eva:  # timm's Eva: LayerScale is gamma_1 / gamma_2 (EVA_RULES backwards)

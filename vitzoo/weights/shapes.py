@@ -100,6 +100,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
         rel_pos="blocks.0.attn.rel_pos_h" in state,  # SAM's relative position tables, its conv neck's width
         neck_chans=int(state["neck.0.weight"].shape[0]) if "neck.0.weight" in state else 0,
+        rel_pos_table=_REL_POS_KEY in state,  # BEiT's relative position bias
     )
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
@@ -110,8 +111,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
-    if pos is None:  # no learned table: sinusoids, or the rotary embedding alone (RoPE-Mixed shows itself)
-        fields["pos_embed"] = "none" if "rope.freqs" in state else "sincos"
+    if pos is None:  # no learned table: sinusoids, or relative or rotary positions alone (their tensors show them)
+        fields.update(_without_table(state, int(ph), int(pw)))
     else:
         prefix = int(class_token) + int(distilled) + reg_tokens
         covered = position_prefix(pos.shape[1], prefix)
@@ -129,6 +130,29 @@ def _qk_norm_scope(state: StateDict, embed_dim: int) -> str:
     if q_norm is None:
         return ""
     return "full" if q_norm.shape[-1] == embed_dim else "head"
+
+
+_REL_POS_KEY = "blocks.0.rel_pos.relative_position_bias_table"
+
+
+def _without_table(state: StateDict, ph: int, pw: int) -> dict[str, Any]:
+    """A model without a learned position table: its positions (none but relative or rotary ones,
+    else sinusoids) and, from BEiT's relative position table, its input size."""
+    fields: dict[str, Any] = {"pos_embed": "none" if "rope.freqs" in state or _REL_POS_KEY in state else "sincos"}
+    side = _rel_pos_side(state)
+    if side is not None:
+        fields["img_size"] = side * ph if ph == pw else (side * ph, side * pw)
+    return fields
+
+
+def _rel_pos_side(state: StateDict) -> int | None:
+    """The side of the square grid BEiT's table of block 0 is for ((2 side - 1)^2 offsets and the
+    class token's 3 rows), None without a table or for a table of no square grid."""
+    table = state.get(_REL_POS_KEY)
+    if table is None or table.ndim != 2:
+        return None
+    width = math.isqrt(max(int(table.shape[0]) - 3, 0))
+    return (width + 1) // 2 if width * width == table.shape[0] - 3 and width % 2 else None
 
 
 def mlp_kind(state: StateDict) -> str | None:
@@ -206,4 +230,5 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     rope="",
     rel_pos=False,
     neck_chans=0,
+    rel_pos_table=False,
 )

@@ -304,6 +304,9 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
         fields["act_layer"] = _timm_activation(block.mlp_act if parallel else block.mlp.act, label)
         if not parallel:
             fields.update(_timm_attention_fields(blocks))
+        if type(block).__module__.endswith(".beit") and isinstance(block.init_values, float):
+            # BEiT's blocks state their LayerScale init (0.1 for BEiT-B, 1e-5 for the others)
+            fields["init_values"] = float(block.init_values)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     unshown = timm_position_and_pool_fields(model, label)
@@ -318,7 +321,9 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
             fields["drop_remainder"] = True  # timm's conv ignores the pixels past the last whole patch
     fields["img_size"] = img
     fields.update(unshown)
-    declared: set[str] = {k for k in ("num_heads", "norm_eps", "act_layer", "num_kv_heads", "qk_norm") if k in fields}
+    declared: set[str] = {
+        k for k in ("num_heads", "norm_eps", "act_layer", "num_kv_heads", "qk_norm", "init_values") if k in fields
+    }
     declared |= {"global_pool", "no_embed_class", "img_size", *unshown} | ({"drop_remainder"} & set(fields))
     return converted.state, fields, declared
 

@@ -40,6 +40,16 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
     sam_vision_model, sam               SAM's image encoder: no class token, windowed attention but in
                                         global_attn_indexes, decomposed relative positions (use_rel_pos),
                                         the conv neck to output_channels, pooled by averaging (layers/sam.py)
+    beit, data2vec-vision               BEiT (BeitModel, Data2VecVisionModel): q and v biased, k not;
+                                        a relative position table per block with
+                                        use_relative_position_bias (layers/relpos_bias.py), a learned
+                                        position table only with use_absolute_position_embeddings;
+                                        LayerScale (layer_scale_init_value); use_mean_pooling: the mean
+                                        of the patch tokens, then the pooler's LayerNorm (fc_norm; none
+                                        in a model saved without its pooler), else the class token
+                                        after the final norm. The table shared by every
+                                        block (use_shared_relative_position_bias: the pre-training
+                                        checkpoints) is refused
 
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
@@ -130,6 +140,14 @@ _INTERNVL_DEFAULTS = dict(
     use_qk_norm=False,
     norm_type="layer_norm",
     use_absolute_position_embeddings=True,
+    layer_scale_init_value=0.1,
+    use_mean_pooling=True,
+)
+_BEIT_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
+    use_absolute_position_embeddings=False,
+    use_relative_position_bias=False,
+    use_shared_relative_position_bias=False,
     layer_scale_init_value=0.1,
     use_mean_pooling=True,
 )
@@ -250,6 +268,9 @@ FAMILIES: dict[str, Family] = {
             layer_scale_mlp=False,
         ),
     ),
+    # BEiT and data2vec's image model (transformers' copy of BEiT): _beit_fields
+    "beit": Family(_BEIT_DEFAULTS),
+    "data2vec-vision": Family(_BEIT_DEFAULTS),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
     # AIMv2: RMSNorm after the patch embedding (embed_norm) and in every block, the tokens averaged
     "aimv2_vision_model": Family(
@@ -330,18 +351,23 @@ _KEY_TYPES: dict[str, Any] = {
     "window_size": int,
     "global_attn_indexes": list[int],
     "output_channels": int,
+    "use_relative_position_bias": bool,
+    "use_shared_relative_position_bias": bool,
 }
 # Settings no vitzoo layer computes: the one value each family's models must have, and why.
 _REFUSED: dict[str, tuple[Any, str]] = {
     "is_hybrid": (False, "DPT-Hybrid's embeddings are a BiT ResNet"),
     "backbone_config": (None, "a DPT over another backbone model (read that backbone's own checkpoint)"),
     "apply_layernorm": (True, "vitzoo's TIPSv2 ends with its LayerNorm"),
-    "use_absolute_position_embeddings": (True, "vitzoo's ViT has a learned position table"),
     "use_head": (
         False,
         "AIMv2's attention-pooling head (a learned query over k/v projections, no MLP) is no layer of vitzoo's",
     ),
     "is_native": (False, "AIMv2 native's 2D sinusoidal positions are not vitzoo's table"),
+    "use_shared_relative_position_bias": (
+        False,
+        "BEiT's pre-training table shared by every block (vitzoo's is per block)",
+    ),
 }
 
 
@@ -429,7 +455,14 @@ def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str
         return {"qkv_bias": values["qkv_bias"], "proj_bias": values["mlp_bias"]}
     if name == "sapiens2":
         return _sapiens2_fields(values, where)
+    if name in ("beit", "data2vec-vision"):
+        return _beit_fields(values)
     if name == "internvl_vision":  # q/k/v biased or not together; LayerScale by its own key
+        if not values["use_absolute_position_embeddings"]:
+            raise WeightsFileError(
+                f"{where}: use_absolute_position_embeddings=False is not supported; expected True "
+                "(vitzoo's InternViT has a learned position table)"
+            )
         return dict(
             qkv_bias=values["attention_bias"],
             init_values=float(values["layer_scale_init_value"]),
@@ -461,6 +494,21 @@ def _internvit_norms(values: dict[str, Any], where: str) -> dict[str, Any]:
             )
         fields["qk_norm"] = "full"
     return fields
+
+
+def _beit_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """BEiT's attention (q and v biased, k not), positions, LayerScale and pooling. Whether the
+    mean-pooled feature is normalised (the pooler's LayerNorm: fc_norm) the tensors say: a model saved
+    without its pooler (Data2VecVisionModel's default) has no norm at all."""
+    scale = float(values["layer_scale_init_value"])
+    return dict(
+        qkv_bias=True,
+        k_bias=False,
+        pos_embed="learned" if values["use_absolute_position_embeddings"] else "none",
+        rel_pos_table=values["use_relative_position_bias"],
+        init_values=scale if scale > 0 else None,
+        global_pool="avg" if values["use_mean_pooling"] else "token",
+    )
 
 
 def _dinov3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:

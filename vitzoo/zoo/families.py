@@ -25,6 +25,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("clip", "clip"),
     ("flexivit", "flexivit"),
     ("samvit", "sam"),
+    ("beit", "beit"),
     ("", "vit"),
 )
 
