@@ -55,16 +55,11 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         if tensor is not None and tensor.ndim != ndim:
             raise WeightsMismatchError(f"{file}: {key} has shape {tuple(tensor.shape)}; expected {ndim} dimensions")
     embed_dim, in_chans, ph, pw = proj.shape
-    # A convolutional stem: conv weights at stem.0, stem.3, ... (conv, BatchNorm, ReLU per stage).
-    stem = [state[f"patch_embed.stem.{3 * i}.weight"] for i in range(64) if f"patch_embed.stem.{3 * i}.weight" in state]
-    conv_stem: tuple[int, ...] = ()
-    if stem:
-        conv_stem = tuple(int(w.shape[0]) for w in stem)
-        in_chans = stem[0].shape[1]
-        ph = pw = 2 ** (len(stem) + 1)
+    conv_stem, stem_fields = _conv_stem(state)
+    if conv_stem:
+        in_chans, ph, pw = stem_fields
     depth = len({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
-    class_token, distilled = "cls_token" in state, "dist_token" in state
-    fc_norm = "fc_norm.weight" in state
+    class_token, distilled, fc_norm = "cls_token" in state, "dist_token" in state, "fc_norm.weight" in state
     fields: dict[str, Any] = dict(
         embed_dim=int(embed_dim),
         in_chans=int(in_chans),
@@ -122,6 +117,16 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             side = math.isqrt(pos.shape[1] - covered)
             fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
     return fields
+
+
+def _conv_stem(state: StateDict) -> tuple[tuple[int, ...], tuple[int, int, int]]:
+    """A convolutional stem's channels, by its conv weights at stem.0, stem.3, ... (conv, BatchNorm,
+    ReLU per stage), with its input channels and the patch it strides; () without one."""
+    stem = [state[f"patch_embed.stem.{3 * i}.weight"] for i in range(64) if f"patch_embed.stem.{3 * i}.weight" in state]
+    if not stem:
+        return (), (0, 0, 0)
+    side = 2 ** (len(stem) + 1)
+    return tuple(int(w.shape[0]) for w in stem), (int(stem[0].shape[1]), side, side)
 
 
 def _qk_norm_scope(state: StateDict, embed_dim: int) -> str:
