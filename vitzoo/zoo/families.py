@@ -22,6 +22,10 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("siglip", "siglip"),
     ("clip", "clip"),
     ("flexivit", "flexivit"),
+    ("_mci", "mobileclip"),
+    ("_r_s16", "vit_hybrid"),
+    ("_r26_", "vit_hybrid"),
+    ("_r50_", "vit_hybrid"),
     ("", "vit"),
 )
 
