@@ -97,7 +97,8 @@ class HybridEmbed(nn.Module):
         self.patch_size = to_2tuple(patch_size, "patch_size")
         check_hybrid_stem(kind, tuple(layers), self.patch_size, embed_dim)
         self.kind, self.in_chans, self.strict_img_size = kind, in_chans, strict_img_size
-        self.conv_stem: tuple[int, ...] = ()  # PatchEmbed's attribute: no 3x3 stem here
+        self.conv_stem: tuple[int, ...] = ()  # PatchEmbed's attributes: no padding 3x3 stem here
+        self.stem: nn.Module | None = None
         self.drop_remainder = False
         self.proj: nn.Module
         self.backbone: nn.Module

@@ -219,6 +219,9 @@ _SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
     "ConvNormAct": _conv_norm_act,
     "ResNetV2": _backbone,
     "MaxPool2dSame": _max_pool,
+    # inside timm's ResNetV2 only as its unused head: no pooling, no classifier
+    "ClassifierHead": lambda m: [] if isinstance(getattr(m, "fc", None), nn.Identity) else ["a CNN classifier head"],
+    "SelectAdaptivePool2d": lambda m: [] if isinstance(getattr(m, "pool", None), nn.Identity) else ["CNN pooling"],
     "Attention": _attention,
     "AttentionRope": _attention,
     "EvaAttention": _attention,
