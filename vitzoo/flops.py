@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .layers import to_2tuple
+from .layers.hybrid_embed import hybrid_flops
 from .layers.swiglu import mlp_hidden_dim
 from .model import ViTConfig
 
@@ -57,7 +58,9 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     # a gated MLP (SwiGLU) has two input projections (gate and input) of the hidden width
     block_fc1 = (2 if config.mlp_layer != "mlp" else 1) * d * block_hidden
 
-    if config.conv_stem:
+    if config.hybrid_stem:  # a CNN stem's convolutions (layers/hybrid_embed.py)
+        patch_embed = hybrid_flops(config.hybrid_stem, config.hybrid_layers, config.in_chans, d, ph, h, w)
+    elif config.conv_stem:
         # Every 3x3 stride-2 conv (padding 1) maps a (h, w) map to (ceil(h/2), ceil(w/2)) positions,
         # each a (c_in * 9 -> c_out) linear map; the last one projects to D.
         patch_embed, c_in = 0, config.in_chans

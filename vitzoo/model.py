@@ -83,6 +83,7 @@ from .layers.activations import ACTIVATIONS, ActName
 from .layers.block import BLOCKS, make_block
 from .layers.diff_attention import init_lambdas
 from .layers.gqa import check_kv_heads
+from .layers.hybrid_embed import HybridEmbed, check_hybrid_stem, hybrid_params
 from .layers.layer_scale import LayerScale
 from .layers.naflex import (
     PATCH_COORD,
@@ -133,6 +134,12 @@ class ViTConfig:
     # Hybrid ViT: channels of 3x3 stride-2 conv + BatchNorm + ReLU stages that replace the cut into
     # patches (layers/patch_embed.py); () is the plain ViT. Needs patch_size = 2 ** (stages + 1).
     conv_stem: tuple[int, ...] = ()
+    # Hybrid ViT with a CNN stem as the patch embedding (layers/hybrid_embed.py): "resnetv2" (BiT's
+    # ResNet, stage depths `hybrid_layers`, then a `proj` conv; layers/resnetv2_stem.py) or "mci"
+    # (MobileCLIP's three convs; layers/mci_stem.py); "" the plain cut into patches. patch_size is
+    # the token's stride in pixels; img_size (and dynamic inputs) multiples of it.
+    hybrid_stem: Literal["", "resnetv2", "mci"] = ""
+    hybrid_layers: tuple[int, ...] = ()
     patch_bias: bool = True  # bias of the patch projection (CLIP has none)
     embed_norm: bool = False  # a norm (norm_layer) of the patch tokens right after the projection (AIMv2)
     num_classes: int = 1000  # 0: no classifier, the model returns pooled features
@@ -223,6 +230,7 @@ class ViTConfig:
             "img_size",
             "patch_size",
             "conv_stem",
+            "hybrid_layers",
             "rope_ref_feat_shape",
             "num_kv_heads",
             "global_attn_indexes",
@@ -237,6 +245,7 @@ class ViTConfig:
         # rather than fail somewhere inside torch.
         check_types({name: getattr(self, name) for name in self.field_names()}, self.field_types())
         img, patch = to_2tuple(self.img_size, "img_size"), to_2tuple(self.patch_size, "patch_size")
+        self._validate_hybrid(patch)
         if self.conv_stem:  # the stem pads, so any image size works; the patch size is its stride
             check_conv_stem(self.conv_stem, patch, img)
         elif self.drop_remainder and any(p <= 0 or s < p for s, p in zip(img, patch)):
@@ -427,6 +436,26 @@ class ViTConfig:
             ],
         )
 
+    def _validate_hybrid(self, patch: tuple[int, int]) -> None:
+        if not self.hybrid_stem:
+            if self.hybrid_layers:
+                raise ValueError(
+                    f"hybrid_layers={self.hybrid_layers!r} needs hybrid_stem='resnetv2'; expected () without a stem"
+                )
+            return
+        combined = (
+            ("conv_stem", self.conv_stem),
+            ("drop_remainder", self.drop_remainder),
+            ("embed_norm", self.embed_norm),
+        )
+        for name, value in combined:
+            if value:
+                raise ValueError(
+                    f"hybrid_stem={self.hybrid_stem!r} cannot be combined with {name}={value!r}: the hybrid stem "
+                    f"is the patch embedding and takes multiples of its stride; expected {name} off"
+                )
+        check_hybrid_stem(self.hybrid_stem, self.hybrid_layers, patch, self.embed_dim)
+
     def _validate_mlp(self) -> None:
         if self.mlp_align and self.mlp_layer != "swiglu":
             raise ValueError(
@@ -580,6 +609,9 @@ class ViTConfig:
         kernel = channels[-1] * 9 if self.conv_stem else self.in_chans * ph * pw
         total = stem + linear(kernel, d, self.patch_bias) + self.num_prefix_tokens * d
         total += norm(d) if self.embed_norm else 0
+        if self.hybrid_stem:  # a CNN stem (and its projection) instead of the patch conv
+            total += hybrid_params(self.hybrid_stem, self.hybrid_layers, self.in_chans, d, ph, self.patch_bias)
+            total -= linear(kernel, d, self.patch_bias)
         if self.pos_embed == "learned":
             gh, gw = self.grid_size
             total += (gh * gw + (0 if self.no_embed_class else self.num_prefix_tokens)) * d
@@ -656,9 +688,14 @@ TIMM_ARCHITECTURE_KEYS = ("fixed_input_size", "first_conv", "classifier")
 def timm_architecture_cfg(config: ViTConfig) -> dict[str, Any]:
     """TIMM_ARCHITECTURE_KEYS of a model of `config`: whether only its own input size is taken (not
     `dynamic_img_size`), its first convolution and its classifier(s), as timm names them."""
+    first_conv = "patch_embed.proj"
+    if config.hybrid_stem:  # the stem's first conv, as timm names it
+        first_conv = "patch_embed.backbone." + (
+            "0.conv" if config.hybrid_stem == "mci" else "stem.conv" if config.hybrid_layers else "conv"
+        )
     return {
         "fixed_input_size": not config.dynamic_img_size,
-        "first_conv": "patch_embed.proj",
+        "first_conv": first_conv,
         "classifier": ("head", "head_dist") if config.distilled else "head",
     }
 
@@ -770,17 +807,7 @@ class VisionTransformer(nn.Module):
         self.head_hidden_size = config.representation_size or self.num_features
         self.grad_checkpointing = False
 
-        self.patch_embed = PatchEmbed(
-            img_size=config.img_size,
-            patch_size=config.patch_size,
-            in_chans=config.in_chans,
-            embed_dim=D,
-            conv_stem=config.conv_stem,
-            bias=config.patch_bias,
-            strict_img_size=not config.dynamic_img_size,
-            drop_remainder=config.drop_remainder,
-            norm=make_norm(config.norm_layer, D, config.norm_eps) if config.embed_norm else None,
-        )
+        self.patch_embed: PatchEmbed | HybridEmbed = self._new_patch_embed()
         self.cls_token = nn.Parameter(torch.zeros(1, 1, D)) if config.class_token else None
         self.reg_token = nn.Parameter(torch.zeros(1, config.reg_tokens, D)) if config.reg_tokens else None
         self.dist_token = nn.Parameter(torch.zeros(1, 1, D)) if config.distilled else None
@@ -845,6 +872,37 @@ class VisionTransformer(nn.Module):
         return timm_default_cfg(self.pretrained_cfg, self.config)
 
     # ----------------------------------------------------------------------------- set-up
+    def _new_patch_embed(self) -> PatchEmbed | HybridEmbed:
+        c = self.config
+        if c.hybrid_stem:
+            return HybridEmbed(
+                kind=c.hybrid_stem,
+                layers=c.hybrid_layers,
+                img_size=c.img_size,
+                patch_size=c.patch_size,
+                in_chans=c.in_chans,
+                embed_dim=c.embed_dim,
+                bias=c.patch_bias,
+                strict_img_size=not c.dynamic_img_size,
+            )
+        return PatchEmbed(
+            img_size=c.img_size,
+            patch_size=c.patch_size,
+            in_chans=c.in_chans,
+            embed_dim=c.embed_dim,
+            conv_stem=c.conv_stem,
+            bias=c.patch_bias,
+            strict_img_size=not c.dynamic_img_size,
+            drop_remainder=c.drop_remainder,
+            norm=make_norm(c.norm_layer, c.embed_dim, c.norm_eps) if c.embed_norm else None,
+        )
+
+    def _first_weight(self) -> torch.Tensor:
+        """The patch embedding's first weight: the model's dtype and device."""
+        if isinstance(self.patch_embed, HybridEmbed):
+            return self.patch_embed.first_weight
+        return self.patch_embed.proj.weight
+
     def _new_head(self, num_classes: int) -> nn.Module:
         if num_classes <= 0:
             return nn.Identity()
@@ -947,7 +1005,7 @@ class VisionTransformer(nn.Module):
         """timm's default init: truncated normal(0.02) for Linears and the position embedding,
         tiny normal for the prefix tokens, LeCun-normal-like fan-in init for the patch conv,
         LayerScale at init_values and the pooling query at std 1/sqrt(D)."""
-        if self.patch_embed.proj.weight.is_meta:
+        if self._first_weight().is_meta:
             # Built on the meta device (to count parameters, or to receive a checkpoint by
             # assignment): there is no data to initialise, and random init on meta tensors goes
             # through torch's Python reference ops, whose first use imports torch._dynamo (slow to load).
@@ -969,10 +1027,16 @@ class VisionTransformer(nn.Module):
                 init_lambdas(m)
 
         self.apply(init_module)
+        if isinstance(self.patch_embed, HybridEmbed):  # PyTorch's conv and norm init (timm's too)
+            self._init_tokens()
+            return
         w = self.patch_embed.proj.weight
         nn.init.trunc_normal_(w, std=math.sqrt(1.0 / (w[0].numel())))
         if self.patch_embed.proj.bias is not None:
             nn.init.zeros_(self.patch_embed.proj.bias)
+        self._init_tokens()
+
+    def _init_tokens(self) -> None:
         if isinstance(self.pos_embed, nn.Parameter):
             nn.init.trunc_normal_(self.pos_embed, std=0.02)
         for token in (self.cls_token, self.reg_token, self.dist_token):
@@ -995,7 +1059,7 @@ class VisionTransformer(nn.Module):
         if self.config.global_pool != "map":
             self.attn_pool = None
         # The new head lives where the model lives, in its dtype (a bf16 model gets a bf16 head).
-        like = self.patch_embed.proj.weight
+        like = self._first_weight()
         self.head = self._new_head(num_classes).to(device=like.device, dtype=like.dtype)
         if self.config.distilled:
             self.head_dist = self._new_head(num_classes).to(device=like.device, dtype=like.dtype)
@@ -1131,7 +1195,7 @@ class VisionTransformer(nn.Module):
         # A model cast for inference (create(..., dtype=torch.bfloat16)) takes fp32 images as they
         # come out of the preprocessing: the input follows the weights (a no-op when they agree).
         pos_embed = self.pos_embed
-        x = self.patch_embed(x.to((self.patch_embed.proj.weight if pos_embed is None else pos_embed).dtype))
+        x = self.patch_embed(x.to((self._first_weight() if pos_embed is None else pos_embed).dtype))
         if self.config.dynamic_img_size and pos_embed is not None:
             pos_embed = pos_embed_for_image(
                 pos_embed,
@@ -1200,6 +1264,11 @@ class VisionTransformer(nn.Module):
                 "this model has BEiT's relative position table (rel_pos_table=True), sized for one grid: it cannot "
                 "take a patch-sequence batch of images of their own grids; expected a (B, C, H, W) image"
             )
+        if self.config.hybrid_stem:
+            return (
+                f"this model has a CNN stem (hybrid_stem={self.config.hybrid_stem!r}): its tokens are not a linear "
+                "map of each patch, so it cannot take a patch-sequence batch; expected a (B, C, H, W) image"
+            )
         if self.config.conv_stem:
             return (
                 f"this model has a convolutional stem (conv_stem={self.config.conv_stem}): its tokens are not a "
@@ -1224,6 +1293,7 @@ class VisionTransformer(nn.Module):
 
     def _embed_sequence(self, seq: PatchSequence) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Patches -> (B, prefix + L, D) tokens with each image's positions, and its rotary embedding."""
+        assert isinstance(self.patch_embed, PatchEmbed)  # a hybrid stem takes no patch sequence (refused before)
         x = self.patch_embed.norm(embed_patches(seq, self.patch_embed.proj.weight, self.patch_embed.proj.bias))
         prefix = [t for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         table, embedded = self.pos_embed, self._embedded_prefix_tokens()

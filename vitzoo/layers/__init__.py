@@ -1,6 +1,7 @@
 """The building blocks of a Vision Transformer, one concept per module.
 
 patch_embed  image -> sequence of patch vectors (Conv2d, and the unfold + Linear form)
+hybrid_embed a CNN stem as the patch embedding: BiT's ResNet (resnetv2_stem), MobileCLIP's (mci_stem)
 pos_embed    learned and fixed sinusoidal position embeddings; resampling to another grid
 rope         2D rotary position embeddings of q and k (timm's "cat", "mixed", DINOv3's)
 attention    multi-head self-attention (fused qkv, scaled_dot_product_attention)

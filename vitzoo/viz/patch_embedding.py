@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..layers import PatchEmbed, to_2tuple
+from ..layers.hybrid_embed import HybridEmbed
 from ._figure import finish, mosaic, new_figure, normalise_tiles, show_image, tile_picture
 from .images import prepare_image
 
@@ -140,6 +141,12 @@ def plot_patch_embedding(
 def _linear_patch_embed(model: nn.Module) -> PatchEmbed:
     """`model`'s patch embedding, which must be a linear map of pixel patches (no conv stem)."""
     patch_embed = getattr(model, "patch_embed", None)
+    if isinstance(patch_embed, HybridEmbed):
+        raise ValueError(
+            f"this model's patch embedding is a CNN stem (hybrid_stem={patch_embed.kind!r}): its tokens are not a "
+            "linear map of pixel patches, so there are no patch filters to draw; use `vitzoo viz attention` / "
+            "`posembed` / `pca` for this one"
+        )
     if not isinstance(patch_embed, PatchEmbed):
         raise ValueError(
             f"{type(model).__name__} has no vitzoo PatchEmbed at .patch_embed; expected a vitzoo VisionTransformer"

@@ -189,7 +189,11 @@ def _fit_pos_embed(
 
 def _fit_in_chans(state: StateDict, target: StateDict) -> Notes:
     """A first convolution for another number of input channels is adapted (see adapt_input_conv)."""
-    key = "patch_embed.stem.0.weight" if "patch_embed.stem.0.weight" in target else "patch_embed.proj.weight"
+    firsts = (
+        "patch_embed.stem.0.weight",
+        *(f"patch_embed.backbone.{k}.weight" for k in ("stem.conv", "conv", "0.conv")),
+    )
+    key = next((k for k in firsts if k in target), "patch_embed.proj.weight")  # a stem's first conv, else the patch's
     if key not in state or key not in target:
         return []
     w, t = state[key], target[key]

@@ -11,6 +11,7 @@ import math
 import re
 from typing import Any
 
+from ..layers.resnetv2_stem import resnetv2_stride
 from .errors import WeightsMismatchError
 from .files import StateDict
 
@@ -42,8 +43,9 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     not among them (no tensor depends on it), nor the activation; callers get them from a config
     or the layout hints. The options of the newer families (LayerScale, registers, norm_pre, ...)
     appear only where the tensors show them, so an ordinary ViT's fields are the classic ones."""
+    hybrid = hybrid_fields(state, file=file)
     try:
-        proj = state["patch_embed.proj.weight"]
+        proj = state["patch_embed.proj.weight"] if hybrid.get("hybrid_stem") != "mci" else hybrid.pop("_proj")
         pos = state.get("pos_embed")
     except KeyError as e:
         raise WeightsMismatchError(f"{file}: cannot infer the architecture, key {e} is missing") from None
@@ -58,6 +60,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     conv_stem, stem_fields = _conv_stem(state)
     if conv_stem:
         in_chans, ph, pw = stem_fields
+    if hybrid:
+        in_chans, ph, pw = hybrid.pop("in_chans"), hybrid["patch_size"], hybrid.pop("patch_size")
     depth = len({int(m.group(1)) for k in state if (m := re.match(r"blocks\.(\d+)\.", k))})
     class_token, distilled, fc_norm = "cls_token" in state, "dist_token" in state, "fc_norm.weight" in state
     fields: dict[str, Any] = dict(
@@ -72,6 +76,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         # timm pools MAE-style fine-tuned models (fc_norm) by averaging, even with a class token
         global_pool="token" if class_token and not fc_norm else "avg",
         conv_stem=conv_stem,
+        **hybrid,
     )
     reg_tokens = int(state["reg_token"].shape[1]) if "reg_token" in state else 0
     options: dict[str, Any] = dict(
@@ -82,7 +87,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         qk_norm=_qk_norm_scope(state, int(embed_dim)),
         reg_tokens=reg_tokens,
         pre_norm="norm_pre.weight" in state,
-        patch_bias="patch_embed.proj.bias" in state,
+        patch_bias="patch_embed.proj.bias" in state or f"{_HYBRID}2.conv.bias" in state,
         embed_norm="patch_embed.norm.weight" in state,  # AIMv2
         fc_norm=fc_norm,
         head_bias="head.bias" in state or "head.weight" not in state,
@@ -158,6 +163,35 @@ def _rel_pos_side(state: StateDict) -> int | None:
         return None
     width = math.isqrt(max(int(table.shape[0]) - 3, 0))
     return (width + 1) // 2 if width * width == table.shape[0] - 3 and width % 2 else None
+
+
+_HYBRID = "patch_embed.backbone."
+
+
+def hybrid_fields(state: StateDict, *, file: str) -> dict[str, Any]:
+    """A CNN stem's fields (ViTConfig.hybrid_stem, hybrid_layers; layers/hybrid_embed.py) from
+    timm's `patch_embed.backbone.*` tensors, with the input channels and the token stride; {}
+    without one. MobileCLIP's stem (three convs, `backbone.{0,1,2}.conv`) has no `proj`: its last
+    conv is returned as `_proj` (its width is embed_dim)."""
+    if not any(k.startswith(_HYBRID) for k in state):
+        return {}
+    mci = [w for i in range(3) if (w := state.get(f"{_HYBRID}{i}.conv.weight")) is not None and w.ndim == 4]
+    if len(mci) == 3:
+        return dict(hybrid_stem="mci", in_chans=int(mci[0].shape[1]), patch_size=16, _proj=mci[2])
+    first = state.get(f"{_HYBRID}stem.conv.weight", state.get(f"{_HYBRID}conv.weight"))
+    proj = state.get("patch_embed.proj.weight")
+    if first is None or first.ndim != 4 or proj is None or proj.ndim != 4:
+        raise WeightsMismatchError(
+            f"{file}: patch_embed.backbone.* is no CNN stem vitzoo computes; expected BiT's ResNet "
+            "(backbone.stem.conv or backbone.conv, and patch_embed.proj) or MobileCLIP's (backbone.0-2.conv)"
+        )
+    blocks: dict[int, set[int]] = {}
+    for k in state:
+        if m := re.match(rf"{re.escape(_HYBRID)}stages\.(\d+)\.blocks\.(\d+)\.", k):
+            blocks.setdefault(int(m.group(1)), set()).add(int(m.group(2)))
+    layers = tuple(len(blocks[i]) for i in sorted(blocks))
+    patch = resnetv2_stride(layers) * int(proj.shape[2])
+    return dict(hybrid_stem="resnetv2", hybrid_layers=layers, in_chans=int(first.shape[1]), patch_size=patch)
 
 
 def mlp_kind(state: StateDict) -> str | None:
@@ -236,4 +270,6 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     rel_pos=False,
     neck_chans=0,
     rel_pos_table=False,
+    hybrid_stem="",
+    hybrid_layers=(),
 )

@@ -98,6 +98,21 @@ _EXPRESSED = frozenset(
         "patch_dropout.PatchDropoutWithIndices",
         "container.Sequential",
         "container.ModuleList",
+        # the hybrid stems (layers/hybrid_embed.py): BiT's ResNet and MobileCLIP's three convs
+        "hybrid_embed.HybridEmbed",
+        "resnetv2.ResNetV2",
+        "resnetv2.ResNetStage",
+        "resnetv2.Bottleneck",
+        "resnetv2.DownsampleConv",
+        "std_conv.StdConv2dSame",
+        "norm_act.GroupNormAct",
+        "pool2d_same.MaxPool2dSame",
+        "classifier.ClassifierHead",
+        "adaptive_avgmax_pool.SelectAdaptivePool2d",
+        "activation.ReLU",
+        "vision_transformer_hybrid.ConvStem",
+        "conv_bn_act.ConvNormAct",
+        "norm_act.BatchNormAct2d",
     }
 )
 # What the timm classes vitzoo has no counterpart for do, for the error message.
@@ -111,7 +126,6 @@ _UNEXPRESSED = {
     "ParallelThingsBlock": "several attention and MLP branches side by side (num_parallel)",
     "RelPosAttention": "relative position bias",
     "RelPosMlp": "relative position bias",
-    "HybridEmbed": "a CNN backbone as the patch embedding (hybrid ViT)",
     "AttentionPoolPrr": "the 'prr' attention pool",
 }
 _NORMS = {"LayerNorm": "LayerNorm", "RmsNorm": "RMSNorm"}
@@ -200,11 +214,70 @@ def _sam(m: nn.Module) -> list[str]:
     return found
 
 
+def _hybrid_embed(m: nn.Module) -> list[str]:
+    found = ["dynamic padding of the stem's map (dynamic_img_pad)"] if getattr(m, "dynamic_img_pad", False) else []
+    proj = getattr(m, "proj", None)
+    if isinstance(proj, nn.Conv2d) and (proj.stride != proj.kernel_size or proj.padding != (0, 0)):
+        found.append("a projection whose kernel is not its stride")
+    if not getattr(m, "flatten", True):
+        found.append("unflattened output (output_fmt)")
+    return found
+
+
+def _std_conv(m: nn.Module) -> list[str]:
+    if getattr(m, "eps", None) != 1e-8 or getattr(m, "bias", None) is not None or m.groups != 1 or m.dilation != (1, 1):
+        return ["weight standardisation other than BiT's (eps 1e-8, no bias, groups, dilation)"]
+    return []
+
+
+def _norm_act(eps: float, acts: tuple[str, ...]) -> Callable[[nn.Module], list[str]]:
+    def check(m: nn.Module) -> list[str]:
+        act = getattr(m, "act", None)
+        exact = not isinstance(act, nn.GELU) or act.approximate == "none"
+        if getattr(m, "eps", None) != eps or getattr(m, "num_groups", 32) != 32 or type(act).__name__ not in acts:
+            exact = False
+        if not exact:
+            return [f"a norm + activation other than the stem's (eps {eps}, 32 groups, {' or '.join(acts)})"]
+        return []
+
+    return check
+
+
+def _conv_norm_act(m: nn.Module) -> list[str]:
+    conv = getattr(m, "conv", None)
+    if not isinstance(conv, nn.Conv2d) or conv.stride != conv.kernel_size or conv.padding != (0, 0):
+        return ["a stem conv whose kernel is not its stride, or padded"]
+    return []
+
+
+def _backbone(m: nn.Module) -> list[str]:
+    head = getattr(m, "head", None)
+    if not isinstance(getattr(m, "norm", None), nn.Identity) or not isinstance(getattr(head, "fc", None), nn.Identity):
+        return ["a pre-activation ResNet, or one with a classifier"]
+    return []
+
+
+def _max_pool(m: nn.Module) -> list[str]:
+    if getattr(m, "kernel_size", None) != (3, 3) or getattr(m, "stride", None) != (2, 2):
+        return ["max pooling other than 3x3 stride 2"]
+    return []
+
+
 _SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
     "ParallelScalingBlock": _parallel,
     "DiffParallelScalingBlock": _diff,
     "DiffAttention": _diff,
     "VisionTransformerSAM": _sam,
+    "HybridEmbed": _hybrid_embed,
+    "StdConv2dSame": _std_conv,
+    "GroupNormAct": _norm_act(1e-5, ("ReLU", "Identity")),
+    "BatchNormAct2d": _norm_act(1e-5, ("GELU",)),
+    "ConvNormAct": _conv_norm_act,
+    "ResNetV2": _backbone,
+    "MaxPool2dSame": _max_pool,
+    # inside timm's ResNetV2 only as its unused head: no pooling, no classifier
+    "ClassifierHead": lambda m: [] if isinstance(getattr(m, "fc", None), nn.Identity) else ["a CNN classifier head"],
+    "SelectAdaptivePool2d": lambda m: [] if isinstance(getattr(m, "pool", None), nn.Identity) else ["CNN pooling"],
     "Attention": _attention,
     "AttentionRope": _attention,
     "EvaAttention": _attention,

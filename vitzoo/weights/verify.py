@@ -35,6 +35,8 @@ _STATED_BY: dict[str, str] = {
     "in_chans": "patch_embed.proj.weight",
     "patch_size": "patch_embed.proj.weight",
     "conv_stem": "patch_embed.stem.*.weight",
+    "hybrid_stem": "patch_embed.backbone.*",
+    "hybrid_layers": "patch_embed.backbone.stages.<i>.blocks.<j>.*",
     "patch_bias": "patch_embed.proj.bias",
     "embed_norm": "patch_embed.norm.weight",
     "depth": "blocks.<i>.*",
@@ -82,6 +84,7 @@ def check_stated(
         return _stated_mismatch(config, f"{name}={value!r}", name, found, tensors, weights)
 
     stem = "patch_embed.stem.0.weight" in state
+    hybrid = inferred.get("hybrid_stem", "")
     depth = inferred["depth"]
     # infer_config_fields leaves out the newer options where they have a classic ViT's value
     shown = {name: inferred.get(name, CLASSIC_FIELDS.get(name)) for name in _STATED_BY}
@@ -90,6 +93,8 @@ def check_stated(
     if "head.weight" not in state:
         shown.pop("head_bias")
     stated_by = {**_STATED_BY, "in_chans": "patch_embed.stem.0.weight"} if stem else _STATED_BY
+    if hybrid:  # a CNN stem's first conv shows the channels, its last conv (or proj) the width
+        stated_by = {**_STATED_BY, "in_chans": "patch_embed.backbone.*", "patch_size": "patch_embed.backbone.*"}
     values = {k: v for k, v in stated.items() if k in shown}
     check_shown(values, shown, stated_by, config=config, weights=weights, same={"patch_size": _same_patch})
     if "init_values" in stated and depth and (stated["init_values"] is None) != ("init_values" not in inferred):

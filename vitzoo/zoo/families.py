@@ -26,6 +26,10 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("flexivit", "flexivit"),
     ("samvit", "sam"),
     ("beit", "beit"),
+    ("_mci", "mobileclip"),
+    ("_r_s16", "vit_hybrid"),
+    ("_r26_", "vit_hybrid"),
+    ("_r50_", "vit_hybrid"),
     ("", "vit"),
 )
 
