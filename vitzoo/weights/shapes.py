@@ -104,7 +104,14 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     if "pre_logits.fc.weight" in state:
         fields["representation_size"] = int(state["pre_logits.fc.weight"].shape[0])
     fields["num_classes"] = int(state["head.weight"].shape[0]) if "head.weight" in state else 0
-    if pos is None:  # no learned table: sinusoids, or the rotary embedding alone (RoPE-Mixed shows itself)
+    if pos is None and "pos_embed_y" in state and "pos_embed_x" in state:  # a row and a column table
+        fields["pos_embed"] = "factorized"
+        rows, cols = int(state["pos_embed_y"].shape[1]), int(state["pos_embed_x"].shape[1])
+        size = (rows * int(ph), cols * int(pw))
+        fields["img_size"] = size[0] if size[0] == size[1] else size
+        if class_token or reg_tokens:
+            fields["no_embed_class"] = True
+    elif pos is None:  # no learned table: sinusoids, or the rotary embedding alone (RoPE-Mixed shows itself)
         fields["pos_embed"] = "none" if "rope.freqs" in state else "sincos"
     else:
         prefix = int(class_token) + int(distilled) + reg_tokens
