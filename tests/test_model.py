@@ -1140,7 +1140,7 @@ def test_rope_options_add_nothing_when_off():
         ({"rope_jitter_coords": 0.5}, "rope_jitter_coords=0.5 is invalid; expected None or >= 1"),
         ({"rope_min_period": 0.5}, "expected both (DINOv3's period range) or neither"),
         ({"rope_ref_feat_shape": [16, 0]}, "rope_ref_feat_shape=(16, 0) is invalid"),
-        ({"pos_embed": "rotary"}, "pos_embed='rotary' is invalid; expected 'learned', 'sincos' or 'none'"),
+        ({"pos_embed": "rotary"}, "pos_embed='rotary' is invalid; expected 'learned', 'sincos', 'none' or 'factorized'"),
     ],
 )
 def test_bad_rope_fields_are_named(fields, message):
