@@ -295,7 +295,7 @@ def test_an_image_size_beyond_any_vit_is_refused_before_anything_is_allocated():
         ("img_size", (32, 32.0), "img_size=(32, 32.0) is invalid; expected an int or a list of 2 ints"),
         ("conv_stem", (8, "16"), "conv_stem=(8, '16') is invalid; expected a list of ints"),
         ("representation_size", 2.5, "representation_size=2.5 is invalid; expected an int or None"),
-        ("pos_embed", 1, "pos_embed=1 is invalid; expected one of 'learned', 'sincos', 'none'"),
+        ("pos_embed", 1, "pos_embed=1 is invalid; expected one of 'learned', 'sincos', 'none', 'factorized'"),
     ],
 )
 def test_wrongly_typed_config_fields_are_type_errors_naming_the_field(field, value, expected):
@@ -1140,7 +1140,10 @@ def test_rope_options_add_nothing_when_off():
         ({"rope_jitter_coords": 0.5}, "rope_jitter_coords=0.5 is invalid; expected None or >= 1"),
         ({"rope_min_period": 0.5}, "expected both (DINOv3's period range) or neither"),
         ({"rope_ref_feat_shape": [16, 0]}, "rope_ref_feat_shape=(16, 0) is invalid"),
-        ({"pos_embed": "rotary"}, "pos_embed='rotary' is invalid; expected 'learned', 'sincos' or 'none'"),
+        (
+            {"pos_embed": "rotary"},
+            "pos_embed='rotary' is invalid; expected 'learned', 'sincos', 'none' or 'factorized'",
+        ),
     ],
 )
 def test_bad_rope_fields_are_named(fields, message):

@@ -107,6 +107,13 @@ from .layers.norm import NORMS, NormName, RMSNorm, make_norm
 from .layers.patch_embed import check_conv_stem
 from .layers.pool import AttentionPool
 from .layers.pos_embed import resample_abs_pos_embed
+from .layers.pos_factorized import (
+    FACTORIZED_RULES,
+    factorized_axes,
+    factorized_for_image,
+    factorized_sum,
+    factorized_table,
+)
 from .layers.qk_norm import QK_NORMS, QKNormName
 from .layers.relpos_bias import RelPosBiasTable, num_relative_distances
 from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args
@@ -118,7 +125,7 @@ from .weight_shards import DEFAULT_MAX_SHARD_SIZE
 
 GLOBAL_POOLS = ("token", "avg", "map", "")
 ATTN_LAYERS = ("attn", "diff")
-POS_EMBEDS = ("learned", "sincos", "none")
+POS_EMBEDS = ("learned", "sincos", "none", "factorized")
 
 
 @dataclass(frozen=True)
@@ -176,7 +183,9 @@ class ViTConfig:
     class_token: bool = True
     reg_tokens: int = 0  # register tokens after the class token (DINOv2 with registers)
     distilled: bool = False  # DeiT: a second token and head; needs class_token
-    pos_embed: Literal["learned", "sincos", "none"] = "learned"  # "none": no absolute table (RoPE alone)
+    # "none": no absolute table (RoPE alone); "factorized": a row table plus a column table, summed
+    # (NaViT, timm's NaFlexVit; layers/pos_factorized.py), patches only (no_embed_class)
+    pos_embed: Literal["learned", "sincos", "none", "factorized"] = "learned"
     no_embed_class: bool = False  # the position embedding covers the patches only, not the prefix tokens
     pre_norm: bool = False  # LayerNorm `norm_pre` after the position embedding, before the blocks (CLIP)
     # "token": the class token; "avg": the mean of the patch tokens; "map": attention pooling
@@ -275,7 +284,7 @@ class ViTConfig:
                 (self.norm_layer in NORMS, "norm_layer", "one of " + ", ".join(map(repr, NORMS))),
                 (self.init_values is None or self.init_values > 0, "init_values", "None or a positive number"),
                 (self.reg_tokens >= 0, "reg_tokens", "an int >= 0"),
-                (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos' or 'none'"),
+                (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos', 'none' or 'factorized'"),
                 (self.pos_resample in POS_RESAMPLE, "pos_resample", "one of " + ", ".join(map(repr, POS_RESAMPLE))),
                 (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
                 (
@@ -292,6 +301,7 @@ class ViTConfig:
         self._validate_rope()
         self._validate_pool()
         self._validate_attention()
+        self._validate_factorized()
         if self.distilled and not self.class_token:
             raise ValueError("distilled=True needs class_token=True (DeiT token order is [cls, dist, patches])")
         if self.global_pool == "token" and not self.class_token:
@@ -415,6 +425,25 @@ class ViTConfig:
                 "rel_pos_table=True cannot be combined with dynamic_img_size=True: BEiT's relative position table "
                 "is resized once for another grid (set_input_size, timm's resize_rel_pos_bias_table), not per "
                 "call; expected dynamic_img_size=False"
+            )
+
+    def _validate_factorized(self) -> None:
+        if self.pos_embed != "factorized":
+            return
+        if self.num_prefix_tokens and not self.no_embed_class:
+            raise ValueError(
+                "pos_embed='factorized' gives positions to the patches only; expected no_embed_class=True "
+                f"(this config has {self.num_prefix_tokens} prefix token(s))"
+            )
+        if self.pos_resample not in FACTORIZED_RULES:
+            raise ValueError(
+                f"pos_embed='factorized' with pos_resample={self.pos_resample!r} is invalid; its row and column "
+                "tables resample linearly, per axis ('timm') or aspect-preserving ('timm_square')"
+            )
+        if self.conv_stem:
+            raise ValueError(
+                "pos_embed='factorized' cannot be combined with conv_stem: timm's factorized tables count whole "
+                "patches, a conv stem pads; expected one or the other"
             )
 
     def _validate_pool(self) -> None:
@@ -615,6 +644,8 @@ class ViTConfig:
         if self.pos_embed == "learned":
             gh, gw = self.grid_size
             total += (gh * gw + (0 if self.no_embed_class else self.num_prefix_tokens)) * d
+        elif self.pos_embed == "factorized":  # one vector per row and one per column
+            total += sum(self.grid_size) * d
         if self.rope == "mixed":  # learned frequencies: (x, y) per block and head, a quarter of the head width each
             total += 2 * self.depth * self.num_heads * 2 * -(-(d // self.num_heads) // 4)
         total += norm(d) * (int(self.pre_norm) + int(self.final_norm and not self.fc_norm) + int(self.fc_norm))
@@ -758,6 +789,7 @@ def pos_embed_for_image(
 
 
 torch.fx.wrap("pos_embed_for_image")
+torch.fx.wrap("factorized_for_image")
 
 
 # What forward_intermediates returns per block: token maps, or (map, prefix tokens) pairs.
@@ -795,6 +827,8 @@ class VisionTransformer(nn.Module):
     """A ViT and its variants. Build it from a `ViTConfig`, from keyword fields, or both (fields override)."""
 
     pos_embed: torch.Tensor | None  # a Parameter when learned, a non-persistent buffer when sincos, else None
+    pos_embed_y: nn.Parameter | None  # pos_embed="factorized": (1, rows, D) and (1, columns, D)
+    pos_embed_x: nn.Parameter | None
 
     def __init__(self, config: ViTConfig | None = None, /, **fields: Any) -> None:
         super().__init__()
@@ -816,8 +850,13 @@ class VisionTransformer(nn.Module):
             self.pos_embed = nn.Parameter(torch.zeros(1, num_positions, D))
         elif config.pos_embed == "sincos":  # fixed sinusoids; derived from the config, so not saved in state dicts
             self.register_buffer("pos_embed", sincos_1d(num_positions, D).unsqueeze(0), persistent=False)
-        else:  # positions only from the rotary embedding
+        else:  # positions only from the rotary embedding, or from the factorized tables below
             self.pos_embed = None
+        self.pos_embed_y = self.pos_embed_x = None
+        if config.pos_embed == "factorized":  # layers/pos_factorized.py
+            rows, cols = self.patch_embed.grid_size
+            self.pos_embed_y = nn.Parameter(torch.zeros(1, rows, D))
+            self.pos_embed_x = nn.Parameter(torch.zeros(1, cols, D))
         self.rope = self._new_rope() if config.rope else None
         self.pos_drop = nn.Dropout(config.drop_rate)
         self.norm_pre = make_norm(config.norm_layer, D, config.norm_eps) if config.pre_norm else nn.Identity()
@@ -1037,8 +1076,9 @@ class VisionTransformer(nn.Module):
         self._init_tokens()
 
     def _init_tokens(self) -> None:
-        if isinstance(self.pos_embed, nn.Parameter):
-            nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        for table in (self.pos_embed, self.pos_embed_y, self.pos_embed_x):
+            if isinstance(table, nn.Parameter):
+                nn.init.trunc_normal_(table, std=0.02)
         for token in (self.cls_token, self.reg_token, self.dist_token):
             if token is not None:
                 nn.init.normal_(token, std=1e-6)
@@ -1093,7 +1133,7 @@ class VisionTransformer(nn.Module):
     def no_weight_decay(self) -> set[str]:
         """Parameter names that an optimizer should not decay (tokens and position embedding), as
         timm lists them (timm decays the attention pool's latent query like any weight)."""
-        names = ("pos_embed", "cls_token", "reg_token", "dist_token")
+        names = ("pos_embed", "pos_embed_y", "pos_embed_x", "cls_token", "reg_token", "dist_token")
         skip = {name for name in names if isinstance(getattr(self, name), nn.Parameter)}
         if self.rope is not None:  # RoPE-Mixed's learned frequencies, as timm lists them
             skip |= {f"rope.{name}" for name in self.rope.no_weight_decay()}
@@ -1122,6 +1162,12 @@ class VisionTransformer(nn.Module):
             return
         config = self.config.replace(img_size=img_size)  # validates the size against the patch
         new_grid = self.patch_embed.dynamic_feat_size(to_2tuple(config.img_size))
+        if self.pos_embed_y is not None and config.pos_resample == "timm_square" and new_grid[0] != new_grid[1]:
+            raise ValueError(
+                f"set_input_size: img_size={img_size!r} is invalid for an aspect-preserving factorized table "
+                f"(pos_resample='timm_square'): its row and column tables resample to one length, so only a "
+                f"square grid keeps them; expected a square size, or keep the size and use dynamic_img_size"
+            )
         if self.pos_embed is not None:
             with torch.no_grad():
                 table = self._pos_embed_for_grid(new_grid)
@@ -1129,6 +1175,12 @@ class VisionTransformer(nn.Module):
                 self.pos_embed = nn.Parameter(table, requires_grad=self.pos_embed.requires_grad)
             else:
                 self.pos_embed = table  # replaces the buffer, still non-persistent
+        if self.pos_embed_y is not None and self.pos_embed_x is not None:
+            # the axis tables the new grid reads, kept: forward at that grid adds the same positions
+            with torch.no_grad():
+                y, x = factorized_axes(self.pos_embed_y, self.pos_embed_x, new_grid, self.config.pos_resample)
+            self.pos_embed_y = nn.Parameter(y.clone(), requires_grad=self.pos_embed_y.requires_grad)
+            self.pos_embed_x = nn.Parameter(x.clone(), requires_grad=self.pos_embed_x.requires_grad)
         if self.rope is not None:
             self.rope.set_grid(new_grid)
         for module in self.blocks.modules():  # BEiT's tables: resized as timm resizes them
@@ -1196,7 +1248,9 @@ class VisionTransformer(nn.Module):
         # come out of the preprocessing: the input follows the weights (a no-op when they agree).
         pos_embed = self.pos_embed
         x = self.patch_embed(x.to((self._first_weight() if pos_embed is None else pos_embed).dtype))
-        if self.config.dynamic_img_size and pos_embed is not None:
+        if self.pos_embed_y is not None and self.pos_embed_x is not None:  # factorized: patches only
+            pos_embed = self._factorized_for_image(image_size)
+        elif self.config.dynamic_img_size and pos_embed is not None:
             pos_embed = pos_embed_for_image(
                 pos_embed,
                 image_size,
@@ -1221,6 +1275,16 @@ class VisionTransformer(nn.Module):
                 x = torch.cat([*prefix, x], dim=1)
             x = x if pos_embed is None else x + pos_embed
         return self.norm_pre(self.pos_drop(x))
+
+    def _factorized_for_image(self, image_size: torch.Size) -> torch.Tensor:
+        """pos_embed="factorized": the (1, N, D) table of an image (the model's own grid unless
+        `dynamic_img_size`), layers/pos_factorized.py."""
+        assert self.pos_embed_y is not None and self.pos_embed_x is not None  # the caller checks
+        if not self.config.dynamic_img_size:  # the tables are the grid's (set_input_size keeps it so)
+            return factorized_sum(self.pos_embed_y, self.pos_embed_x)
+        return factorized_for_image(
+            self.pos_embed_y, self.pos_embed_x, image_size, self.patch_embed.patch_size, self.config.pos_resample
+        )
 
     def _rope_embed(self, image_size: torch.Size) -> torch.Tensor | None:
         """The rotary embedding for an image of `image_size`: the cached one of the model's grid,
@@ -1285,6 +1349,8 @@ class VisionTransformer(nn.Module):
 
     def _naflex_rows(self, grid: tuple[int, int]) -> torch.Tensor:
         """The position table's patch rows for one image's grid, by `config.pos_resample`."""
+        if self.pos_embed_y is not None and self.pos_embed_x is not None:  # layers/pos_factorized.py
+            return factorized_table(self.pos_embed_y, self.pos_embed_x, grid, self.config.pos_resample)[0]
         assert self.pos_embed is not None  # the caller checks
         if self.config.pos_embed != "learned":  # sinusoids: computed for the grid's token count
             return self._pos_embed_for_grid(grid)[0, self._embedded_prefix_tokens() :]
@@ -1298,7 +1364,8 @@ class VisionTransformer(nn.Module):
         prefix = [t for t in (self.cls_token, self.dist_token, self.reg_token) if t is not None]
         table, embedded = self.pos_embed, self._embedded_prefix_tokens()
         prefix_rows = table[0, :embedded] if table is not None and embedded else None
-        x = add_positions(seq, x, None if table is None else self._naflex_rows, prefix, prefix_rows)
+        rows = None if table is None and self.pos_embed_y is None else self._naflex_rows
+        x = add_positions(seq, x, rows, prefix, prefix_rows)
         rope = None if self.rope is None else rope_for_sequence(self.rope, seq)
         return self.norm_pre(self.pos_drop(x)), rope
 

@@ -146,8 +146,11 @@ def test_architecture_computes_timms_output_at_reduced_size(timm_name):
     size = 4 * patch + (patch // 2 if config.drop_remainder else 0)
     theirs = _reference(timm_name, size)
     # a NaFlexVit whose table has a grid of its own (pos_embed_grid_size: C-RADIO's 128 x 128) keeps it
-    table = getattr(getattr(theirs, "embeds", None), "pos_embed", None)
-    own_grid = table is not None and tuple(table.shape[1:3]) != (size // patch, size // patch)
+    embeds = getattr(theirs, "embeds", None)
+    table, rows = getattr(embeds, "pos_embed", None), getattr(embeds, "pos_embed_y", None)  # rows: factorized
+    grid = tuple(table.shape[1:3]) if table is not None else None
+    grid = (rows.shape[1], embeds.pos_embed_x.shape[1]) if rows is not None else grid
+    own_grid = grid is not None and grid != (size // patch, size // patch)
     ours = vitzoo.create(
         name,
         pretrained=False,

@@ -59,6 +59,8 @@ def timm_state_dict(model: nn.Module) -> StateDict:
         problems = []
         if getattr(config, "pos_embed", "learned") == "sincos":
             problems.append("fixed sincos position embedding (timm's ViT learns it)")
+        if getattr(config, "pos_embed", "learned") == "factorized":
+            problems.append("a factorized position table (timm's NaFlexVit holds it, not its ViT or Eva)")
         if not getattr(config, "final_norm", True):
             problems.append("no final LayerNorm")
         if problems:

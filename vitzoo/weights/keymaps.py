@@ -250,6 +250,21 @@ def _to_timm_sam(state: StateDict, what: str) -> StateDict:
 NAFLEX_PATCH_KEY = "embeds.proj.weight"
 _NAFLEX_EMBEDS = {"embeds.proj.bias": "patch_embed.proj.bias", "embeds.cls_token": "cls_token"}
 _NAFLEX_EMBEDS["embeds.reg_token"] = "reg_token"
+# pos_embed="factorized" (layers/pos_factorized.py): a (1, rows, D) and a (1, columns, D) table
+_NAFLEX_EMBEDS.update({"embeds.pos_embed_y": "pos_embed_y", "embeds.pos_embed_x": "pos_embed_x"})
+
+
+def _factorized_grid(out: StateDict, file: str) -> tuple[int, int] | None:
+    """The (rows, columns) grid of NaFlexVit's factorized tables, None without them."""
+    y, x = out.get("pos_embed_y"), out.get("pos_embed_x")
+    if y is None and x is None:
+        return None
+    if y is None or x is None or y.dim() != 3 or x.dim() != 3 or y.shape[0] != 1 or x.shape[0] != 1:
+        found = ", ".join(f"{k} {None if v is None else tuple(v.shape)}" for k, v in (("y", y), ("x", x)))
+        raise WeightsMismatchError(
+            f"{file}: embeds.pos_embed_y / embeds.pos_embed_x ({found}); expected both, (1, rows, D) and (1, columns, D)"
+        )
+    return int(y.shape[1]), int(x.shape[1])
 
 
 def _from_timm_naflex(state: StateDict, file: str) -> tuple[StateDict, dict[str, Any]]:
@@ -261,10 +276,11 @@ def _from_timm_naflex(state: StateDict, file: str) -> tuple[StateDict, dict[str,
     grid: tuple[int, int] | None = None
     unknown = [k for k in state if k.startswith("embeds.") and k not in (NAFLEX_PATCH_KEY, "embeds.pos_embed")]
     unknown = [k for k in unknown if k not in _NAFLEX_EMBEDS]
-    if unknown:  # factorized tables, input / projection norms
+    if unknown:  # input / projection norms
         raise WeightsMismatchError(
             f"{file}: timm NaFlexVit key(s) {', '.join(sorted(unknown)[:8])} have no vitzoo counterpart; vitzoo "
-            "reads NaFlexVit with a learned (rows, columns) table or none, and no embedding norms"
+            "reads NaFlexVit with a learned (rows, columns) table, factorized row and column tables or none, "
+            "and no embedding norms"
         )
     for key, value in state.items():
         if key == NAFLEX_PATCH_KEY:
@@ -278,6 +294,7 @@ def _from_timm_naflex(state: StateDict, file: str) -> tuple[StateDict, dict[str,
             grid = (int(value.shape[1]), int(value.shape[2]))
         else:
             out[_NAFLEX_EMBEDS.get(key, key)] = value
+    grid = grid or _factorized_grid(out, file)
     if "cls_token" in out or "reg_token" in out:
         hints["no_embed_class"] = True
     if grid is not None:  # the model is built for the table's grid

@@ -148,6 +148,11 @@ _REL_POS_KEY = "blocks.0.rel_pos.relative_position_bias_table"
 def _without_table(state: StateDict, ph: int, pw: int) -> dict[str, Any]:
     """A model without a learned position table: its positions (none but relative or rotary ones,
     else sinusoids) and, from BEiT's relative position table, its input size."""
+    if "pos_embed_y" in state and "pos_embed_x" in state:  # a row and a column table (timm's NaFlexVit)
+        rows, cols = int(state["pos_embed_y"].shape[1]), int(state["pos_embed_x"].shape[1])
+        size = (rows * ph, cols * pw)
+        factorized = {"pos_embed": "factorized", "img_size": size[0] if size[0] == size[1] else size}
+        return factorized | ({"no_embed_class": True} if "cls_token" in state or "reg_token" in state else {})
     fields: dict[str, Any] = {"pos_embed": "none" if "rope.freqs" in state or _REL_POS_KEY in state else "sincos"}
     side = _rel_pos_side(state)
     if side is not None:

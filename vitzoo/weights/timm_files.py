@@ -151,7 +151,12 @@ def naflex_model_args(args: dict[str, Any], where: str) -> dict[str, Any]:
         fields.update({k: args[k] for k in _NAFLEX_ROPE_ARGS if args.get(k) is not None})
     if args.get("pos_embed") in ("none", ""):
         fields["pos_embed"] = "none"
-    if any(k in args for k in _NAFLEX_TABLE_ARGS):  # else the architecture's rule
+    if args.get("pos_embed") == "factorized":  # linear per axis (layers/pos_factorized.py)
+        fields["pos_embed"] = "factorized"
+        square = args.get("pos_embed_ar_preserving")
+        if square is not None:
+            fields["pos_resample"] = "timm_square" if square else "timm"
+    elif any(k in args for k in _NAFLEX_TABLE_ARGS):  # else the architecture's rule
         fields.update(_naflex_table_fields(args, where))
     grid, patch = args.get("pos_embed_grid_size"), args.get("patch_size", 16)
     if isinstance(grid, list | tuple) and len(grid) == 2 and isinstance(patch, int):
@@ -180,13 +185,32 @@ def _naflex_table_fields(settings: dict[str, Any], where: str) -> dict[str, Any]
     return fields
 
 
+def _naflex_factorized_fields(embeds: Any, label: str) -> dict[str, Any]:
+    """A NaFlexVit with pos_embed='factorized' (layers/pos_factorized.py): its tables resample
+    linearly without antialiasing whatever its interpolation settings say, except grid_sample."""
+    if getattr(embeds, "pos_embed_use_grid_sample", False):
+        raise WeightsMismatchError(
+            f"{label}: NaFlexVit's factorized table sampled by grid_sample is not one vitzoo computes; "
+            "expected pos_embed_use_grid_sample=False"
+        )
+    rows, cols = embeds.pos_embed_grid_size
+    patch = embeds.patch_size
+    return {
+        "pos_embed": "factorized",
+        "pos_resample": "timm_square" if embeds.pos_embed_ar_preserving else "timm",
+        "img_size": (rows * patch[0], cols * patch[1]),
+        "dynamic_img_size": True,
+        "no_embed_class": True,
+    }
+
+
 def _naflex_timm_fields(model: nn.Module, label: str) -> dict[str, Any]:
     """What a timm NaFlexVit holds outside its tensors' shapes, as ViTConfig fields."""
     embeds: Any = model.embeds
-    if embeds.pos_embed_type == "factorized" or not getattr(embeds, "channels_last", True):
-        raise WeightsMismatchError(
-            f"{label}: NaFlexVit with a factorized table or channel-major patches is not one vitzoo computes"
-        )
+    if not getattr(embeds, "channels_last", True):
+        raise WeightsMismatchError(f"{label}: NaFlexVit with channel-major patches is not one vitzoo computes")
+    if embeds.pos_embed_type == "factorized":  # linear per axis; aspect-preserving or not
+        return _naflex_factorized_fields(embeds, label)
     settings = {
         "pos_embed_interp_mode": embeds.pos_embed_interp_mode,
         "pos_embed_ar_preserving": embeds.pos_embed_ar_preserving,

@@ -107,8 +107,6 @@ _EXPRESSED = frozenset(
         "std_conv.StdConv2dSame",
         "norm_act.GroupNormAct",
         "pool2d_same.MaxPool2dSame",
-        "classifier.ClassifierHead",
-        "adaptive_avgmax_pool.SelectAdaptivePool2d",
         "activation.ReLU",
         "vision_transformer_hybrid.ConvStem",
         "conv_bn_act.ConvNormAct",

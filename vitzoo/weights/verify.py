@@ -108,6 +108,9 @@ def check_stated(
     if "rope" in stated and (stated["rope"] == "mixed") != ("rope.freqs" in state):
         raise mismatch("rope", stated["rope"], "rope.freqs", "mixed" if "rope.freqs" in state else "not 'mixed'")
     pos = state.get("pos_embed")
+    factorized = "pos_embed_y" in state
+    if (stated.get("pos_embed") == "factorized") != factorized and "pos_embed" in stated:
+        raise mismatch("pos_embed", stated["pos_embed"], "pos_embed_y", "factorized" if factorized else None)
     if stated.get("pos_embed") in ("sincos", "none") and pos is not None:
         raise mismatch("pos_embed", stated["pos_embed"], "pos_embed", "learned")
     if stated.get("pos_embed") == "learned" and pos is None:
