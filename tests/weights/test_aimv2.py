@@ -199,10 +199,10 @@ def test_features_dense_optimize_and_export(tmp_path, monkeypatch):
     fast = vitzoo.optimize(model, x, candidates=["eager-explicit"], cache=False)
     with torch.inference_mode():
         assert _diff(fast(x), logits) <= 1e-4
-    path = deploy.export(model, tmp_path / "aimv2.pt2")
-    program = deploy.load_program(path)
-    with torch.no_grad():
-        assert _diff(program(x), logits) <= ATOL
+    if hasattr(torch.export, "Dim"):  # torch.export programs: torch >= 2.2 (deploy refuses older torch by name)
+        program = deploy.load_program(deploy.export(model, tmp_path / "aimv2.pt2"))
+        with torch.no_grad():
+            assert _diff(program(x), logits) <= ATOL
     pytest.importorskip("onnxruntime")
     import onnxruntime
 

@@ -65,6 +65,8 @@ def test_registered_name_computes_timms_at_its_size_and_another(arch, name):
     theirs, ours = _pair(arch, name)
     x = torch.randn(2, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
     assert _compare(theirs, ours, x) <= ATOL
+    if not hasattr(theirs, "set_input_size"):
+        pytest.skip("this timm's Beit has no set_input_size (timm >= 1.0.10 has)")
     theirs.set_input_size(OTHER)
     ours.set_input_size(OTHER)
     assert ours.config.img_size == OTHER and ours.pretrained_cfg.input_size == (3, *OTHER)

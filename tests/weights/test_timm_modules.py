@@ -54,7 +54,6 @@ def _from_timm(name: str, reference: torch.nn.Module, monkeypatch: pytest.Monkey
             dict(use_rel_pos_bias=False, use_shared_rel_pos_bias=True),
             r"rel_pos_bias: RelativePositionBias, one relative position bias shared by every block",
         ),
-        ("vit_small_r26_s32_224", {}, r"patch_embed: HybridEmbed, a CNN backbone"),
         ("vit_base_patch16_224", dict(global_pool="avgmax"), r"global_pool 'avgmax'"),
         (
             "vit_base_patch16_224",
@@ -83,6 +82,7 @@ def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, mon
         ("vit_base_patch16_clip_quickgelu_224", {}),  # norm_pre, QuickGELU
         ("beit3_base_patch16_224", {}),  # the attention's sub-LN (scale_attn_norm), the MLP's
         ("eva02_base_patch16_clip_224", {}),  # Eva's sub-LN in the attention (scale_attn_inner)
+        ("vit_small_r26_s32_224", dict(img_size=64)),  # BiT's ResNet stem (HybridEmbed)
         ("vit_dwee_patch16_reg1_gap_256", {}),  # differential attention
         ("vit_pwee_patch16_reg1_gap_256", {}),  # the parallel block (ParallelScalingBlock)
         ("vit_base_patch16_224", dict(qk_norm=True)),  # qk-norm per head (ViTConfig.qk_norm="head")

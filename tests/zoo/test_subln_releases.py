@@ -18,6 +18,7 @@ from vitzoo.flops import count_flops, vit_flops
 from vitzoo.weights.keymaps import to_vitzoo
 
 timm = pytest.importorskip("timm")
+TIMM_OLDER = tuple(int(p) for p in timm.__version__.split(".")[:3] if p.isdigit()) < (1, 0, 31)
 
 ATOL = 1e-5
 # vitzoo's name -> timm's architecture; each of their timm tags is registered (11 in timm 1.0.31).
@@ -74,7 +75,8 @@ def test_every_timm_tag_of_the_sub_ln_archs_is_registered_with_attn_norm():
             resolved = registry.resolve(timm_name)
             assert resolved.entry.name == name and resolved.pretrained_cfg.extra["timm"] == timm_name
             found += 1
-    assert found in (0, 11)  # 4 + 4 BEiT-3 tags, one EVA-02-CLIP tag per architecture
+    # 4 + 4 BEiT-3 tags and one EVA-02-CLIP tag per architecture in timm 1.0.31; older timm has fewer of them
+    assert found == 11 or (found <= 11 and TIMM_OLDER)
     assert vitzoo.model_info("beit3_b16")["family"] == "beit3"
 
 

@@ -328,7 +328,7 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
         fields["act_layer"] = _timm_activation(block.mlp_act if parallel else block.mlp.act, label)
         if not parallel:
             fields.update(_timm_attention_fields(blocks))
-        if type(block).__module__.endswith(".beit") and isinstance(block.init_values, float):
+        if type(block).__module__.endswith(".beit") and isinstance(getattr(block, "init_values", None), float):
             # BEiT's blocks state their LayerScale init (0.1 for BEiT-B, 1e-5 for the others)
             fields["init_values"] = float(block.init_values)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"

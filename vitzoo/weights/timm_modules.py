@@ -274,8 +274,11 @@ _SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
     "ResNetV2": _backbone,
     "MaxPool2dSame": _max_pool,
     # inside timm's ResNetV2 only as its unused head: no pooling, no classifier
-    "ClassifierHead": lambda m: [] if isinstance(getattr(m, "fc", None), nn.Identity) else ["a CNN classifier head"],
-    "SelectAdaptivePool2d": lambda m: [] if isinstance(getattr(m, "pool", None), nn.Identity) else ["CNN pooling"],
+    # (and SAM's head: the neck's map averaged, then a Linear or nothing)
+    "ClassifierHead": lambda m: (
+        [] if isinstance(getattr(m, "fc", None), nn.Identity | nn.Linear) else ["a CNN classifier head"]
+    ),
+    "SelectAdaptivePool2d": lambda m: [] if getattr(m, "pool_type", "") in ("", "avg") else ["CNN pooling"],
     "Attention": _attention,
     "AttentionRope": _attention,
     "EvaAttention": _attention,
