@@ -128,8 +128,9 @@ def test_patch_sequence_batches_and_dynamic_size_export_are_refused_by_name(tmp_
     batch["patch_valid"] = torch.ones(1, 4, dtype=torch.bool)
     with pytest.raises(PatchBatchError, match="SAM's image encoder"):
         model(batch)
-    with pytest.raises(ValueError, match="SAM's image encoder"):
-        deploy.export_program(model, tmp_path / "sam.pt2", dynamic_size=True)
+    if hasattr(torch.export, "Dim"):  # torch.export programs: torch >= 2.2 (older torch is refused first)
+        with pytest.raises(ValueError, match="SAM's image encoder"):
+            deploy.export_program(model, tmp_path / "sam.pt2", dynamic_size=True)
 
 
 @pytest.mark.slow

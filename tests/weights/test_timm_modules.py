@@ -15,6 +15,7 @@ from vitzoo.weights import WeightsMismatchError
 from vitzoo.weights.timm_modules import timm_on_meta
 
 timm = pytest.importorskip("timm")
+TIMM_VERSION = tuple(int(p) for p in timm.__version__.split(".")[:3] if p.isdigit())
 
 ATOL = 1e-5
 TINY = dict(depth=2, embed_dim=64, num_heads=2, img_size=32)
@@ -90,6 +91,8 @@ def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, mon
     ],
 )
 def test_timm_source_still_loads_what_vitzoo_computes(name, args: dict[str, Any], monkeypatch):
+    if name == "vit_small_r26_s32_224" and TIMM_VERSION < (1, 0, 31):
+        pytest.skip(f"timm {timm.__version__}'s HybridEmbed is refused by name; the stem is proved against timm 1.0.31")
     reference = randomise(_timm_model(name, **{**TINY, **args}), 0)
     model = _from_timm(name, reference, monkeypatch).eval()
     size = args.get("img_size", TINY["img_size"])
