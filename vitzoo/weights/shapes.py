@@ -79,29 +79,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         **hybrid,
     )
     reg_tokens = int(state["reg_token"].shape[1]) if "reg_token" in state else 0
-    options: dict[str, Any] = dict(
-        init_values=LAYER_SCALE_INIT if "blocks.0.ls1.gamma" in state or "blocks.0.ls.gamma" in state else None,
-        # Sapiens2: LayerScale on the attention branch only
-        layer_scale_mlp="blocks.0.ls1.gamma" not in state or "blocks.0.ls2.gamma" in state,
-        # a norm of q and k: over each head, or (InternViT-6B) over all of them (the same with one head)
-        qk_norm=_qk_norm_scope(state, int(embed_dim)),
-        reg_tokens=reg_tokens,
-        pre_norm="norm_pre.weight" in state,
-        patch_bias="patch_embed.proj.bias" in state or f"{_HYBRID}2.conv.bias" in state,
-        embed_norm="patch_embed.norm.weight" in state,  # AIMv2
-        fc_norm=fc_norm,
-        head_bias="head.bias" in state or "head.weight" not in state,
-        # EVA's attention: separate projections; q and v biased but not k (fused: q_bias, v_bias)
-        qkv_fused="blocks.0.attn.q_proj.weight" not in state,
-        k_bias=not (
-            "blocks.0.attn.q_bias" in state
-            or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
-        ),
-        rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
-        rel_pos="blocks.0.attn.rel_pos_h" in state,  # SAM's relative position tables, its conv neck's width
-        neck_chans=int(state["neck.0.weight"].shape[0]) if "neck.0.weight" in state else 0,
-        rel_pos_table=_REL_POS_KEY in state,  # BEiT's relative position bias
-    )
+    options = _option_fields(state, int(embed_dim), fc_norm, reg_tokens)
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
         fields["global_pool"] = "map"
@@ -122,6 +100,33 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
             side = math.isqrt(pos.shape[1] - covered)
             fields["img_size"] = side * int(ph) if ph == pw else (side * int(ph), side * int(pw))
     return fields
+
+
+def _option_fields(state: StateDict, embed_dim: int, fc_norm: bool, reg_tokens: int) -> dict[str, Any]:
+    """The options of the newer families as the tensors show them (each compared with its classic value)."""
+    return dict(
+        init_values=LAYER_SCALE_INIT if "blocks.0.ls1.gamma" in state or "blocks.0.ls.gamma" in state else None,
+        # Sapiens2: LayerScale on the attention branch only
+        layer_scale_mlp="blocks.0.ls1.gamma" not in state or "blocks.0.ls2.gamma" in state,
+        # a norm of q and k: over each head, or (InternViT-6B) over all of them (the same with one head)
+        qk_norm=_qk_norm_scope(state, embed_dim),
+        reg_tokens=reg_tokens,
+        pre_norm="norm_pre.weight" in state,
+        patch_bias="patch_embed.proj.bias" in state or f"{_HYBRID}2.conv.bias" in state,
+        embed_norm="patch_embed.norm.weight" in state,  # AIMv2
+        fc_norm=fc_norm,
+        head_bias="head.bias" in state or "head.weight" not in state,
+        # EVA's attention: separate projections; q and v biased but not k (fused: q_bias, v_bias)
+        qkv_fused="blocks.0.attn.q_proj.weight" not in state,
+        k_bias=not (
+            "blocks.0.attn.q_bias" in state
+            or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
+        ),
+        rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
+        rel_pos="blocks.0.attn.rel_pos_h" in state,  # SAM's relative position tables, its conv neck's width
+        neck_chans=int(state["neck.0.weight"].shape[0]) if "neck.0.weight" in state else 0,
+        rel_pos_table=_REL_POS_KEY in state,  # BEiT's relative position bias
+    )
 
 
 def _conv_stem(state: StateDict) -> tuple[tuple[int, ...], tuple[int, int, int]]:
