@@ -24,8 +24,6 @@ is worth more accuracy per second than more tokens (benchmarks/accuracy.py).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -95,7 +93,7 @@ class PatchEmbed(nn.Module):
         (h, w), (ph, pw) = img_size, self.patch_size
         if not self.conv_stem:
             return (h // ph, w // pw)
-        return (math.ceil(h / ph), math.ceil(w / pw))
+        return (-(-h // ph), -(-w // pw))  # ceil in integers: no float in a traced graph
 
     def check_input(self, x: torch.Tensor) -> None:
         """Raise a ValueError naming expected and given shape when `x` does not fit this model."""
