@@ -40,10 +40,12 @@ class FlopBreakdown:
     head: int  # representation layer and classifier(s)
     pool: int = 0  # attention pooling ("map"): its query, key/value and output projections, attention, MLP
     neck: int = 0  # SAM's convolutional neck (its 1x1 and 3x3 convolutions)
+    rel_pos: int = 0  # the relative position bias MLPs over the grid's offsets (rel_pos_mlp)
 
     @property
     def total(self) -> int:
-        return self.patch_embed + self.qkv_proj + self.attention + self.mlp + self.head + self.pool + self.neck
+        parts = (self.patch_embed, self.qkv_proj, self.attention, self.mlp, self.head, self.pool, self.neck)
+        return sum(parts) + self.rel_pos
 
 
 def vit_flops(config: ViTConfig) -> FlopBreakdown:
@@ -101,8 +103,26 @@ def vit_flops(config: ViTConfig) -> FlopBreakdown:
     c = config.neck_chans  # SAM's neck: a 1x1 (D -> C) and a 3x3 (C -> C) convolution at every patch
     neck = 2 * num_patches * (d * c + 9 * c * c)
     return FlopBreakdown(
-        patch_embed=patch_embed, qkv_proj=qkv_proj, attention=attention, mlp=mlp, head=head, pool=pool, neck=neck
+        patch_embed=patch_embed,
+        qkv_proj=qkv_proj,
+        attention=attention,
+        mlp=mlp,
+        head=head,
+        pool=pool,
+        neck=neck,
+        rel_pos=_rel_pos_mlp_flops(config),
     )
+
+
+def _rel_pos_mlp_flops(config: ViTConfig) -> int:
+    """The bias MLP (2 -> rel_pos_mlp -> heads) on each of the (2 rows - 1)(2 cols - 1) offsets of
+    the grid, once if shared, else in every block; the gather and the bias add are element-wise."""
+    if not config.rel_pos_mlp:
+        return 0
+    gh, gw = config.grid_size
+    offsets = (2 * gh - 1) * (2 * gw - 1)
+    mlps = 1 if config.rel_pos_mlp_shared else config.depth
+    return mlps * 2 * offsets * (2 * config.rel_pos_mlp + config.rel_pos_mlp * config.num_heads)
 
 
 def _sam_attention_flops(config: ViTConfig) -> tuple[int, int]:

@@ -31,8 +31,10 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      RoPE-ViT axial), "mixed" (RoPE-ViT, learned frequencies), "dinov3"; beside the
                      learned table or alone (pos_embed="none"); class and register tokens not rotated
     qkv_fused, k_bias  EVA's attention layouts: separate q/k/v projections, no bias on k
-    block_type       "prenorm" (the block above) or "parallel": attention and MLP side by side from
-                     one norm, their input projections fused (ViT-22B; layers/parallel_block.py)
+    block_type       "prenorm" (the block above), "postnorm": each norm after its residual branch
+                     (timm's ResPostBlock, EVA-02-CLIP-E; layers/block.py), or "parallel": attention and
+                     MLP side by side from one norm, their input projections fused (ViT-22B;
+                     layers/parallel_block.py)
     attn_layer       "attn" or "diff": differential attention, two softmax maps subtracted
                      (layers/diff_attention.py)
     attn_norm        the attention's sub-LN before its output projection (BEiT-3, EVA-02-CLIP B/L;
@@ -44,6 +46,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      a conv neck in the final norm's place; no prefix tokens
     rel_pos_table    BEiT: a learned relative position bias per block, added to the attention logits
                      (layers/relpos_bias.py); resized once by set_input_size, no dynamic_img_size
+    rel_pos_mlp, rel_pos_mlp_shared   timm's relpos ViT: a relative position bias from an MLP over
+                     log-spaced patch offsets, per block or shared (layers/relpos_mlp.py)
 
 Besides (B, C, H, W) images, every model takes a patch-sequence batch: a dict of images cut into
 their own grids of patches and padded (NaFlex; layers/naflex.py holds all of it, this module only
@@ -80,7 +84,7 @@ from torch.utils.checkpoint import checkpoint
 from .checks import check_fields, check_heads, check_image_bounds, check_types
 from .layers import PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
-from .layers.block import BLOCKS, make_block
+from .layers.block import BLOCKS, PostNormBlock, make_block
 from .layers.diff_attention import init_lambdas
 from .layers.gqa import check_kv_heads
 from .layers.hybrid_embed import HybridEmbed, check_hybrid_stem, hybrid_params
@@ -116,6 +120,7 @@ from .layers.pos_factorized import (
 )
 from .layers.qk_norm import QK_NORMS, QKNormName
 from .layers.relpos_bias import RelPosBiasTable, num_relative_distances
+from .layers.relpos_mlp import RelPosMlp
 from .layers.rope import GRID_INDEXINGS, NORMALIZE_COORDS, ROPE_KINDS, RotaryEmbedding2d, check_rope_args
 from .layers.sam import Neck, SamBlock, neck_params, rel_pos_params
 from .layers.swiglu import MLPS, MlpName, mlp_hidden_dim
@@ -158,9 +163,11 @@ class ViTConfig:
     qkv_fused: bool = True  # False: separate q_proj / k_proj / v_proj (EVA-02 B/L)
     k_bias: bool = True  # False (with qkv_bias): q and v have a bias, k none (EVA's attention)
     proj_bias: bool = True  # biases of the attention's output projection and of the MLP's layers (AIMv2: none)
-    # The encoder block (layers/block.py BLOCKS): "prenorm", or "parallel" (attention and MLP from
-    # one norm, one fused input projection: timm's ParallelScalingBlock; layers/parallel_block.py).
-    block_type: Literal["prenorm", "parallel"] = "prenorm"
+    # The encoder block (layers/block.py BLOCKS): "prenorm"; "postnorm" (each norm after its residual
+    # branch, no LayerScale: init_values is the norms' initial weight; timm's ResPostBlock); or
+    # "parallel" (attention and MLP from one norm, one fused input projection: timm's
+    # ParallelScalingBlock; layers/parallel_block.py).
+    block_type: Literal["prenorm", "postnorm", "parallel"] = "prenorm"
     # "attn" (softmax attention) or "diff": differential attention (layers/diff_attention.py);
     # with block_type="parallel", timm's DiffParallelScalingBlock (one fused output projection).
     attn_layer: Literal["attn", "diff"] = "attn"
@@ -229,6 +236,11 @@ class ViTConfig:
     # BEiT: each block learns a bias per head for every relative offset of two patches (and the class
     # token's three rows), added to its attention logits (layers/relpos_bias.py). Needs the class token alone.
     rel_pos_table: bool = False
+    # timm's relpos ViT: a bias on the attention logits from an MLP of rel_pos_mlp hidden units over
+    # log-spaced patch offsets (layers/relpos_mlp.py), in every block or one shared by all
+    # (rel_pos_mlp_shared); 0: none.
+    rel_pos_mlp: int = 0
+    rel_pos_mlp_shared: bool = False
     drop_rate: float = 0.0  # dropout after the position embedding, in the MLP and after attn proj
     attn_drop_rate: float = 0.0  # dropout on the attention weights
     drop_path_rate: float = 0.0  # stochastic depth, rising linearly from 0 to this over depth
@@ -351,6 +363,7 @@ class ViTConfig:
             "proj_bias": not self.proj_bias,
             "attn_norm": self.attn_norm,  # the sub-LN is the plain attention's
             "rel_pos_table": self.rel_pos_table,
+            "rel_pos_mlp": self.rel_pos_mlp,
         }
         if self.block_type == "parallel":
             refused.update(mlp_layer=self.mlp_layer != "mlp", mlp_norm=self.mlp_norm)
@@ -412,6 +425,7 @@ class ViTConfig:
             raise ValueError(f"neck_chans={self.neck_chans} cannot be combined with representation_size")
 
     def _validate_rel_pos(self) -> None:
+        self._validate_rel_pos_mlp()
         if not self.rel_pos_table:
             return
         if not self.class_token or self.num_prefix_tokens != 1:
@@ -425,6 +439,25 @@ class ViTConfig:
                 "rel_pos_table=True cannot be combined with dynamic_img_size=True: BEiT's relative position table "
                 "is resized once for another grid (set_input_size, timm's resize_rel_pos_bias_table), not per "
                 "call; expected dynamic_img_size=False"
+            )
+
+    def _validate_rel_pos_mlp(self) -> None:
+        """timm's relpos ViT (layers/relpos_mlp.py): on one grid, one relative position bias per block."""
+        check_fields(self, [(self.rel_pos_mlp >= 0, "rel_pos_mlp", "an int >= 0 (the MLP's hidden width; 0: none)")])
+        if self.rel_pos_mlp_shared and not self.rel_pos_mlp:
+            raise ValueError(
+                "rel_pos_mlp_shared=True describes a relative position bias MLP, but rel_pos_mlp=0; expected "
+                "rel_pos_mlp > 0 (its hidden width) or rel_pos_mlp_shared=False"
+            )
+        if not self.rel_pos_mlp:
+            return
+        other = [f for f in ("rel_pos_table", "rel_pos", "window_size") if getattr(self, f)]
+        if other or self.dynamic_img_size:
+            clash = ", ".join(f"{f}={getattr(self, f)!r}" for f in other) or "dynamic_img_size=True"
+            raise ValueError(
+                f"rel_pos_mlp={self.rel_pos_mlp} cannot be combined with {clash}: it is a relative position bias "
+                "of its own, for the model's grid (set_input_size changes it for good, as timm's relpos ViT; "
+                "not per call); expected one relative position scheme and dynamic_img_size=False"
             )
 
     def _validate_factorized(self) -> None:
@@ -652,6 +685,9 @@ class ViTConfig:
         total += sum(self._block_params(heads) for heads in self.kv_heads) + self._sam_params()
         if self.rel_pos_table:  # one (offsets + 3, heads) table per block
             total += self.depth * num_relative_distances(self.grid_size) * self.num_heads
+        if self.rel_pos_mlp:  # the bias MLP, 2 -> rel_pos_mlp -> heads, per block or shared
+            mlps = 1 if self.rel_pos_mlp_shared else self.depth
+            total += mlps * (linear(2, self.rel_pos_mlp) + linear(self.rel_pos_mlp, self.num_heads))
         if self.global_pool == "map":  # latent query, q, kv, proj, norm and a plain MLP
             hidden = int(d * (self.attn_pool_mlp_ratio or self.mlp_ratio))
             total += (
@@ -692,7 +728,8 @@ class ViTConfig:
         inputs = 1 if self.mlp_layer == "mlp" else 2  # a gated MLP projects to gate and input
         mlp = inputs * (d * hidden + bias * hidden) + hidden * d + bias * d
         mlp += self._norm_params(hidden) if self.mlp_norm else 0
-        scales = (1 + int(self.layer_scale_mlp)) * d if self.init_values else 0
+        # LayerScale (a post-norm block has none: init_values is its norms' initial weight)
+        scales = (1 + int(self.layer_scale_mlp)) * d if self.init_values and self.block_type != "postnorm" else 0
         return attn + mlp + 2 * self._norm_params(d) + scales + diff
 
     def _parallel_block_params(self) -> int:
@@ -858,6 +895,8 @@ class VisionTransformer(nn.Module):
             self.pos_embed_y = nn.Parameter(torch.zeros(1, rows, D))
             self.pos_embed_x = nn.Parameter(torch.zeros(1, cols, D))
         self.rope = self._new_rope() if config.rope else None
+        # timm's relpos ViT: one relative position bias MLP for every block (else each block's own)
+        self.shared_rel_pos = self._new_rel_pos_mlp() if config.rel_pos_mlp_shared else None
         self.pos_drop = nn.Dropout(config.drop_rate)
         self.norm_pre = make_norm(config.norm_layer, D, config.norm_eps) if config.pre_norm else nn.Identity()
 
@@ -997,10 +1036,26 @@ class VisionTransformer(nn.Module):
                     num_kv_heads=c.kv_heads[i],
                     qk_norm=c.qk_norm,
                     layer_scale_mlp=c.layer_scale_mlp,
-                    **({"rel_pos_grid": c.grid_size} if c.rel_pos_table else {}),  # BEiT's table: "prenorm" only
+                    **({"rel_pos": self._new_block_rel_pos()} if self._block_rel_pos else {}),
                 )
                 for i in range(c.depth)
             ]
+        )
+
+    @property
+    def _block_rel_pos(self) -> bool:
+        """Whether each block has a relative position bias of its own (BEiT's table, a relpos MLP)."""
+        return self.config.rel_pos_table or bool(self.config.rel_pos_mlp and not self.config.rel_pos_mlp_shared)
+
+    def _new_block_rel_pos(self) -> nn.Module:
+        c = self.config
+        return RelPosBiasTable(c.grid_size, c.num_heads) if c.rel_pos_table else self._new_rel_pos_mlp()
+
+    def _new_rel_pos_mlp(self) -> RelPosMlp:
+        c = self.config
+        grid = self.patch_embed.grid_size
+        return RelPosMlp(
+            num_heads=c.num_heads, grid=grid, hidden_dim=c.rel_pos_mlp, prefix_tokens=self.num_prefix_tokens
         )
 
     def _new_rope(self) -> RotaryEmbedding2d:
@@ -1066,6 +1121,9 @@ class VisionTransformer(nn.Module):
                 init_lambdas(m)
 
         self.apply(init_module)
+        for block in self.blocks:
+            if isinstance(block, PostNormBlock):
+                block.reset_parameters()  # its norms start at init_values (timm's ResPostBlock)
         if isinstance(self.patch_embed, HybridEmbed):  # PyTorch's conv and norm init (timm's too)
             self._init_tokens()
             return
@@ -1151,7 +1209,8 @@ class VisionTransformer(nn.Module):
     ) -> None:
         """Change the input size for good (timm's method): the learned position table is resampled
         once (bicubic, as `dynamic_img_size` does per call), a sinusoidal one recomputed, BEiT's
-        relative position tables resized (layers/relpos_bias.py), and `config.img_size` and
+        relative position tables resized (layers/relpos_bias.py), a relpos MLP's offsets recomputed
+        (layers/relpos_mlp.py), and `config.img_size` and
         `pretrained_cfg.input_size` follow."""
         if patch_size is not None and to_2tuple(patch_size, "patch_size") != self.patch_embed.patch_size:
             raise ValueError(
@@ -1183,8 +1242,8 @@ class VisionTransformer(nn.Module):
             self.pos_embed_x = nn.Parameter(x.clone(), requires_grad=self.pos_embed_x.requires_grad)
         if self.rope is not None:
             self.rope.set_grid(new_grid)
-        for module in self.blocks.modules():  # BEiT's tables: resized as timm resizes them
-            if isinstance(module, RelPosBiasTable):
+        for module in self.modules():  # BEiT's tables resized as timm resizes them; relpos MLPs' offsets
+            if isinstance(module, (RelPosBiasTable, RelPosMlp)):
                 module.set_grid(new_grid)
         self.patch_embed.set_input_size(config.img_size)
         self.config = config
@@ -1302,12 +1361,18 @@ class VisionTransformer(nn.Module):
         rope: torch.Tensor | None,
         attn_mask: torch.Tensor | None = None,
         grid: tuple[int, int] | None = None,
+        attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Block i; `grid`: the (rows, columns) of the patches, for blocks that need it (SAM's)."""
+        """Block i; `grid`: the (rows, columns) of the patches, for blocks that need it (SAM's);
+        `attn_bias`: the relative position bias shared by every block (relpos_mlp.py), None for none."""
         block = self.blocks[i]
         if rope is not None and self.rope is not None:
             rope = self.rope.for_block(rope, i)  # "mixed": block i's own frequencies
-        args = (x, rope, attn_mask) if grid is None or not self._grid_blocks else (x, rope, attn_mask, grid)
+        args: tuple[Any, ...] = (x, rope, attn_mask)
+        if grid is not None and self._grid_blocks:
+            args = (x, rope, attn_mask, None, grid)
+        elif attn_bias is not None:
+            args = (x, rope, attn_mask, attn_bias)
         if self.grad_checkpointing and torch.is_grad_enabled():
             # Keep only the block's input; its inside is recomputed during backward (dropout and
             # DropPath draw the same random numbers again: the RNG state is saved with it).
@@ -1323,10 +1388,13 @@ class VisionTransformer(nn.Module):
                 "and neck work on one image's grid of patches, so it cannot take a patch-sequence batch; "
                 "expected a (B, C, H, W) image"
             )
-        if self.config.rel_pos_table:
+        if self.config.rel_pos_table or self.config.rel_pos_mlp:
+            field = "BEiT's relative position table (rel_pos_table=True)"
+            if self.config.rel_pos_mlp:
+                field = f"a relative position bias MLP (rel_pos_mlp={self.config.rel_pos_mlp})"
             return (
-                "this model has BEiT's relative position table (rel_pos_table=True), sized for one grid: it cannot "
-                "take a patch-sequence batch of images of their own grids; expected a (B, C, H, W) image"
+                f"this model has {field}, made for one grid: it cannot take a patch-sequence batch of images of "
+                "their own grids; expected a (B, C, H, W) image"
             )
         if self.config.hybrid_stem:
             return (
@@ -1392,9 +1460,10 @@ class VisionTransformer(nn.Module):
         rope = self._rope_embed(x.shape[-2:])
         grid = self.patch_embed.dynamic_feat_size(x.shape[-2:])
         x = self._embed(x)
-        if self.grad_checkpointing or rope is not None or self._grid_blocks:
+        shared = None if self.shared_rel_pos is None else self.shared_rel_pos()
+        if self.grad_checkpointing or rope is not None or self._grid_blocks or shared is not None:
             for i in range(len(self.blocks)):
-                x = self._run_block(i, x, rope, None, grid)
+                x = self._run_block(i, x, rope, None, grid, shared)
         else:
             x = self.blocks(x)
         return self._final(typing.cast(torch.Tensor, x), grid)
@@ -1488,9 +1557,10 @@ class VisionTransformer(nn.Module):
             grid = self.patch_embed.dynamic_feat_size(x.shape[-2:])
             rope = self._rope_embed(x.shape[-2:])
             x = self._embed(x)
+        shared = None if self.shared_rel_pos is None else self.shared_rel_pos()
         intermediates = []
         for i in range(last + 1 if stop_early else len(self.blocks)):
-            x = self._run_block(i, x, rope, mask, grid)
+            x = self._run_block(i, x, rope, mask, grid, shared)
             if i in taken:
                 intermediates.append(self._final(x, grid) if norm else x)
         final = None if intermediates_only else self._final(x, grid)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
-from vitzoo.layers import Block, DropPath, Mlp
+from vitzoo.layers import Block, DropPath, Mlp, PostNormBlock
+from vitzoo.layers.block import make_block
 
 
 def test_block_is_two_pre_norm_residual_branches():
@@ -50,3 +52,22 @@ def test_without_init_values_the_layer_scales_are_identities():
     block = Block(dim=8, num_heads=2)
     assert isinstance(block.ls1, nn.Identity) and isinstance(block.ls2, nn.Identity)
     assert not any("gamma" in name for name, _ in block.named_parameters())
+
+
+def test_post_norm_block_equals_timms_res_post_block():
+    """x + norm1(attn(x)), then x + norm2(mlp(x)): timm's ResPostBlock, key by key, its norms
+    initialised at init_values and no LayerScale."""
+    vision_transformer = pytest.importorskip("timm.models.vision_transformer")
+    torch.manual_seed(0)
+    theirs = vision_transformer.ResPostBlock(dim=16, num_heads=2, qkv_bias=True, init_values=1e-5).eval()
+    ours = make_block("postnorm", dim=16, num_heads=2, init_values=1e-5).eval()
+    assert isinstance(ours, PostNormBlock) and isinstance(ours.ls1, nn.Identity)
+    ours.reset_parameters()
+    assert torch.all(ours.norm1.weight == 1e-5) and torch.all(ours.norm2.weight == 1e-5)
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_(0, 0.3)
+    ours.load_state_dict(theirs.state_dict(), strict=True)
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-6)

@@ -48,7 +48,9 @@ def test_block_computes_timms_beit_block():
     with torch.no_grad():
         for p in theirs.parameters():
             p.normal_(0, 0.2)
-    ours = Block(dim=dim, num_heads=heads, k_bias=False, init_values=0.1, rel_pos_grid=grid, norm_eps=1e-6).eval()
+    ours = Block(
+        dim=dim, num_heads=heads, k_bias=False, init_values=0.1, rel_pos=RelPosBiasTable(grid, heads), norm_eps=1e-6
+    ).eval()
     state = to_vitzoo({f"blocks.0.{k}": v for k, v in theirs.state_dict().items()}, fmt="vitzoo").state
     ours.load_state_dict({k.removeprefix("blocks.0."): v for k, v in state.items()}, strict=True)
     x = torch.randn(2, 1 + grid[0] * grid[1], dim)

@@ -4,6 +4,8 @@ patch_embed  image -> sequence of patch vectors (Conv2d, and the unfold + Linear
 hybrid_embed a CNN stem as the patch embedding: BiT's ResNet (resnetv2_stem), MobileCLIP's (mci_stem)
 pos_embed    learned and fixed sinusoidal position embeddings; resampling to another grid
 rope         2D rotary position embeddings of q and k (timm's "cat", "mixed", DINOv3's)
+relpos_bias  BEiT's learned table of relative position biases
+relpos_mlp   a relative position bias from an MLP over log-spaced offsets (timm's relpos ViT)
 attention    multi-head self-attention (fused qkv, scaled_dot_product_attention)
 activations  GELU, its tanh approximation, QuickGELU
 mlp          the position-wise feed-forward network
@@ -11,7 +13,7 @@ swiglu       the gated MLP (SwiGLU), unpacked and packed, and the MLP of a block
 norm         LayerNorm or RMSNorm by name
 layer_scale  LayerScale: a learned per-channel factor on a residual branch
 drop_path    stochastic depth
-block        the pre-norm encoder block that stacks the pieces above; the kinds of block by name
+block        the pre-norm encoder block that stacks the pieces above, its post-norm variant; the kinds of block by name
 parallel_block  attention and MLP side by side from one norm (ViT-22B)
 diff_attention  differential attention: two softmax maps subtracted with a learned lambda
 pool         attention pooling (MAP): a learned query attends over the tokens
@@ -20,7 +22,7 @@ sam          SAM's image encoder: windowed attention, decomposed relative positi
 
 from .activations import QuickGELU, make_activation
 from .attention import Attention, capture_attention
-from .block import Block
+from .block import Block, PostNormBlock
 from .drop_path import DropPath
 from .helpers import to_2tuple
 from .layer_scale import LayerScale
@@ -29,6 +31,7 @@ from .norm import RMSNorm, make_norm
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
 from .pool import AttentionPool
 from .pos_embed import crop_resample_pos_embed, resample_abs_pos_embed, sincos_1d
+from .relpos_mlp import RelPosMlp
 from .rope import RotaryEmbedding2d, apply_rope
 from .swiglu import SwiGLU, SwiGLUPacked, make_mlp
 
@@ -40,8 +43,10 @@ __all__ = [
     "LayerScale",
     "Mlp",
     "PatchEmbed",
+    "PostNormBlock",
     "QuickGELU",
     "RMSNorm",
+    "RelPosMlp",
     "RotaryEmbedding2d",
     "SwiGLU",
     "SwiGLUPacked",

@@ -14,15 +14,30 @@ the attention too (`attn_norm`: its sub-LN before the output projection, attenti
 `proj_bias=False` (AIMv2) drops the biases of the attention's output projection and of every MLP layer;
 the attention is plain (attention.py) or differential (`attn_layer="diff"`, diff_attention.py, which
 takes the block's `index` for its lambda_init).
-With `rel_pos_grid` the block has BEiT's relative position bias table (`rel_pos`, relpos_bias.py),
-whose bias its attention adds to the logits (`attn_bias`).
+`rel_pos` is the block's own relative position bias, a module () -> (1, heads, N, N) whose bias
+its attention adds to the logits (`attn_bias`): BEiT's table (relpos_bias.py) or timm's relpos
+MLP (relpos_mlp.py); or, where the model shares one bias among all its blocks, the forward's
+`attn_bias` carries it.
+
+`PostNormBlock` is the residual post-norm variant (timm's `ResPostBlock` and `ResPostRelPosBlock`,
+EVA's `EvaBlockPostNorm` of EVA-02-CLIP-E): each norm moves to the end of its residual branch, so
+the residual stream itself is never normalised:
+
+x = x + DropPath(LayerNorm(Attention(x)))
+x = x + DropPath(LayerNorm(Mlp(x)))
+
+It holds the same parameters under the same names (norm1, attn, norm2, mlp) and no LayerScale:
+`init_values` is there the norms' initial weight instead (timm's init), which a checkpoint replaces.
 
 The kinds of block, chosen by ViTConfig.block_type, are the table BLOCKS (name -> class), each
-class built with the same keyword arguments (`make_block`): "prenorm" this one, "parallel"
-attention and MLP side by side from one norm (parallel_block.py).
+class built with the same keyword arguments (`make_block`): "prenorm" Block, "postnorm"
+PostNormBlock, "parallel" attention and MLP side by side from one norm (parallel_block.py).
 """
 
 from __future__ import annotations
+
+import typing
+from typing import Any
 
 import torch
 from torch import nn
@@ -33,7 +48,6 @@ from .drop_path import DropPath
 from .layer_scale import LayerScale
 from .norm import make_norm
 from .parallel_block import ParallelBlock
-from .relpos_bias import RelPosBiasTable
 from .swiglu import make_mlp
 
 
@@ -66,7 +80,7 @@ class Block(nn.Module):
         num_kv_heads: int | None = None,
         qk_norm: str = "",
         layer_scale_mlp: bool = True,
-        rel_pos_grid: tuple[int, int] | None = None,
+        rel_pos: nn.Module | None = None,
     ) -> None:
         super().__init__()
         self.norm1 = make_norm(norm_layer, dim, norm_eps)
@@ -93,7 +107,7 @@ class Block(nn.Module):
                 qk_norm=qk_norm,
                 qk_norm_layer=norm_layer,
             )
-        self.rel_pos = RelPosBiasTable(rel_pos_grid, num_heads) if rel_pos_grid is not None else None
+        self.rel_pos = rel_pos  # the block's relative position bias module, or None
         self.ls1 = LayerScale(dim, init_values) if init_values else nn.Identity()
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.norm2 = make_norm(norm_layer, dim, norm_eps)
@@ -112,17 +126,52 @@ class Block(nn.Module):
         self.drop_path2 = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     def forward(
-        self, x: torch.Tensor, rope: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        h = self.norm1(x)  # BEiT's relative position bias, where there is a table, added to the logits
-        h = self.attn(h, rope, attn_mask) if self.rel_pos is None else self.attn(h, rope, attn_mask, self.rel_pos())
-        x = x + self.drop_path1(self.ls1(h))
+        x = x + self.drop_path1(self.ls1(self._attend(self.norm1(x), rope, attn_mask, attn_bias)))
         x = x + self.drop_path2(self.ls2(self.mlp(self.norm2(x))))
+        return x
+
+    def _attend(
+        self, h: torch.Tensor, rope: torch.Tensor | None, attn_mask: torch.Tensor | None, attn_bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The attention of `h`, with the block's own relative position bias, else the shared one."""
+        bias = self.rel_pos() if self.rel_pos is not None else attn_bias
+        return self.attn(h, rope, attn_mask) if bias is None else self.attn(h, rope, attn_mask, bias)
+
+
+class PostNormBlock(Block):
+    """The residual post-norm block (the module docstring): Block's parts, each norm after its branch."""
+
+    def __init__(self, *, init_values: float | None = None, **settings: Any) -> None:
+        super().__init__(init_values=None, **settings)  # no LayerScale
+        self.init_values = init_values
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """timm's init of a post-norm block: the norms' weights at `init_values` (when given)."""
+        if self.init_values is not None:
+            for norm in (self.norm1, self.norm2):
+                nn.init.constant_(typing.cast(torch.Tensor, norm.weight), self.init_values)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = x + self.drop_path1(self.norm1(self._attend(x, rope, attn_mask, attn_bias)))
+        x = x + self.drop_path2(self.norm2(self.mlp(x)))
         return x
 
 
 # ViTConfig.block_type -> the block class; each takes Block's keyword arguments.
-BLOCKS: dict[str, type[nn.Module]] = {"prenorm": Block, "parallel": ParallelBlock}
+BLOCKS: dict[str, type[nn.Module]] = {"prenorm": Block, "postnorm": PostNormBlock, "parallel": ParallelBlock}
 
 
 def make_block(block_type: str, **kwargs: object) -> nn.Module:

@@ -182,7 +182,8 @@ def add_lora(
             if "proj" in chosen:
                 module.proj = LoRALinear(module.proj, **settings)  # type: ignore[arg-type]
                 adapted.append(f"{name}.proj")
-        elif isinstance(module, Mlp) or name.endswith(".mlp"):  # the plain MLP, a gated one
+        elif (isinstance(module, Mlp) or name.endswith(".mlp")) and "rel_pos" not in name:
+            # the plain MLP, a gated one; not a relative position bias's coordinate MLP (relpos_mlp.py)
             for child, layer in list(module.named_children()):
                 if type(layer) is nn.Linear and child.split("_")[0] in chosen:  # fc1, fc1_g, fc1_x, fc2
                     setattr(module, child, LoRALinear(layer, **settings))  # type: ignore[arg-type]

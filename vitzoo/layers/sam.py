@@ -162,12 +162,14 @@ class SamBlock(Block):
         x: torch.Tensor,
         rope: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
         grid: tuple[int, int] | None = None,
     ) -> torch.Tensor:
         """x (B, rows * columns, D) of the (rows, columns) `grid` of patches."""
-        if grid is None or rope is not None or attn_mask is not None:
+        if grid is None or rope is not None or attn_mask is not None or attn_bias is not None:
             raise ValueError(
-                "SamBlock needs the (rows, columns) grid of its patch tokens and takes no rotary embedding or mask"
+                "SamBlock needs the (rows, columns) grid of its patch tokens and takes no rotary embedding, mask "
+                "or shared attention bias"
             )
         y = self.norm1(x)
         ws = self.window_size
