@@ -41,15 +41,10 @@ def _from_timm(name: str, reference: torch.nn.Module, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(
     "name, args, found",
     [
-        ("vit_base_patch16_rpn_224", {}, r"blocks\.0: ResPostBlock, post-norm blocks"),
-        (
-            "eva02_enormous_patch14_clip_224",
-            dict(img_size=28),
-            r"blocks\.0: EvaBlockPostNorm, post-norm .*use_post_norm",
-        ),
         ("vit_base_patch16_xp_224", {}, r"ParallelScalingBlock with qk-norm"),
         ("vit_small_patch16_18x2_224", {}, r"ParallelThingsBlock, several attention and MLP branches"),
-        ("vit_relpos_base_patch16_224", {}, r"RelPosBlock, relative position bias"),
+        ("vit_relpos_base_patch16_224", dict(rel_pos_type="bias"), r"RelPosBias, a learned table"),
+        ("vit_relpos_base_patch16_224", dict(rel_pos_type="mlp_swin"), r"RelPosMlp with Swin V2's 'swin'"),
         (
             "beit_base_patch16_224",
             dict(use_rel_pos_bias=False, use_shared_rel_pos_bias=True),
@@ -81,6 +76,10 @@ def test_timm_source_refuses_what_vitzoo_does_not_compute(name, args, found, mon
         ("vit_medium_patch16_gap_256", {}),  # average pooling
         ("deit_small_distilled_patch16_224", {}),
         ("vit_base_patch16_clip_quickgelu_224", {}),  # norm_pre, QuickGELU
+        ("vit_base_patch16_rpn_224", {}),  # ResPostBlock: block_type="postnorm"
+        ("eva02_enormous_patch14_clip_224", dict(img_size=28)),  # EvaBlockPostNorm
+        ("vit_relpos_medium_patch16_rpn_224", {}),  # relative position bias MLP, post-norm
+        ("vit_srelpos_small_patch16_224", {}),  # one bias MLP shared by the blocks
         ("beit3_base_patch16_224", {}),  # the attention's sub-LN (scale_attn_norm), the MLP's
         ("eva02_base_patch16_clip_224", {}),  # Eva's sub-LN in the attention (scale_attn_inner)
         ("vit_small_r26_s32_224", dict(img_size=64)),  # BiT's ResNet stem (HybridEmbed)

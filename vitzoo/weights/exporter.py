@@ -22,7 +22,10 @@ EXPORT_FORMATS = ("timm", "vitzoo")
 
 def is_eva(config: object) -> bool:
     """Whether timm builds this architecture as its Eva (rotary embedding, EVA's attention layouts,
-    no position table) rather than its VisionTransformer: the names of LayerScale differ."""
+    no position table) rather than its VisionTransformer: the names of LayerScale differ. timm's
+    relpos ViT (a relative position bias MLP, no table) keeps the VisionTransformer's names."""
+    if getattr(config, "rel_pos_mlp", 0):
+        return False
     return bool(
         getattr(config, "rope", "")
         or not getattr(config, "qkv_fused", True)

@@ -189,10 +189,12 @@ def _merge_parts(state: StateDict, pattern: str, names: tuple[str, ...], target:
 
 # ----------------------------------------------------------------------------- timm / vitzoo
 # timm's Eva (EVA-02, PE, RoPE-ViT, DINOv3) and BEiT name LayerScale's factors gamma_1 / gamma_2;
-# BEiT's attention holds its relative position table, which vitzoo's block holds (layers/relpos_bias.py).
+# BEiT's attention holds its relative position table, and the relpos ViT's attention its bias MLP,
+# which vitzoo's block holds (layers/relpos_bias.py, relpos_mlp.py).
 EVA_RULES: list[Rule] = [
     (r"blocks\.(\d+)\.gamma_([12])", r"blocks.\1.ls\2.gamma"),
     (r"blocks\.(\d+)\.attn\.relative_position_bias_table", r"blocks.\1.rel_pos.relative_position_bias_table"),
+    (r"blocks\.(\d+)\.attn\.rel_pos\.(mlp\.fc[12]\.(?:weight|bias))", r"blocks.\1.rel_pos.\2"),
 ]
 # The index buffer that BEiT's original checkpoints saved: rebuilt from the grid (timm drops it too).
 _RELPOS_INDEX = re.compile(r"blocks\.\d+\.attn\.relative_position_index")
@@ -800,7 +802,11 @@ def to_timm(state: StateDict, *, what: str = "model", eva: bool = False) -> Stat
             f"{what} has a convolutional stem (patch_embed.stem.*), which timm's VisionTransformer builds only "
             "through a custom embed_layer: timm cannot load it by name; export to 'vitzoo' instead"
         )
-    out = {re.sub(r"^blocks\.(\d+)\.rel_pos\.", r"blocks.\1.attn.", k): v for k, v in state.items()}  # BEiT
+    # a block's relative position bias back into its attention: BEiT's table, the relpos ViT's MLP
+    out = {
+        re.sub(r"^blocks\.(\d+)\.rel_pos\.(?=relative_position)", r"blocks.\1.attn.", k): v for k, v in state.items()
+    }
+    out = {re.sub(r"^blocks\.(\d+)\.rel_pos\.mlp\.", r"blocks.\1.attn.rel_pos.mlp.", k): v for k, v in out.items()}
     if "neck.0.weight" in out:  # SAM's encoder: timm's VisionTransformerSAM layout
         return _to_timm_sam(out, what)
     if eva:  # timm's Eva: LayerScale is gamma_1 / gamma_2 (EVA_RULES backwards)

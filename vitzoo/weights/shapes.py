@@ -126,7 +126,21 @@ def _option_fields(state: StateDict, embed_dim: int, fc_norm: bool, reg_tokens: 
         rel_pos="blocks.0.attn.rel_pos_h" in state,  # SAM's relative position tables, its conv neck's width
         neck_chans=int(state["neck.0.weight"].shape[0]) if "neck.0.weight" in state else 0,
         rel_pos_table=_REL_POS_KEY in state,  # BEiT's relative position bias
+        **_rel_pos_mlp_fields(state),  # timm's relpos ViT
     )
+
+
+_REL_POS_MLPS = (("shared_rel_pos.mlp.fc1.weight", True), ("blocks.0.rel_pos.mlp.fc1.weight", False))
+
+
+def _rel_pos_mlp_fields(state: StateDict) -> dict[str, Any]:
+    """A relative position bias MLP (layers/relpos_mlp.py): shared by the blocks or block 0's own,
+    its hidden width fc1's."""
+    for key, shared in _REL_POS_MLPS:
+        fc1 = state.get(key)
+        if fc1 is not None and fc1.ndim == 2:
+            return {"rel_pos_mlp": int(fc1.shape[0]), "rel_pos_mlp_shared": shared}
+    return {"rel_pos_mlp": 0, "rel_pos_mlp_shared": False}
 
 
 def _conv_stem(state: StateDict) -> tuple[tuple[int, ...], tuple[int, int, int]]:
@@ -158,7 +172,8 @@ def _without_table(state: StateDict, ph: int, pw: int) -> dict[str, Any]:
         size = (rows * ph, cols * pw)
         factorized = {"pos_embed": "factorized", "img_size": size[0] if size[0] == size[1] else size}
         return factorized | ({"no_embed_class": True} if "cls_token" in state or "reg_token" in state else {})
-    fields: dict[str, Any] = {"pos_embed": "none" if "rope.freqs" in state or _REL_POS_KEY in state else "sincos"}
+    relative = _REL_POS_KEY in state or any(key in state for key, _ in _REL_POS_MLPS)
+    fields: dict[str, Any] = {"pos_embed": "none" if "rope.freqs" in state or relative else "sincos"}
     side = _rel_pos_side(state)
     if side is not None:
         fields["img_size"] = side * ph if ph == pw else (side * ph, side * pw)
@@ -280,6 +295,8 @@ CLASSIC_FIELDS: dict[str, Any] = dict(
     rel_pos=False,
     neck_chans=0,
     rel_pos_table=False,
+    rel_pos_mlp=0,
+    rel_pos_mlp_shared=False,
     hybrid_stem="",
     hybrid_layers=(),
 )

@@ -26,7 +26,7 @@ from .files import checked_pretrained
 from .hub import TIMM_PREFIX, require_timm
 from .keymaps import to_vitzoo
 from .shapes import infer_config_fields
-from .timm_modules import TIMM_ROPES, check_timm_model, timm_on_meta
+from .timm_modules import POST_NORM_BLOCKS, TIMM_ROPES, check_timm_model, timm_on_meta
 
 logger = logging.getLogger("vitzoo.weights")
 
@@ -289,6 +289,29 @@ def check_timm_architecture(ckpt: Checkpoint, *, registered: bool) -> None:
         return
     check_timm_model(model, label)
     timm_position_and_pool_fields(model, label)  # refuses a rotary embedding vitzoo does not compute
+    _check_block_type(model, ckpt, label)
+
+
+def _check_block_type(model: nn.Module, ckpt: Checkpoint, label: str) -> None:
+    """The blocks timm builds with the config's model_args (use_post_norm, block_fn): the block_type
+    of an architecture vitzoo does not register, else checked against the registered one's (the
+    tensors cannot tell pre-norm from post-norm blocks)."""
+    blocks = getattr(model, "blocks", None)
+    cls = type(blocks[0]).__name__ if blocks is not None and len(blocks) else None
+    if cls is None or ckpt.config.get("block_type") == "parallel":  # a parallel block shows itself
+        return
+    built = "postnorm" if cls in POST_NORM_BLOCKS else "prenorm"
+    if ckpt.architecture is None and "block_type" not in ckpt.declared:
+        ckpt.config["block_type"] = built
+        ckpt.declared.add("block_type")
+        return
+    block_type = ckpt.config.get("block_type", "prenorm")
+    if built != block_type:
+        raise WeightsMismatchError(
+            f"{label}: timm builds blocks.0 as {cls} (block_type={built!r}: where its model_args put the norms), "
+            f"but the architecture it loads as has block_type={block_type!r}; expected the architecture's own "
+            "model_args"
+        )
 
 
 def read_timm(name: str) -> Checkpoint:
@@ -331,6 +354,10 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
         if type(block).__module__.endswith(".beit") and isinstance(getattr(block, "init_values", None), float):
             # BEiT's blocks state their LayerScale init (0.1 for BEiT-B, 1e-5 for the others)
             fields["init_values"] = float(block.init_values)
+        if type(block).__name__ in POST_NORM_BLOCKS:
+            fields["block_type"] = "postnorm"
+            if getattr(block, "init_values", None) is not None:  # ResPostBlock: its norms' initial weight
+                fields["init_values"] = float(block.init_values)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     unshown = timm_position_and_pool_fields(model, label)
@@ -346,7 +373,9 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
     fields["img_size"] = img
     fields.update(unshown)
     declared: set[str] = {
-        k for k in ("num_heads", "norm_eps", "act_layer", "num_kv_heads", "qk_norm", "init_values") if k in fields
+        k
+        for k in ("num_heads", "norm_eps", "act_layer", "num_kv_heads", "qk_norm", "init_values", "block_type")
+        if k in fields
     }
     declared |= {"global_pool", "no_embed_class", "img_size", *unshown} | ({"drop_remainder"} & set(fields))
     return converted.state, fields, declared

@@ -63,6 +63,15 @@ _EXPRESSED = frozenset(
         "patch_embed.PatchEmbed",
         "naflexvit.NaFlexEmbeds",
         "vision_transformer.Block",
+        # post-norm blocks (ViTConfig.block_type="postnorm"), read off the block's class: POST_NORM_BLOCKS
+        "vision_transformer.ResPostBlock",
+        "eva.EvaBlockPostNorm",
+        # timm's relpos ViT (rel_pos_mlp; layers/relpos_mlp.py)
+        "vision_transformer_relpos.VisionTransformerRelPos",
+        "vision_transformer_relpos.RelPosBlock",
+        "vision_transformer_relpos.ResPostRelPosBlock",
+        "vision_transformer_relpos.RelPosAttention",
+        "pos_embed_rel.RelPosMlp",
         "vision_transformer.ParallelScalingBlock",
         "vision_transformer.DiffParallelScalingBlock",
         "diff_attention.DiffAttention",
@@ -115,17 +124,13 @@ _EXPRESSED = frozenset(
 )
 # What the timm classes vitzoo has no counterpart for do, for the error message.
 _UNEXPRESSED = {
-    "ResPostBlock": "post-norm blocks (each norm after its residual branch)",
-    "EvaBlockPostNorm": "post-norm blocks (use_post_norm: each norm after its residual branch)",
-    "ResPostRelPosBlock": "post-norm blocks with relative position bias",
-    "VisionTransformerRelPos": "relative position bias (timm's relpos ViT)",
-    "RelPosBlock": "relative position bias",
+    "RelPosBias": "a learned table of relative position biases (rel_pos_type='bias')",
     "RelativePositionBias": "one relative position bias shared by every block (BEiT's use_shared_rel_pos_bias)",
     "ParallelThingsBlock": "several attention and MLP branches side by side (num_parallel)",
-    "RelPosAttention": "relative position bias",
-    "RelPosMlp": "relative position bias",
     "AttentionPoolPrr": "the 'prr' attention pool",
 }
+# timm's residual post-norm blocks (ViTConfig.block_type="postnorm"): the same tensors as pre-norm ones.
+POST_NORM_BLOCKS = ("ResPostBlock", "ResPostRelPosBlock", "EvaBlockPostNorm")
 _NORMS = {"LayerNorm": "LayerNorm", "RmsNorm": "RMSNorm"}
 _DIFF = ("DiffAttention", "DiffParallelScalingBlock")
 _POOLS = ("", "token", "avg", "map")
@@ -166,6 +171,12 @@ def _attention(m: nn.Module) -> list[str]:
     if isinstance(proj, nn.Linear) and proj.in_features != proj.out_features:
         found.append("an attention width other than the embedding width (attn_head_dim)")
     return found
+
+
+def _rel_pos_mlp(m: nn.Module) -> list[str]:
+    """vitzoo computes timm's default "cr" log coordinates (relpos_mlp.py), not Swin V2's normalised ones."""
+    mode = getattr(m, "mode", "cr")
+    return [] if mode == "cr" else [f"Swin V2's {mode!r} coordinates (a sigmoid bias, gain 16); vitzoo's are 'cr'"]
 
 
 def _glu(m: nn.Module) -> list[str]:
@@ -282,6 +293,8 @@ _SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
     "Attention": _attention,
     "AttentionRope": _attention,
     "EvaAttention": _attention,
+    "RelPosAttention": _attention,
+    "RelPosMlp": _rel_pos_mlp,
     "GluMlp": _glu,
     "AttentionPoolLatent": _pool,
 }
