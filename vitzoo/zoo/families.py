@@ -19,6 +19,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("deit3", "deit3"),
     ("deit", "deit"),
     ("_pe_", "pe"),
+    ("relpos", "relpos_vit"),
     ("rope", "rope_vit"),
     ("siglip2", "siglip2"),
     ("siglip", "siglip"),
