@@ -18,6 +18,8 @@ ARCHITECTURES: dict[str, dict[str, Any]] = {
     'EVA01-g-14': {'patch_size': 14, 'num_classes': 1024, 'embed_dim': 1408, 'depth': 40, 'num_heads': 16, 'mlp_ratio': 4.363636363636363, 'k_bias': False, 'fc_norm': True},
     'EVA01-g-14-plus': {'patch_size': 14, 'num_classes': 1024, 'embed_dim': 1408, 'depth': 40, 'num_heads': 16, 'mlp_ratio': 4.363636363636363, 'k_bias': False, 'fc_norm': True},
     'EVA02-B-16': {'num_classes': 512, 'mlp_ratio': 2.6666666666666665, 'qkv_fused': False, 'k_bias': False, 'act_layer': 'silu', 'mlp_layer': 'swiglu', 'mlp_norm': True, 'attn_norm': True, 'rope': 'cat', 'rope_ref_feat_shape': (16, 16)},
+    'EVA02-E-14': {'patch_size': 14, 'num_classes': 1024, 'embed_dim': 1792, 'depth': 64, 'num_heads': 16, 'mlp_ratio': 8.571428571428571, 'k_bias': False, 'block_type': 'postnorm'},
+    'EVA02-E-14-plus': {'patch_size': 14, 'num_classes': 1024, 'embed_dim': 1792, 'depth': 64, 'num_heads': 16, 'mlp_ratio': 8.571428571428571, 'k_bias': False, 'block_type': 'postnorm'},
     'EVA02-L-14': {'patch_size': 14, 'num_classes': 768, 'embed_dim': 1024, 'depth': 24, 'num_heads': 16, 'mlp_ratio': 2.6666666666666665, 'qkv_fused': False, 'k_bias': False, 'act_layer': 'silu', 'mlp_layer': 'swiglu', 'mlp_norm': True, 'attn_norm': True, 'rope': 'cat', 'rope_ref_feat_shape': (16, 16)},
     'EVA02-L-14-336': {'img_size': 336, 'patch_size': 14, 'num_classes': 768, 'embed_dim': 1024, 'depth': 24, 'num_heads': 16, 'mlp_ratio': 2.6666666666666665, 'qkv_fused': False, 'k_bias': False, 'act_layer': 'silu', 'mlp_layer': 'swiglu', 'mlp_norm': True, 'attn_norm': True, 'rope': 'cat', 'rope_ref_feat_shape': (16, 16)},
     'MobileCLIP-B': {'hybrid_stem': 'mci', 'num_classes': 512, 'no_embed_class': True},
@@ -133,6 +135,8 @@ RELEASES: tuple[tuple[Any, ...], ...] = (
     ('EVA02-B-16', 'merged2b_s8b_b131k', 'timm/eva02_base_patch16_clip_224.merged2b_s8b_b131k', 'clip', 224, 'bicubic', 'shortest', 'unknown', 'eva02_b16_clip.merged2b_s8b_b131k'),
     ('EVA02-L-14', 'merged2b_s4b_b131k', 'timm/eva02_large_patch14_clip_224.merged2b_s4b_b131k', 'clip', 224, 'bicubic', 'shortest', 'unknown', 'eva02_l14_clip.merged2b_s4b_b131k'),
     ('EVA02-L-14-336', 'merged2b_s6b_b61k', 'timm/eva02_large_patch14_clip_336.merged2b_s6b_b61k', 'clip', 336, 'bicubic', 'shortest', 'unknown', 'eva02_l14_clip_336.merged2b_s6b_b61k'),
+    ('EVA02-E-14', 'laion2b_s4b_b115k', 'timm/eva02_enormous_patch14_clip_224.laion2b_s4b_b115k', 'clip', 224, 'bicubic', 'shortest', 'unknown', 'eva02_enormous14_clip.laion2b_s4b_b115k'),
+    ('EVA02-E-14-plus', 'laion2b_s9b_b144k', 'timm/eva02_enormous_patch14_plus_clip_224.laion2b_s9b_b144k', 'clip', 224, 'bicubic', 'shortest', 'unknown', 'eva02_enormous14_clip.laion2b_s9b_b144k'),
     ('ViT-B-16-SigLIP', 'webli', 'timm/ViT-B-16-SigLIP', 'inception', 224, 'bicubic', 'squash', 'apache-2.0', 'siglip_b16.openclip_webli'),
     ('ViT-B-16-SigLIP-256', 'webli', 'timm/ViT-B-16-SigLIP-256', 'inception', 256, 'bicubic', 'squash', 'apache-2.0', 'siglip2_b16.webli'),
     ('ViT-B-16-SigLIP-i18n-256', 'webli', 'timm/ViT-B-16-SigLIP-i18n-256', 'inception', 256, 'bicubic', 'squash', 'apache-2.0', 'siglip2_b16.openclip_webli'),
@@ -196,8 +200,6 @@ TEXT_REFUSED: dict[str, str] = {
     'xlm-roberta-large-ViT-H-14.frozen_laion5b_s13b_b90k': "'open_clip:xlm-roberta-large-ViT-H-14': model_cfg.text_cfg.hf_model_name='xlm-roberta-large' is not supported by vitzoo's towers (only None)",
 }
 LEFT_OUT: dict[str, str] = {
-    'EVA02-E-14-plus.laion2b_s9b_b144k': "open_clip:EVA02-E-14-plus: the image tower is timm's 'eva02_enormous_patch14_clip_224', which no registered vitzoo model matches",
-    'EVA02-E-14.laion2b_s4b_b115k': "open_clip:EVA02-E-14: the image tower is timm's 'eva02_enormous_patch14_clip_224', which no registered vitzoo model matches",
     'MobileCLIP-S1.datacompdr': "FastViT image tower (timm's fastvit_mci1)",
     'MobileCLIP-S2.datacompdr': "FastViT image tower (timm's fastvit_mci2)",
     'MobileCLIP2-L-14.dfndr2b': "vitzoo's reader builds timm's vit_large_patch14_clip_224 with {'act_layer': 'quick_gelu'}, timm's model has not",
