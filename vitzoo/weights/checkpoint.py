@@ -40,7 +40,7 @@ ROPE_SETTINGS = (
 # The rotary embedding and how the attention pool attends: no tensor shows them (bar RoPE-Mixed's
 # frequencies), so a source states them or its named architecture does, and a checkpoint that
 # states them must agree with the model it loads into (verify.check_fits).
-UNSHOWN_FIELDS = ("rope", *ROPE_SETTINGS, "attn_pool_num_heads", "pool_include_prefix")
+UNSHOWN_FIELDS = ("rope", *ROPE_SETTINGS, "attn_pool_num_heads", "pool_include_prefix", "attn_pool_type")
 # What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
 # pooling, sinusoidal positions (or none), LayerScale's init value, whether any input size is
 # taken (timm builds DINOv3 so), whether one past the last whole patch is, and the UNSHOWN_FIELDS. (Not the activation: a timm config names
