@@ -1187,14 +1187,8 @@ class VisionTransformer(nn.Module):
         signature). `global_pool` may switch between "token", "avg" and "" or drop "map"; an
         attention pool cannot be added here, since its weights would be untrained."""
         changes: dict[str, Any] = {"num_classes": num_classes}
-        if global_pool is not None and global_pool != self.config.global_pool:
-            if global_pool in ("map", "coca") or self.config.global_pool == "coca":
-                raise ValueError(
-                    f"reset_classifier: global_pool={global_pool!r} is invalid for a model built with "
-                    f"global_pool={self.config.global_pool!r}: an attention pool cannot be added (its weights would be "
-                    "untrained), nor CoCa's taken away (its width and norm are the head's input); expected "
-                    f"{self.config.global_pool!r}, or 'token', 'avg' or '' on a model without 'coca'"
-                )
+        if global_pool is not None:
+            self._check_pool_switch(global_pool)
             changes["global_pool"] = global_pool
         self.config = self.config.replace(**changes)  # validates before anything changes
         if self.config.global_pool not in ("map", "coca"):
@@ -1212,6 +1206,21 @@ class VisionTransformer(nn.Module):
             if head is not None:
                 head.train(self.training)
         self.pretrained_cfg = self.pretrained_cfg.replace(num_classes=num_classes, label_names=None)
+
+    def _check_pool_switch(self, global_pool: str) -> None:
+        """reset_classifier's refusals: no attention pool is added (its weights would be untrained), and
+        CoCa's is not taken away (its width and, in open_clip's arrangement, the final norm are the head's input)."""
+        if global_pool in ("map", "coca") and global_pool != self.config.global_pool:
+            pool = "attention pooling" if global_pool == "map" else "CoCa's attentional pooler"
+            raise ValueError(
+                f"reset_classifier: global_pool={global_pool!r} is invalid for a model built without {pool}; "
+                f"expected 'token', 'avg' or '' here, or build the model with global_pool={global_pool!r}"
+            )
+        if self.config.global_pool == "coca" and global_pool != "coca":
+            raise ValueError(
+                f"reset_classifier: global_pool={global_pool!r} is invalid for a model built with global_pool='coca': "
+                "its pooler's width and norm are what the head takes; expected 'coca' (or None)"
+            )
 
     def save_pretrained(
         self, directory: str | os.PathLike[str], *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE

@@ -206,7 +206,7 @@ def test_pruning_and_reset_classifier(tmp_path):
     ours = _through_the_name("coca_ViT-B-32", tmp_path / "ckpt")
     ours.reset_classifier(3)
     assert ours.head.in_features == 16 and ours(_image()).shape == (2, 3)
-    with pytest.raises(ValueError, match="nor CoCa's taken away"):
+    with pytest.raises(ValueError, match="invalid for a model built with global_pool='coca'"):
         ours.reset_classifier(3, global_pool="avg")
     pruned = _through_the_name("coca_ViT-B-32", tmp_path / "ckpt")
     pruned.prune_intermediate_layers(indices=1, prune_norm=True, prune_head=False)
