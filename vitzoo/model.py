@@ -21,7 +21,9 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      layers/activations.py)
     global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none);
                      attn_pool_num_heads, pool_include_prefix: PE's pool (8 heads, over every token);
-                     attn_pool_mlp_ratio: its MLP's own width (PE-Core-G)
+                     attn_pool_mlp_ratio: its MLP's own width (PE-Core-G); "coca": CoCa's attentional
+                     pooler (layers/attn_pooler.py; attn_pool_queries, attn_pool_dim, attn_pool_type),
+                     its caption tokens from pool_with_tokens(forward_features(x))
     fc_norm          MAE fine-tuning: the final LayerNorm moves after the pooling
     head_bias        CLIP's visual projection has no bias
     mlp_layer        "swiglu" / "swiglu_packed": the gated MLP of DINOv2-g, EVA-02, DINOv3
@@ -84,6 +86,7 @@ from torch.utils.checkpoint import checkpoint
 from .checks import check_fields, check_heads, check_image_bounds, check_types
 from .layers import PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
+from .layers.attn_pooler import COCA_POOL_TYPES, AttentionalPooler, CocaPool, coca_pool_params
 from .layers.block import BLOCKS, PostNormBlock, make_block
 from .layers.diff_attention import init_lambdas
 from .layers.gqa import check_kv_heads
@@ -128,7 +131,10 @@ from .layout import hub_pusher, save_pretrained
 from .pretrained_cfg import PretrainedCfg
 from .weight_shards import DEFAULT_MAX_SHARD_SIZE
 
-GLOBAL_POOLS = ("token", "avg", "map", "")
+GLOBAL_POOLS = ("token", "avg", "map", "coca", "")
+COCA_QUERIES = 256  # open_clip's attn_pooler_queries, where attn_pool_queries is None
+# The "coca" pool's own fields, and their values without it (prune_intermediate_layers resets them).
+COCA_POOL_OFF: dict[str, Any] = {"attn_pool_queries": None, "attn_pool_dim": None, "attn_pool_type": ""}
 ATTN_LAYERS = ("attn", "diff")
 POS_EMBEDS = ("learned", "sincos", "none", "factorized")
 
@@ -196,11 +202,21 @@ class ViTConfig:
     no_embed_class: bool = False  # the position embedding covers the patches only, not the prefix tokens
     pre_norm: bool = False  # LayerNorm `norm_pre` after the position embedding, before the blocks (CLIP)
     # "token": the class token; "avg": the mean of the patch tokens; "map": attention pooling
-    # (SigLIP); "": none, the head sees every token (what prune_intermediate_layers leaves).
-    global_pool: Literal["token", "avg", "map", ""] = "token"
-    attn_pool_num_heads: int | None = None  # "map": heads of the pooling attention (PE: 8); None: num_heads
+    # (SigLIP); "coca": CoCa's attentional pooler (layers/attn_pooler.py); "": none, the head sees
+    # every token (what prune_intermediate_layers leaves).
+    global_pool: Literal["token", "avg", "map", "coca", ""] = "token"
+    attn_pool_num_heads: int | None = (
+        None  # "map", "coca": heads of the pooling attention (PE, CoCa: 8); None: num_heads
+    )
     attn_pool_mlp_ratio: float | None = None  # "map": the pool MLP's width ratio (PE-Core-G: 4); None: mlp_ratio
-    pool_include_prefix: bool = False  # "map": the query attends over the prefix tokens too (PE)
+    pool_include_prefix: bool = False  # "map", "coca": the queries attend over the prefix tokens too (PE, CoCa)
+    # "coca" only: the caption queries (open_clip's attn_pooler_queries; None: 256), the pooler's width
+    # (open_clip's embed_dim, what its proj takes; None: embed_dim), and how its poolers are arranged:
+    # "" open_clip's released CoCa (one pooler, its first output pooled, the final norm after it),
+    # "parallel" / "cascade" the paper's (a one-query contrastive pooler beside / after the caption one).
+    attn_pool_queries: int | None = None
+    attn_pool_dim: int | None = None
+    attn_pool_type: Literal["", "parallel", "cascade"] = ""
     representation_size: int | None = None  # Linear + Tanh before the head (ImageNet-21k ViT)
     final_norm: bool = True  # LayerNorm after the last block (the MNIST tutorial has none)
     fc_norm: bool = False  # move the final LayerNorm after the pooling (timm's MAE fine-tuning)
@@ -298,7 +314,7 @@ class ViTConfig:
                 (self.reg_tokens >= 0, "reg_tokens", "an int >= 0"),
                 (self.pos_embed in POS_EMBEDS, "pos_embed", "'learned', 'sincos', 'none' or 'factorized'"),
                 (self.pos_resample in POS_RESAMPLE, "pos_resample", "one of " + ", ".join(map(repr, POS_RESAMPLE))),
-                (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map' or '' (no pooling)"),
+                (self.global_pool in GLOBAL_POOLS, "global_pool", "'token', 'avg', 'map', 'coca' or '' (no pooling)"),
                 (
                     self.representation_size is None or self.representation_size > 0,
                     "representation_size",
@@ -325,7 +341,7 @@ class ViTConfig:
                 f"distilled=True cannot be combined with reg_tokens={self.reg_tokens}: DeiT's distillation token "
                 "takes the place after the class token that register tokens would; expected one or the other"
             )
-        if self.distilled and self.global_pool in ("map", ""):
+        if self.distilled and self.global_pool in ("map", "coca", ""):
             raise ValueError(
                 f"distilled=True cannot be combined with global_pool={self.global_pool!r}: DeiT pools its class and "
                 "distillation tokens separately; expected global_pool='token' or 'avg'"
@@ -480,23 +496,75 @@ class ViTConfig:
             )
 
     def _validate_pool(self) -> None:
-        """The "map" pool's own settings (PE: its head count; PE-Core-G: its MLP ratio)."""
+        """The attention pools' own settings: "map" (PE: its head count; PE-Core-G: its MLP ratio) and "coca"."""
+        heads_of = self.pool_dim if self.global_pool == "coca" else self.embed_dim
         check_fields(
             self,
             [
                 (
                     self.attn_pool_num_heads is None
-                    or (self.attn_pool_num_heads > 0 and self.embed_dim % self.attn_pool_num_heads == 0),
+                    or (self.attn_pool_num_heads > 0 and heads_of % self.attn_pool_num_heads == 0),
                     "attn_pool_num_heads",
-                    f"None or a divisor of embed_dim {self.embed_dim}",
+                    f"None or a divisor of {'attn_pool_dim' if self.global_pool == 'coca' else 'embed_dim'} {heads_of}",
                 ),
                 (
                     self.attn_pool_mlp_ratio is None or self.attn_pool_mlp_ratio > 0,
                     "attn_pool_mlp_ratio",
                     "None or a positive number",
                 ),
+                (
+                    self.attn_pool_queries is None or self.attn_pool_queries >= 1,
+                    "attn_pool_queries",
+                    "None or an int >= 1",
+                ),
+                (self.attn_pool_dim is None or self.attn_pool_dim >= 1, "attn_pool_dim", "None or an int >= 1"),
+                (
+                    self.attn_pool_type in COCA_POOL_TYPES,
+                    "attn_pool_type",
+                    "one of " + ", ".join(map(repr, COCA_POOL_TYPES)),
+                ),
             ],
         )
+        self._validate_coca()
+
+    def _validate_coca(self) -> None:
+        """The "coca" pool's fields belong to it, and it to no MLP, representation layer or fc_norm."""
+        if self.global_pool != "coca":
+            stray = [f"{k}={getattr(self, k)!r}" for k, off in COCA_POOL_OFF.items() if getattr(self, k) != off]
+            if stray:
+                raise ValueError(
+                    f"{', '.join(stray)} with global_pool={self.global_pool!r} is invalid: these are the settings of "
+                    "CoCa's attentional pooler; expected global_pool='coca', or leave them unset"
+                )
+            return
+        clash = [
+            f"{name}={value!r}"
+            for name, value, off in (
+                ("attn_pool_mlp_ratio", self.attn_pool_mlp_ratio, None),  # the "map" pool's MLP
+                ("representation_size", self.representation_size, None),
+                ("fc_norm", self.fc_norm, False),
+            )
+            if value != off
+        ]
+        if clash:
+            raise ValueError(
+                f"global_pool='coca' cannot be combined with {', '.join(clash)}: CoCa's pooler has no MLP, its "
+                "outputs go to the head (open_clip's proj) as they are, and its final norm sits where attn_pool_type "
+                "says ('': after the pooler; 'parallel' / 'cascade': on the tokens); expected them unset"
+            )
+
+    @property
+    def pool_dim(self) -> int:
+        """The width of the pooled feature (what the representation layer or the head takes): CoCa's
+        pooler's own width, SAM's neck's, else embed_dim."""
+        if self.global_pool == "coca":
+            return self.attn_pool_dim or self.embed_dim
+        return self.neck_chans or self.embed_dim
+
+    @property
+    def norm_in_pool(self) -> bool:
+        """Whether the final norm is the pool's (open_clip's released CoCa: ln_post after its pooler)."""
+        return self.final_norm and self.global_pool == "coca" and not self.attn_pool_type
 
     def _validate_hybrid(self, patch: tuple[int, int]) -> None:
         if not self.hybrid_stem:
@@ -693,12 +761,26 @@ class ViTConfig:
             total += (
                 d + linear(d, d) + linear(d, 2 * d) + linear(d, d) + norm(d) + linear(d, hidden) + linear(hidden, d)
             )
+        if self.global_pool == "coca":  # its poolers, its norm where it holds the final one
+            total += self._coca_params()
         if self.representation_size:
             total += linear(d, self.representation_size)
         if self.num_classes > 0:
             heads = 2 if self.distilled else 1
-            total += heads * linear(self.representation_size or self.neck_chans or d, self.num_classes, self.head_bias)
+            total += heads * linear(self.representation_size or self.pool_dim, self.num_classes, self.head_bias)
         return total
+
+    def _coca_params(self) -> int:
+        queries = self.attn_pool_queries or COCA_QUERIES
+        own = coca_pool_params(
+            self.pool_dim,
+            self.embed_dim,
+            queries,
+            self.attn_pool_type,
+            self.norm_in_pool,
+            self._norm_params(self.pool_dim),
+        )
+        return own - (self._norm_params(self.embed_dim) if self.norm_in_pool else 0)  # not on the tokens
 
     def _sam_params(self) -> int:
         """SAM's relative position tables (a window's, or the grid's in a global block) and neck."""
@@ -875,7 +957,7 @@ class VisionTransformer(nn.Module):
         D = config.embed_dim
         self.num_prefix_tokens = config.num_prefix_tokens
         self.num_features = config.neck_chans or D  # what the final norm (or SAM's neck) gives
-        self.head_hidden_size = config.representation_size or self.num_features
+        self.head_hidden_size = config.representation_size or config.pool_dim
         self.grad_checkpointing = False
 
         self.patch_embed: PatchEmbed | HybridEmbed = self._new_patch_embed()
@@ -901,12 +983,13 @@ class VisionTransformer(nn.Module):
         self.norm_pre = make_norm(config.norm_layer, D, config.norm_eps) if config.pre_norm else nn.Identity()
 
         self.blocks = self._new_blocks()
-        # With fc_norm the final LayerNorm moves after the pooling (validate() ensures final_norm).
-        final_norm_on_tokens = config.final_norm and not config.fc_norm
+        # With fc_norm the final LayerNorm moves after the pooling (validate() ensures final_norm);
+        # open_clip's CoCa holds it in its pool (config.norm_in_pool).
+        final_norm_on_tokens = config.final_norm and not config.fc_norm and not config.norm_in_pool
         self.norm = make_norm(config.norm_layer, D, config.norm_eps) if final_norm_on_tokens else nn.Identity()
         self.neck = Neck(D, config.neck_chans) if config.neck_chans else None  # SAM's, in the final norm's place
 
-        self.attn_pool = self._new_attn_pool() if config.global_pool == "map" else None
+        self.attn_pool = self._new_attn_pool()
         self.fc_norm = make_norm(config.norm_layer, D, config.norm_eps) if config.fc_norm else nn.Identity()
         if config.representation_size:
             self.pre_logits: nn.Module = nn.Sequential()
@@ -986,8 +1069,22 @@ class VisionTransformer(nn.Module):
             return nn.Identity()
         return nn.Linear(self.head_hidden_size, num_classes, bias=self.config.head_bias)
 
-    def _new_attn_pool(self) -> AttentionPool:
+    def _new_attn_pool(self) -> AttentionPool | CocaPool | None:
+        """The pool with weights of its own that `config.global_pool` names (None: a parameter-free one)."""
         c = self.config
+        if c.global_pool == "coca":
+            return CocaPool(
+                dim=c.pool_dim,
+                context_dim=c.embed_dim,
+                num_heads=c.attn_pool_num_heads or c.num_heads,
+                num_queries=c.attn_pool_queries or COCA_QUERIES,
+                pool_type=c.attn_pool_type,
+                post_norm=c.norm_in_pool,
+                norm_eps=c.norm_eps,
+                norm_layer=c.norm_layer,
+            )
+        if c.global_pool != "map":
+            return None
         return AttentionPool(
             dim=c.embed_dim,
             num_heads=c.attn_pool_num_heads or c.num_heads,
@@ -1117,6 +1214,8 @@ class VisionTransformer(nn.Module):
                 m.reset_parameters()
             elif isinstance(m, AttentionPool):
                 m.init_latent()
+            elif isinstance(m, AttentionalPooler):
+                m.init_query()
             if hasattr(m, "lambda_q1"):  # differential attention (layers/diff_attention.py)
                 init_lambdas(m)
 
@@ -1147,14 +1246,10 @@ class VisionTransformer(nn.Module):
         attention pool cannot be added here, since its weights would be untrained."""
         changes: dict[str, Any] = {"num_classes": num_classes}
         if global_pool is not None:
-            if global_pool == "map" and self.attn_pool is None:
-                raise ValueError(
-                    "reset_classifier: global_pool='map' is invalid for a model built without attention pooling; "
-                    "expected 'token', 'avg' or '' here, or build the model with global_pool='map'"
-                )
+            self._check_pool_switch(global_pool)
             changes["global_pool"] = global_pool
         self.config = self.config.replace(**changes)  # validates before anything changes
-        if self.config.global_pool != "map":
+        if self.config.global_pool not in ("map", "coca"):
             self.attn_pool = None
         # The new head lives where the model lives, in its dtype (a bf16 model gets a bf16 head).
         like = self._first_weight()
@@ -1169,6 +1264,21 @@ class VisionTransformer(nn.Module):
             if head is not None:
                 head.train(self.training)
         self.pretrained_cfg = self.pretrained_cfg.replace(num_classes=num_classes, label_names=None)
+
+    def _check_pool_switch(self, global_pool: str) -> None:
+        """reset_classifier's refusals: no attention pool is added (its weights would be untrained), and
+        CoCa's is not taken away (its width and, in open_clip's arrangement, the final norm are the head's input)."""
+        if global_pool in ("map", "coca") and global_pool != self.config.global_pool:
+            pool = "attention pooling" if global_pool == "map" else "CoCa's attentional pooler"
+            raise ValueError(
+                f"reset_classifier: global_pool={global_pool!r} is invalid for a model built without {pool}; "
+                f"expected 'token', 'avg' or '' here, or build the model with global_pool={global_pool!r}"
+            )
+        if self.config.global_pool == "coca" and global_pool != "coca":
+            raise ValueError(
+                f"reset_classifier: global_pool={global_pool!r} is invalid for a model built with global_pool='coca': "
+                "its pooler's width and norm are what the head takes; expected 'coca' (or None)"
+            )
 
     def save_pretrained(
         self, directory: str | os.PathLike[str], *, max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE
@@ -1265,14 +1375,18 @@ class VisionTransformer(nn.Module):
             self.norm = nn.Identity()
             if not self.config.fc_norm:
                 changes["final_norm"] = False
+            if isinstance(self.attn_pool, CocaPool):  # open_clip's CoCa: the final norm is its pool's
+                self.attn_pool.norm = nn.Identity()
             if self.neck is not None:  # SAM's neck is its final norm (timm prunes it so too)
                 self.neck, self.num_features = None, self.config.embed_dim
                 changes["neck_chans"] = 0
                 if not prune_head:  # a head sized for the neck's width
                     prune_head = True
         if prune_head:
-            if self.config.fc_norm:  # the final norm lived after the pooling: gone with it
+            if self.config.fc_norm or self.config.norm_in_pool:  # the final norm lived after the pooling: gone with it
                 changes.update(fc_norm=False, final_norm=False)
+            if self.config.global_pool == "coca":  # the pool's settings go with it
+                changes.update(COCA_POOL_OFF, attn_pool_num_heads=None)
             self.fc_norm = nn.Identity()
             self.attn_pool = None
             self.pre_logits = nn.Identity()
@@ -1475,10 +1589,8 @@ class VisionTransformer(nn.Module):
         for the tokens unchanged) on a model without attention pooling (timm's signature).
         `patch_valid` (B, patches): the padding of a patch-sequence batch, left out of "avg" and "map"."""
         p = self.num_prefix_tokens
-        if self.attn_pool is not None:  # patch tokens only, as timm's ViT; all of them as its Eva (PE)
-            every = self.config.pool_include_prefix
-            mask = None if patch_valid is None else key_mask(patch_valid, p if every else 0)
-            return self.attn_pool(x if every else x[:, p:], mask)
+        if self.attn_pool is not None:
+            return self.attn_pool(*self._attn_pool_input(x, patch_valid))
         pool_type = self.config.global_pool if pool_type is None else pool_type
         if pool_type == "avg":
             return x[:, p:].mean(dim=1) if patch_valid is None else masked_mean(x[:, p:], patch_valid)
@@ -1487,6 +1599,31 @@ class VisionTransformer(nn.Module):
         if pool_type == "":
             return x
         raise ValueError(f"pool_type={pool_type!r} is invalid; expected 'token', 'avg' or '' (no pooling)")
+
+    def _attn_pool_input(
+        self, x: torch.Tensor, patch_valid: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The tokens an attention pool attends over and their key mask: the patch tokens only, as
+        timm's ViT; all of them as its Eva (PE) and open_clip's CoCa (pool_include_prefix)."""
+        p, every = self.num_prefix_tokens, self.config.pool_include_prefix
+        mask = None if patch_valid is None else key_mask(patch_valid, p if every else 0)
+        return (x if every else x[:, p:]), mask
+
+    def pool_with_tokens(
+        self, x: torch.Tensor, patch_valid: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, tokens, D) as `forward_features` gives them -> (the pooled feature `pool` gives, the
+        pool's other outputs), in one pass: CoCa's caption tokens (open_clip's `tokens`: (B, queries - 1,
+        attn_pool_dim) for attn_pool_type "", (B, queries, attn_pool_dim) otherwise). The image
+        embedding is `head(pooled)`. A model whose pool has no other outputs refuses."""
+        forward_tokens = getattr(self.attn_pool, "forward_tokens", None)
+        if forward_tokens is None:
+            raise ValueError(
+                f"pool_with_tokens: global_pool={self.config.global_pool!r} gives no tokens beside the pooled "
+                "feature; expected a model with global_pool='coca' (CoCa's caption tokens)"
+            )
+        pooled, tokens = forward_tokens(*self._attn_pool_input(x, patch_valid))
+        return pooled, tokens
 
     def forward_head(
         self, x: torch.Tensor | PatchBatch, pre_logits: bool = False, patch_valid: torch.Tensor | None = None

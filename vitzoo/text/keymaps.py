@@ -13,6 +13,7 @@ Each layout is a table of (pattern, our name) rules; a key no rule maps is an er
 from __future__ import annotations
 
 import re
+import typing
 from dataclasses import dataclass
 
 import torch
@@ -63,8 +64,20 @@ OPEN_CLIP_VISUAL: list[Rule] = [
     (r"visual\.positional_embedding", "pos_embed"),  # (N, D): reshaped below
     (r"visual\.ln_pre\.(weight|bias)", r"norm_pre.\1"),
     *_resblock_rules(r"visual\.transformer", "blocks"),
-    (r"visual\.ln_post\.(weight|bias)", r"norm.\1"),
+    (r"visual\.ln_post\.(weight|bias)", r"norm.\1"),  # CoCa's released towers: the pool's (below)
     (r"visual\.proj", "head.weight"),  # (D, E): transposed below
+    # CoCa's attentional poolers (layers/attn_pooler.py); nn.MultiheadAttention's q/k/v as one
+    # in_proj_weight where the pooler's width is the tokens', as three otherwise: split below
+    *(
+        (rf"visual\.{theirs}\.{part}", rf"attn_pool.{ours}.{repl}")
+        for theirs, ours in (("attn_pool", "caption"), ("attn_pool_contrastive", "contrastive"))
+        for part, repl in (
+            ("query", "query"),
+            (r"ln_([qk])\.(weight|bias)", r"ln_\1.\2"),
+            (r"attn\.out_proj\.(weight|bias)", r"proj.\1"),
+            (r"attn\.(in_proj_weight|in_proj_bias|[qkv]_proj_weight)", r"mha.\1"),
+        )
+    ),
 ]
 OPEN_CLIP_POST_POOL_NORM: Rule = (r"visual\.ln_post\.(weight|bias)", r"fc_norm.\1")
 OPEN_CLIP_IGNORE = [r"(?:text\.)?attn_mask", r"visual\.attn_mask"]
@@ -130,6 +143,7 @@ def split_open_clip(state: StateDict, *, file: str, fc_norm: bool = False) -> Sp
         visual["cls_token"] = visual["cls_token"].reshape(1, 1, -1)
     if visual.get("pos_embed") is not None and visual["pos_embed"].dim() == 2:
         visual["pos_embed"] = visual["pos_embed"].unsqueeze(0)
+    _coca_pool(visual, file=file)
     head = visual.get("head.weight")
     if head is not None and "visual.proj" in state:
         visual["head.weight"] = head.T.contiguous()
@@ -138,6 +152,46 @@ def split_open_clip(state: StateDict, *, file: str, fc_norm: bool = False) -> Sp
             text["proj.weight"] = state[key].T.contiguous()
     _text_positions(text)
     return Split(visual, text, scale, bias)
+
+
+_COCA_POOLERS = {"attn_pool.caption": "visual.attn_pool", "attn_pool.contrastive": "visual.attn_pool_contrastive"}
+
+
+def _coca_pool(visual: StateDict, *, file: str) -> None:
+    """CoCa's poolers in vitzoo's names: nn.MultiheadAttention's q and k, v projections as `q` and
+    `kv`; the released setup's ln_post (one pooler, no contrastive one) as the pool's norm."""
+    for pooler, theirs in _COCA_POOLERS.items():
+        parts = {k.rsplit(".", 1)[1]: visual.pop(k) for k in list(visual) if k.startswith(f"{pooler}.mha.")}
+        if parts:
+            q_w, kv_w, bias = _q_and_kv(parts, f"{file}: {theirs}.attn")
+            dim = q_w.shape[0]
+            visual[f"{pooler}.q.weight"], visual[f"{pooler}.kv.weight"] = q_w, kv_w
+            visual[f"{pooler}.q.bias"], visual[f"{pooler}.kv.bias"] = bias[:dim], bias[dim:]
+    if "attn_pool.caption.query" in visual and "attn_pool.contrastive.query" not in visual:
+        for kind in ("weight", "bias"):  # open_clip's released CoCa norms after its pooler
+            if f"norm.{kind}" in visual:
+                visual[f"attn_pool.norm.{kind}"] = visual.pop(f"norm.{kind}")
+
+
+def _q_and_kv(parts: StateDict, what: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q weight, k and v weights stacked, the q/k/v bias) of an nn.MultiheadAttention's tensors: one
+    in_proj_weight where its key width is its own, q/k/v_proj_weight where it is not."""
+    bias = parts.get("in_proj_bias")
+    packed = parts.get("in_proj_weight")
+    split = [parts.get(f"{p}_proj_weight") for p in "qkv"]
+    dim = bias.shape[0] // 3 if bias is not None and bias.ndim == 1 else 0
+    if packed is not None and not any(w is not None for w in split) and dim and packed.shape[0] == 3 * dim:
+        q_w, kv_w = packed[:dim], packed[dim:]
+    elif packed is None and all(w is not None and w.ndim == 2 and w.shape[0] == dim for w in split) and dim:
+        q_w, kv_w = typing.cast(torch.Tensor, split[0]), torch.cat(typing.cast(list[torch.Tensor], split[1:]))
+    else:
+        found = ", ".join(f"{k} {tuple(v.shape)}" for k, v in sorted(parts.items()))
+        raise WeightsMismatchError(
+            f"{what} has {found}; expected in_proj_bias (3 x width) with in_proj_weight (3 x width rows) or "
+            "q_proj_weight, k_proj_weight and v_proj_weight (width rows each)"
+        )
+    assert bias is not None
+    return q_w, kv_w, bias
 
 
 def split_transformers_text(

@@ -197,7 +197,8 @@ def read_open_clip_tower(source: Source) -> Checkpoint:
     tower = parse_image_tower(read_json(config_path), str(config_path))
     weights = files.first(OPEN_CLIP_WEIGHTS)
     fc_norm = bool(tower.vision_fields.get("fc_norm", False))
-    state = split_open_clip(read_checkpoint(weights), file=str(weights), fc_norm=fc_norm).visual
+    visual = {k: v for k, v in read_checkpoint(weights).items() if k.startswith("visual.")}  # no text keys checked
+    state = split_open_clip(visual, file=str(weights), fc_norm=fc_norm).visual
     fields = _tower_config(tower, state, str(weights)).to_dict()
     return Checkpoint(state, str(weights), "vitzoo", fields, set(fields))
 

@@ -4,7 +4,9 @@
 The image tower is either open_clip's own ViT (vision_cfg states its widths) or a timm model
 (`timm_model_name`, whose names and config are a registered vitzoo model's). Options no vitzoo
 module implements (a Hugging Face text model, CoCa's class token, attentional pooling, ...) are
-refused by name rather than loaded into the wrong computation.
+refused by name rather than loaded into the wrong computation. CoCa's image tower (attentional_pool:
+True, "parallel" or "cascade") is `ViTConfig.global_pool="coca"`; its text tower (a class token
+appended, embed_cls) is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ _VISION_POOLS = {"tok": "token", "avg": "avg"}
 # open_clip's text pooling -> TextConfig.pool ('first' and 'none' are refused)
 _TEXT_POOLS = ("argmax", "last", "eos")
 _VISION_DEFAULTS: dict[str, Any] = {
-    "attentional_pool": False,
     "pos_embed_type": "learnable",
     "qk_norm": False,
     "timm_model_pretrained": False,
@@ -209,6 +210,7 @@ def _vision_fields(vision: dict[str, Any], embed_dim: int, quick_gelu: bool, whe
         pool = vision.get("timm_pool", "avg")
         return {"img_size": image_size, "global_pool": pool, "num_classes": 0 if proj == "none" else embed_dim}
     pool = vision.get("pool_type", "tok")
+    coca = _coca_fields(vision, embed_dim, where)
     if pool not in _VISION_POOLS:
         expected = ", ".join(map(repr, _VISION_POOLS))
         raise WeightsFileError(f"{where!r}: model_cfg.vision_cfg.pool_type={pool!r} is not supported ({expected})")
@@ -236,6 +238,42 @@ def _vision_fields(vision: dict[str, Any], embed_dim: int, quick_gelu: bool, whe
         "norm_eps": _eps(vision),
         "act_layer": _act(vision, quick_gelu),
         "num_classes": embed_dim,
+        **coca,
+    }
+
+
+def _coca_fields(vision: dict[str, Any], embed_dim: int, where: str) -> dict[str, Any]:
+    """CoCa's attentional pooler (vision_cfg.attentional_pool) as ViTConfig fields; {} without it.
+    Its width is embed_dim (the projection's input and output); its queries attend over every token;
+    open_clip's released setup (True) pools by the first query ("tok") and norms after the pooler,
+    where final_ln_after_pool has no effect."""
+    kind = vision.get("attentional_pool", False)
+    if kind is False:
+        return {}
+    if kind is not True and kind not in ("parallel", "cascade"):
+        raise WeightsFileError(
+            f"{where!r}: model_cfg.vision_cfg.attentional_pool={kind!r} is not supported (False, True, 'parallel', 'cascade')"
+        )
+    pool = vision.get("pool_type", "tok")
+    if kind is True and pool != "tok":
+        raise WeightsFileError(
+            f"{where!r}: model_cfg.vision_cfg.pool_type={pool!r} with attentional_pool=True is not supported "
+            "(only 'tok': the pooler's first output is the pooled feature)"
+        )
+    queries, heads = vision.get("attn_pooler_queries", 256), vision.get("attn_pooler_heads", 8)
+    for key, value in (("attn_pooler_queries", queries), ("attn_pooler_heads", heads)):
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise WeightsFileError(
+                f"{where!r}: model_cfg.vision_cfg.{key}={value!r} is invalid; expected a positive integer"
+            )
+    return {
+        "global_pool": "coca",
+        "attn_pool_type": "" if kind is True else kind,
+        "attn_pool_queries": None if queries == 256 else queries,  # ViTConfig's None is open_clip's 256
+        "attn_pool_dim": None if embed_dim == vision.get("width", 768) else embed_dim,
+        "attn_pool_num_heads": heads,
+        "pool_include_prefix": True,
+        "fc_norm": False,  # final_ln_after_pool is ignored beside the attentional pooler
     }
 
 

@@ -41,7 +41,14 @@ ROPE_SETTINGS = (
 # pre-norm ones): no tensor shows them (bar RoPE-Mixed's frequencies, a parallel block's fused
 # projection), so a source states them or its named architecture does, and a checkpoint that
 # states them must agree with the model it loads into (verify.check_fits).
-UNSHOWN_FIELDS = ("rope", *ROPE_SETTINGS, "attn_pool_num_heads", "pool_include_prefix", "block_type")
+UNSHOWN_FIELDS = (
+    "rope",
+    *ROPE_SETTINGS,
+    "attn_pool_num_heads",
+    "pool_include_prefix",
+    "attn_pool_type",
+    "block_type",
+)
 # What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the
 # pooling, sinusoidal positions (or none), LayerScale's init value, whether any input size is
 # taken (timm builds DINOv3 so), whether one past the last whole patch is, and the UNSHOWN_FIELDS. (Not the activation: a timm config names

@@ -71,7 +71,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
         depth=depth,
         class_token=class_token,
         distilled=distilled,
-        final_norm="norm.weight" in state or fc_norm,  # fc_norm: the final norm moved after the pooling
+        # fc_norm: the final norm moved after the pooling; open_clip's CoCa: into its pool
+        final_norm="norm.weight" in state or fc_norm or "attn_pool.norm.weight" in state,
         qkv_bias=any(f"blocks.0.{k}" in state for k in _QKV_BIASES) if depth else True,
         # timm pools MAE-style fine-tuned models (fc_norm) by averaging, even with a class token
         global_pool="token" if class_token and not fc_norm else "avg",
@@ -83,6 +84,7 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
         fields["global_pool"] = "map"
+    fields.update(coca_fields(state, int(embed_dim)))
     if depth:
         fields.update(_block_fields(state, int(embed_dim)))
         fields.update(_pool_fields(state, int(embed_dim), fields.get("mlp_layer", "mlp")))
@@ -237,6 +239,29 @@ def _pool_fields(state: StateDict, embed_dim: int, mlp_layer: str) -> dict[str, 
     if pool_fc1 is None or block_fc1 is None or mlp_layer != "mlp" or pool_fc1.shape[0] == block_fc1.shape[0]:
         return {}
     return {"attn_pool_mlp_ratio": pool_fc1.shape[0] / embed_dim}
+
+
+COCA_QUERY = "attn_pool.caption.query"
+
+
+def coca_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
+    """CoCa's pool (layers/attn_pooler.py) as its tensors show it: its queries and width by the caption
+    query, "parallel" or "cascade" by a contrastive pooler's key norm (the tokens' width or the
+    pooler's; where the two are equal no tensor tells them apart, and "parallel" is assumed: a config
+    states "cascade"); {} without it. The head count and pool_include_prefix are shown by none."""
+    query = state.get(COCA_QUERY)
+    if query is None or query.ndim != 2:
+        return {}
+    queries, dim = int(query.shape[0]), int(query.shape[1])
+    fields: dict[str, Any] = {
+        "global_pool": "coca",
+        "attn_pool_queries": None if queries == 256 else queries,
+        "attn_pool_dim": None if dim == embed_dim else dim,
+    }
+    keys = state.get("attn_pool.contrastive.ln_k.weight")
+    if keys is not None:
+        fields["attn_pool_type"] = "cascade" if keys.shape[-1] == dim != embed_dim else "parallel"
+    return fields
 
 
 def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:

@@ -21,11 +21,11 @@ from torch import nn
 from ..checks import check_image_bounds, check_types
 from ..layers import to_2tuple
 from ..layers.swiglu import mlp_hidden_dim
-from ..model import ViTConfig
+from ..model import COCA_QUERIES, ViTConfig
 from .checkpoint import UNSHOWN_FIELDS, Checkpoint
 from .errors import WeightsFileError, WeightsMismatchError
 from .files import StateDict
-from .shapes import CLASSIC_FIELDS, position_prefix
+from .shapes import CLASSIC_FIELDS, COCA_QUERY, position_prefix
 
 # The fields a checkpoint's tensors state, each with the tensor (shape) that states it. A config
 # that disagrees describes some other model: building it would allocate for the config's sizes
@@ -100,8 +100,13 @@ def check_stated(
     if "init_values" in stated and depth and (stated["init_values"] is None) != ("init_values" not in inferred):
         found = "a number (LayerScale)" if "init_values" in inferred else None
         raise mismatch("init_values", stated["init_values"], "blocks.0.ls1.gamma", found)
-    if "global_pool" in stated and (stated["global_pool"] == "map") != (inferred["global_pool"] == "map"):
-        raise mismatch("global_pool", stated["global_pool"], "attn_pool.latent", inferred["global_pool"])
+    for pool, tensor in (("map", "attn_pool.latent"), ("coca", COCA_QUERY)):
+        if "global_pool" in stated and (stated["global_pool"] == pool) != (inferred["global_pool"] == pool):
+            raise mismatch("global_pool", stated["global_pool"], tensor, inferred["global_pool"])
+    if inferred["global_pool"] == "coca":  # CoCa's pooler: its query table's rows and width (None: 256, embed_dim)
+        for name, unset in (("attn_pool_queries", COCA_QUERIES), ("attn_pool_dim", inferred["embed_dim"])):
+            if name in stated and (stated[name] or unset) != (inferred[name] or unset):
+                raise mismatch(name, stated[name], COCA_QUERY, inferred[name] or unset)
     if "norm_eps" in stated and not stated["norm_eps"] > 0:
         raise WeightsFileError(f"{config!r}: norm_eps={stated['norm_eps']!r} is invalid; expected a positive number")
     _check_mlp_width(stated, inferred, state, mismatch)

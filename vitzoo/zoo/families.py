@@ -23,6 +23,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("rope", "rope_vit"),
     ("siglip2", "siglip2"),
     ("siglip", "siglip"),
+    ("coca", "coca"),  # open_clip's CoCa image towers (attentional pooler)
     ("clip", "clip"),
     ("flexivit", "flexivit"),
     ("samvit", "sam"),
