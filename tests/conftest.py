@@ -289,6 +289,30 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_HF_HOME, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the marks added here count
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked `every_config` runs over the curated models (its parameter `name`): the default
+    run keeps the smallest model of each family, `-m slow` (CI) every other one."""
+    marked = [item for item in items if item.get_closest_marker("every_config") is not None]
+    if not marked:
+        return
+    import vitzoo
+    from vitzoo import registry
+
+    vitzoo.list_models()  # the built-in table registered
+    kept: dict[tuple[str, str], tuple[int, pytest.Item]] = {}
+    for item in marked:
+        name = item.callspec.params["name"]  # type: ignore[attr-defined]
+        entry = registry.get_entry(name)
+        key, size = (item.originalname, entry.family), entry.resolve_config().num_params  # type: ignore[attr-defined]
+        if key not in kept or size < kept[key][0]:
+            kept[key] = (size, item)
+    chosen = {id(item) for _, item in kept.values()}
+    for item in marked:
+        if id(item) not in chosen:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def fake_hub() -> Iterator[FakeHub]:
     """The local Hub; its repos and request log are emptied after each test."""

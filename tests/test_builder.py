@@ -15,6 +15,7 @@ import vitzoo
 from vitzoo import registry
 from vitzoo.model import TIMM_ARCHITECTURE_KEYS
 from vitzoo.weights import WeightsMismatchError
+from vitzoo.zoo.curated import CURATED
 
 ATOL = 1e-5
 SMALL = dict(depth=1, embed_dim=32, num_heads=2)  # the tag's own fields stay as they are
@@ -32,6 +33,13 @@ def own_field_tags() -> list[str]:
 
 
 OWN_FIELD_TAGS = own_field_tags()
+# The default run: the curated models' tags; `-m slow`: the generated releases' too (their tensors and
+# outputs are proven against timm's in tests/zoo).
+CURATED_NAMES = {model.name for model in CURATED}
+OWN_FIELD_PARAMS = [
+    pytest.param(t, marks=() if registry.split_name(t)[0] in CURATED_NAMES else pytest.mark.slow)
+    for t in OWN_FIELD_TAGS
+]
 
 
 def randomise(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
@@ -55,7 +63,7 @@ def test_the_tags_with_their_own_fields_are_found():
     assert "siglip2_b16.v2_webli_384" in OWN_FIELD_TAGS
 
 
-@pytest.mark.parametrize("tagged", OWN_FIELD_TAGS)
+@pytest.mark.parametrize("tagged", OWN_FIELD_PARAMS)
 def test_a_tag_builds_its_architecture_from_a_local_file(tagged, tmp_path):
     """Each tag whose model_args differ from its name's: a local copy of its weights builds what the
     tag names (config, outputs), preprocessed as the tag says, at both of timm's levels."""

@@ -48,6 +48,7 @@ def _output_width(config: ViTConfig) -> int:
 
 
 # ----------------------------------------------------------------------------- every config
+@pytest.mark.every_config
 @pytest.mark.parametrize("name", BUILTIN_NAMES)
 def test_full_depth_output_shape_of_every_config(name):
     """The full model of each name; models over a million parameters are built and run on the
@@ -70,6 +71,7 @@ def test_full_depth_output_shape_of_every_config(name):
         assert model.forward_head(feats, pre_logits=True).shape == (2, cfg.representation_size or cfg.embed_dim)
 
 
+@pytest.mark.every_config
 @pytest.mark.parametrize("name", BUILTIN_NAMES)
 def test_one_block_forward_is_finite_for_every_config(name):
     """Real numbers through every config's stem and head (depth cut to 1 and width to at most 384

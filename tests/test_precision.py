@@ -18,6 +18,7 @@ from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 CURATED = {m.name for m in _CURATED_MODELS}
 
 
+@pytest.mark.every_config
 @pytest.mark.parametrize("name", sorted(CURATED))  # the generated releases run the same code
 def test_every_model_runs_in_bf16_close_to_fp32(name):
     """Norms, tokens, position embeddings (learned and sincos), conv stems and heads all follow

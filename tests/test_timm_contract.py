@@ -230,6 +230,7 @@ def test_model_forward_intermediates_features(name: str) -> None:
     check_maps(model.feature_info, model(torch.randn((1, *size))), size, 1)
 
 
+@pytest.mark.every_config
 @pytest.mark.parametrize("name", REDUCED)
 def test_model_forward_fx(name: str) -> None:
     model = small(name).eval()
@@ -247,6 +248,7 @@ def test_model_forward_fx(name: str) -> None:
         extractor(torch.randn((1, size[0] + 1, *size[1:])))
 
 
+@pytest.mark.every_config
 @pytest.mark.parametrize("name", REDUCED)
 def test_model_backward_fx(name: str) -> None:
     model = small(name, num_classes=42).train()

@@ -117,6 +117,7 @@ def _timm_name(name: str) -> str:
     return entry.timm_name
 
 
+@pytest.mark.every_config
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 def test_parameter_count_equals_timm(name):
     _require_timm_has(_timm_name(name))

@@ -66,6 +66,7 @@ def timm_with_checkpoint(timm_name: str, out: Path, **kwargs: int) -> torch.nn.M
 
 
 # ---------------------------------------------------------------------------- timm hub layout
+@pytest.mark.every_config
 @pytest.mark.parametrize("name", sorted(TIMM_NAMES))
 def test_every_timm_config_has_identical_logits(name, tmp_path):
     timm_name = TIMM_NAMES[name]
