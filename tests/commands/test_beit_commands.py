@@ -30,6 +30,7 @@ def tiny_beit() -> Iterator[None]:
     registry.restore(saved)
 
 
+@pytest.mark.slow  # a fine-tune end to end: CI runs it with -m slow
 @pytest.mark.usefixtures("tiny_beit", "one_thread")
 def test_finetune_lowers_the_loss_then_viz_draws_it(mnist_dir: Path, tmp_path: Path, capsys, png_size) -> None:
     out = tmp_path / "run"

@@ -29,7 +29,8 @@ def tiny_hybrids() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("tiny_hybrids", "one_thread")
-@pytest.mark.parametrize("name", ["test_tiny_mci", pytest.param("test_tiny_r", marks=pytest.mark.slow)])
+@pytest.mark.slow  # fine-tunes end to end: CI runs them with -m slow
+@pytest.mark.parametrize("name", ["test_tiny_mci", "test_tiny_r"])
 def test_finetune_lowers_the_loss_and_the_pictures_draw(name, mnist_dir: Path, tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--batch-size", "32")

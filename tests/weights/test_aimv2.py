@@ -179,6 +179,7 @@ def _tiny() -> torch.nn.Module:
     return vitzoo.create("aimv2_l14", **TINY_AIMV2).eval()
 
 
+@pytest.mark.slow  # export and optimize end to end: CI runs it with -m slow
 def test_features_dense_optimize_and_export(tmp_path, monkeypatch):
     from vitzoo import deploy, inference
 
