@@ -70,4 +70,4 @@ def test_post_norm_block_equals_timms_res_post_block():
     ours.load_state_dict(theirs.state_dict(), strict=True)
     x = torch.randn(2, 5, 16)
     with torch.no_grad():
-        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-6)
+        torch.testing.assert_close(ours(x), theirs(x), rtol=0, atol=1e-5)  # fp32 rounding, on any torch

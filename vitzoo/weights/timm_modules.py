@@ -72,6 +72,7 @@ _EXPRESSED = frozenset(
         "vision_transformer_relpos.ResPostRelPosBlock",
         "vision_transformer_relpos.RelPosAttention",
         "pos_embed_rel.RelPosMlp",
+        "vision_transformer_relpos.LayerScale",  # its own copy in older timm (1.0.3): x * gamma
         "vision_transformer.ParallelScalingBlock",
         "vision_transformer.DiffParallelScalingBlock",
         "diff_attention.DiffAttention",
@@ -175,7 +176,7 @@ def _attention(m: nn.Module) -> list[str]:
 
 def _rel_pos_mlp(m: nn.Module) -> list[str]:
     """vitzoo computes timm's default "cr" log coordinates (relpos_mlp.py), not Swin V2's normalised ones."""
-    mode = getattr(m, "mode", "cr")
+    mode = getattr(m, "mode", None) or ("swin" if getattr(m, "bias_gain", None) else "cr")  # older timm: no mode
     return [] if mode == "cr" else [f"Swin V2's {mode!r} coordinates (a sigmoid bias, gain 16); vitzoo's are 'cr'"]
 
 
