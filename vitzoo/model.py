@@ -205,9 +205,8 @@ class ViTConfig:
     # (SigLIP); "coca": CoCa's attentional pooler (layers/attn_pooler.py); "": none, the head sees
     # every token (what prune_intermediate_layers leaves).
     global_pool: Literal["token", "avg", "map", "coca", ""] = "token"
-    attn_pool_num_heads: int | None = (
-        None  # "map", "coca": heads of the pooling attention (PE, CoCa: 8); None: num_heads
-    )
+    # "map", "coca": heads of the pooling attention (PE, CoCa: 8); None: num_heads
+    attn_pool_num_heads: int | None = None
     attn_pool_mlp_ratio: float | None = None  # "map": the pool MLP's width ratio (PE-Core-G: 4); None: mlp_ratio
     pool_include_prefix: bool = False  # "map", "coca": the queries attend over the prefix tokens too (PE, CoCa)
     # "coca" only: the caption queries (open_clip's attn_pooler_queries; None: 256), the pooler's width
