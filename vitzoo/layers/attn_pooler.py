@@ -25,7 +25,6 @@ Parameter names: `caption.{query, ln_q, ln_k, q, kv, proj}`, `contrastive.*`, `n
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import torch
@@ -34,6 +33,7 @@ from torch import nn
 
 from ..checks import check_heads
 from .norm import make_norm
+from .pool import init_queries
 
 CocaPoolType = Literal["", "parallel", "cascade"]
 COCA_POOL_TYPES: tuple[str, ...] = ("", "parallel", "cascade")
@@ -65,11 +65,8 @@ class AttentionalPooler(nn.Module):
         if not self.query.is_meta:  # nothing to initialise on the meta device
             self.init_query()
 
-    @torch.no_grad()
     def init_query(self) -> None:
-        """A normal of std 1/sqrt(dim), truncated at two standard deviations (ln_q rescales it anyway)."""
-        std = 1 / math.sqrt(self.query.shape[-1])
-        nn.init.trunc_normal_(self.query, std=std, a=-2 * std, b=2 * std)
+        init_queries(self.query)  # ln_q rescales it anyway
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """`attn_mask`: (B, 1, 1, L) bool, True for the tokens the queries may attend (None: all)."""

@@ -25,6 +25,14 @@ from .mlp import Mlp
 from .norm import make_norm
 
 
+@torch.no_grad()
+def init_queries(queries: torch.Tensor) -> None:
+    """timm's init of learned queries (this pool's latent, CoCa's, attn_pooler.py): a normal of std
+    1/sqrt(D) truncated at two standard deviations."""
+    std = 1 / math.sqrt(queries.shape[-1])
+    nn.init.trunc_normal_(queries, std=std, a=-2 * std, b=2 * std)
+
+
 class AttentionPool(nn.Module):
     """(B, N, D) tokens -> (B, D) pooled feature."""
 
@@ -51,11 +59,8 @@ class AttentionPool(nn.Module):
         if not self.latent.is_meta:  # nothing to initialise on the meta device (see model.init_weights)
             self.init_latent()
 
-    @torch.no_grad()
     def init_latent(self) -> None:
-        """timm's init: a normal of std 1/sqrt(D) truncated at two standard deviations."""
-        std = 1 / math.sqrt(self.latent.shape[-1])
-        nn.init.trunc_normal_(self.latent, std=std, a=-2 * std, b=2 * std)
+        init_queries(self.latent)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """`attn_mask`: (B, 1, 1, N) bool, True for the tokens the query may attend (None: all)."""
