@@ -440,39 +440,35 @@ class ViTConfig:
             raise ValueError(f"neck_chans={self.neck_chans} cannot be combined with representation_size")
 
     def _validate_rel_pos(self) -> None:
+        """BEiT's table and the relpos ViT's MLP: each a relative position bias for the model's grid."""
         self._validate_rel_pos_mlp()
-        if not self.rel_pos_table:
-            return
-        if not self.class_token or self.num_prefix_tokens != 1:
+        if self.rel_pos_table and (not self.class_token or self.num_prefix_tokens != 1):
             raise ValueError(
                 f"rel_pos_table=True cannot be combined with class_token={self.class_token}, "
                 f"reg_tokens={self.reg_tokens}, distilled={self.distilled}: BEiT's table has rows for one class "
                 "token before the patches; expected class_token=True and no register or distillation token"
             )
-        if self.dynamic_img_size:
+        grid_bound = [f"{f}={getattr(self, f)!r}" for f in ("rel_pos_table", "rel_pos_mlp") if getattr(self, f)]
+        if grid_bound and self.dynamic_img_size:
             raise ValueError(
-                "rel_pos_table=True cannot be combined with dynamic_img_size=True: BEiT's relative position table "
-                "is resized once for another grid (set_input_size, timm's resize_rel_pos_bias_table), not per "
-                "call; expected dynamic_img_size=False"
+                f"{grid_bound[0]} cannot be combined with dynamic_img_size=True: its relative position bias is made "
+                "for the model's grid, changed for good by set_input_size (as timm's resize_rel_pos_bias_table and "
+                "relpos ViT do), not per call; expected dynamic_img_size=False"
             )
 
     def _validate_rel_pos_mlp(self) -> None:
-        """timm's relpos ViT (layers/relpos_mlp.py): on one grid, one relative position bias per block."""
+        """timm's relpos ViT (layers/relpos_mlp.py): one relative position scheme, its width > 0 when shared."""
         check_fields(self, [(self.rel_pos_mlp >= 0, "rel_pos_mlp", "an int >= 0 (the MLP's hidden width; 0: none)")])
         if self.rel_pos_mlp_shared and not self.rel_pos_mlp:
             raise ValueError(
                 "rel_pos_mlp_shared=True describes a relative position bias MLP, but rel_pos_mlp=0; expected "
                 "rel_pos_mlp > 0 (its hidden width) or rel_pos_mlp_shared=False"
             )
-        if not self.rel_pos_mlp:
-            return
-        other = [f for f in ("rel_pos_table", "rel_pos", "window_size") if getattr(self, f)]
-        if other or self.dynamic_img_size:
-            clash = ", ".join(f"{f}={getattr(self, f)!r}" for f in other) or "dynamic_img_size=True"
+        other = [f"{f}={getattr(self, f)!r}" for f in ("rel_pos_table", "rel_pos", "window_size") if getattr(self, f)]
+        if self.rel_pos_mlp and other:
             raise ValueError(
-                f"rel_pos_mlp={self.rel_pos_mlp} cannot be combined with {clash}: it is a relative position bias "
-                "of its own, for the model's grid (set_input_size changes it for good, as timm's relpos ViT; "
-                "not per call); expected one relative position scheme and dynamic_img_size=False"
+                f"rel_pos_mlp={self.rel_pos_mlp} cannot be combined with {', '.join(other)}: it is a relative "
+                "position bias of its own; expected one relative position scheme"
             )
 
     def _validate_factorized(self) -> None:
@@ -1209,8 +1205,8 @@ class VisionTransformer(nn.Module):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
-            elif isinstance(m, (LayerScale, RMSNorm, RelPosBiasTable)):
-                m.reset_parameters()
+            elif isinstance(m, (LayerScale, RMSNorm, RelPosBiasTable, PostNormBlock)):
+                m.reset_parameters()  # a post-norm block after its norms (apply visits children first)
             elif isinstance(m, AttentionPool):
                 m.init_latent()
             elif isinstance(m, AttentionalPooler):
@@ -1219,9 +1215,6 @@ class VisionTransformer(nn.Module):
                 init_lambdas(m)
 
         self.apply(init_module)
-        for block in self.blocks:
-            if isinstance(block, PostNormBlock):
-                block.reset_parameters()  # its norms start at init_values (timm's ResPostBlock)
         if isinstance(self.patch_embed, HybridEmbed):  # PyTorch's conv and norm init (timm's too)
             self._init_tokens()
             return

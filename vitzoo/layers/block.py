@@ -140,8 +140,7 @@ class Block(nn.Module):
         self, h: torch.Tensor, rope: torch.Tensor | None, attn_mask: torch.Tensor | None, attn_bias: torch.Tensor | None
     ) -> torch.Tensor:
         """The attention of `h`, with the block's own relative position bias, else the shared one."""
-        bias = self.rel_pos() if self.rel_pos is not None else attn_bias
-        return self.attn(h, rope, attn_mask) if bias is None else self.attn(h, rope, attn_mask, bias)
+        return self.attn(h, rope, attn_mask, self.rel_pos() if self.rel_pos is not None else attn_bias)
 
 
 class PostNormBlock(Block):
