@@ -97,7 +97,14 @@ def check_stated(
         stated_by = {**_STATED_BY, "in_chans": "patch_embed.backbone.*", "patch_size": "patch_embed.backbone.*"}
     values = {k: v for k, v in stated.items() if k in shown}
     check_shown(values, shown, stated_by, config=config, weights=weights, same={"patch_size": _same_patch})
-    if "init_values" in stated and depth and (stated["init_values"] is None) != ("init_values" not in inferred):
+    # A post-norm block's init_values is its norms' starting weight, shown by no tensor (no LayerScale)
+    layer_scale = stated.get("block_type") != "postnorm"
+    if (
+        "init_values" in stated
+        and layer_scale
+        and depth
+        and (stated["init_values"] is None) != ("init_values" not in inferred)
+    ):
         found = "a number (LayerScale)" if "init_values" in inferred else None
         raise mismatch("init_values", stated["init_values"], "blocks.0.ls1.gamma", found)
     for pool, tensor in (("map", "attn_pool.latent"), ("coca", COCA_QUERY)):
