@@ -9,7 +9,7 @@ from torchvision.models import ResNet50_Weights
 
 import vitzoo
 from vitzoo import pretrained_cfg
-from vitzoo.pretrained_cfg import PretrainedCfg, license_flags
+from vitzoo.pretrained_cfg import PretrainedCfg
 
 timm_data = pytest.importorskip("timm.data")
 
@@ -59,20 +59,3 @@ def test_label_names_are_one_per_class():
         PretrainedCfg.from_dict({"num_classes": 10, "label_names": ["a", "b", "c"]})
     with pytest.raises(TypeError, match=r"label_names=\('a', None\) is invalid; expected a list of strings"):
         PretrainedCfg.from_dict({"num_classes": 2, "label_names": ["a", None]})
-
-
-@pytest.mark.parametrize(
-    "license, flags",
-    [
-        ("apache-2.0", ()),
-        ("MIT", ()),
-        (None, ()),
-        ("cc-by-nc-4.0", ("non-commercial",)),
-        ("CC-BY-NC-SA-4.0", ("non-commercial",)),
-        ("apple-amlr", ("non-commercial",)),
-        ("dinov3-license", ("gated",)),
-        ("llama3.1", ("gated",)),
-    ],
-)
-def test_license_flags_mark_non_commercial_and_gated_licences(license, flags):
-    assert license_flags(license) == flags

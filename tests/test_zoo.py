@@ -12,7 +12,7 @@ import torch
 
 import vitzoo
 from vitzoo import registry, zoo
-from vitzoo.pretrained_cfg import license_flags
+from vitzoo.licenses import license_flags
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
 from vitzoo.weights.timm_modules import timm_on_meta

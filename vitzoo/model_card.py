@@ -23,7 +23,8 @@ from .checks import UNPRINTABLE, escape_unprintable
 from .errors import VitzooError
 from .features import FeatureGetterNet
 from .layers.lora import is_lora_parameter
-from .pretrained_cfg import PretrainedCfg, license_flags, resolve_label_names
+from .licenses import license_flags
+from .pretrained_cfg import PretrainedCfg, resolve_label_names
 
 CARD_NAME = "README.md"
 # Licence ids the Hub's metadata knows; any other licence is written as `other` with its name.

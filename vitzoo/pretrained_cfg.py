@@ -171,34 +171,6 @@ def check_pretrained_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-# What a licence restricts, as `vitzoo list` and `vitzoo info` mark it: weights that may not be
-# used commercially, and weights whose licence must be accepted on the Hub before download
-# ("gated"). Licence ids are the Hub's (the ones timm's pretrained cfgs state), lower case.
-LICENSE_FLAGS = ("non-commercial", "gated")
-_NON_COMMERCIAL_PREFIXES = ("cc-by-nc", "apple-amlr", "apple-ascl")
-_GATED_PREFIXES = ("dinov3-license", "llama", "gemma")
-
-
-def commercial_use(license: str | None) -> bool:
-    """Whether weights under `license` may be used commercially as far as its id tells: a stated
-    licence without the "non-commercial" flag (gated ones too, once their terms are accepted); not
-    "unknown" (the table's word where the source states none) nor the Hub's catch-all "other"."""
-    name = (license or "").strip().lower()
-    return name not in ("", "unknown", "other") and "non-commercial" not in license_flags(name)
-
-
-def license_flags(license: str | None) -> tuple[str, ...]:
-    """The LICENSE_FLAGS that apply to `license` (a Hub licence id such as "cc-by-nc-4.0"), in
-    LICENSE_FLAGS order; () for a permissive or an unstated licence."""
-    name = (license or "").strip().lower()
-    flags = []
-    if name.startswith(_NON_COMMERCIAL_PREFIXES):
-        flags.append("non-commercial")
-    if name.startswith(_GATED_PREFIXES):
-        flags.append("gated")
-    return tuple(flags)
-
-
 # Named label sets, by the class count of the checkpoints that use them. The names come from
 # maintained libraries: torchvision's ImageNet-1k categories (a dependency), timm's ImageNetInfo
 # for Google's 21,843-class ImageNet-21k (timm is optional: without it these names are None).

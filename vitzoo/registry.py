@@ -37,8 +37,9 @@ import torch
 from torch import nn
 
 from . import plugins, zoo
+from .licenses import commercial_use
 from .model import VisionTransformer, ViTConfig, fit_pretrained_cfg, timm_default_cfg
-from .pretrained_cfg import PretrainedCfg, commercial_use, pretrained_cfg_of
+from .pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 
 Builder = Callable[..., nn.Module]
 USER_ORIGIN = "user code"

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 def _sources(info: dict[str, Any]) -> list[str]:
     """The pretrained sources, each with its licence (marked non-commercial / gated where it is so;
     the JSON gets the same as `license_flags`)."""
-    from ..pretrained_cfg import license_flags
+    from ..licenses import license_flags
 
     lines = ["pretrained sources" + (" (the first is the default)" if info["pretrained"] else "")]
     if not info["pretrained"]:

@@ -97,7 +97,7 @@ def _aliases(aliases: list[dict[str, Any]], tag: str | None) -> dict[str, list[s
 def _pretrained_rows(names: list[str]) -> tuple[list[dict[str, Any]], str]:
     """One row per NAME.TAG: its source and its kind, input size, classes, license (and what it
     restricts), origin, family and the release's other spellings."""
-    from ..pretrained_cfg import license_flags
+    from ..licenses import license_flags
     from ..registry import resolve
 
     rows: list[dict[str, Any]] = []
