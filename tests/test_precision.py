@@ -175,6 +175,7 @@ COMMANDS = {
     "eval": ("eval", "vit_mnist_tiny", "--data", "mnist-sample", "--json"),
     "features": ("features", "vit_mnist_tiny", "mnist-sample", "--out", "{out}.safetensors", "--no-progress"),
     "export": ("export", "vit_mnist_tiny", "--out", "{out}.onnx"),  # .pt2 needs torch >= 2.2
+    "segment": ("segment", "vit_mnist_tiny", "{scenes}", "--out", "{out}", "--crop=32", "--steps=5", "--no-progress"),
 }
 
 
@@ -192,7 +193,7 @@ def _beyond_fp16(directory: Path, kind: str) -> Path:
 
 @pytest.mark.parametrize("kind", BEYOND)
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_refuses_fp16_beyond_its_range_the_same_way(command, kind, tmp_path, capsys):
+def test_every_command_refuses_fp16_beyond_its_range_the_same_way(command, kind, tmp_path, capsys, request):
     from commands.helpers import digit_images, run
     from test_deploy import cpu_runs_fp16_convolutions
 
@@ -201,7 +202,8 @@ def test_every_command_refuses_fp16_beyond_its_range_the_same_way(command, kind,
 
     weights = _beyond_fp16(tmp_path / "w", kind)
     image = digit_images(tmp_path)[0]
-    argv = [a.format(image=image, out=tmp_path / "out") for a in COMMANDS[command]]
+    scenes = request.getfixturevalue("digit_scenes") if command == "segment" else None  # elsewhere than tmp_path
+    argv = [a.format(image=image, out=tmp_path / "out", scenes=scenes) for a in COMMANDS[command]]
     code, out, err = run(capsys, *argv, "--weights", str(weights), "--dtype", "fp16")
     assert code == 1 and out == "" and err.count("\n") == 1, err
     assert re.fullmatch(f"vitzoo: error: {BEYOND[kind]}\n", err)

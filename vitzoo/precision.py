@@ -18,6 +18,7 @@ import threading
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -36,6 +37,7 @@ ONEDNN_ISAS_WITHOUT_BF16 = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", 
 ATEN_CAPABILITIES_WITHOUT_BF16 = ("DEFAULT", "AVX2")
 # The way out of both range refusals: the precisions with fp32's range.
 WIDER = "use fp32 or bf16"
+_Module = TypeVar("_Module", bound=nn.Module)
 
 
 class PrecisionRangeError(VitzooError, ValueError):
@@ -208,7 +210,7 @@ def name_of(dtype: torch.dtype) -> str:
 # ------------------------------------------------------------------------------------ checked values
 def nonfinite_tensors(model: nn.Module) -> list[str]:
     """The names of `model`'s floating-point parameters and buffers that hold a NaN or an infinity
-    (the one check behind the load warning and the refusals of predict, eval and export)."""
+    (the one check behind the load warning and every command's refusal, commands.base.checked_weights)."""
     return [name for name, t in _named_floats(model) if not t.is_meta and not all_finite(t)]
 
 
@@ -248,7 +250,7 @@ def refuse_nonfinite(model: nn.Module, where: str) -> None:
         raise ValueError(describe_nonfinite(names, where) + "; its outputs would be NaN (expected finite weights)")
 
 
-def cast_model(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+def cast_model(model: _Module, dtype: torch.dtype) -> _Module:
     """`model.to(dtype)`, refused (check_castable) where a finite value would become infinite:
     fp16's largest value is 65504, and a weight beyond it would silently change every output."""
     check_castable(_named_floats(model), dtype)
@@ -259,7 +261,7 @@ def check_castable(named: Iterable[tuple[str, torch.Tensor]], dtype: torch.dtype
     """Raise PrecisionRangeError naming the floating tensors of `named` that hold a finite value
     `dtype` cannot represent (it would become infinite). Tensors already in a type no wider are
     skipped. The one check before every cast to an inference dtype (create, from_pretrained,
-    cast_model: predict, eval, features and export reach it through them)."""
+    cast_model: predict, eval, features, segment, zeroshot and export reach it through them)."""
     overflow = [
         name
         for name, t in named

@@ -242,6 +242,16 @@ def create_model(name: str, weights: str | None, **kwargs: Any) -> Any:
     return builder.create(name, weights=weights, **kwargs)
 
 
+def checked_weights(model: Any, name: str, weights: str | None) -> Any:
+    """`model`, refused where a weight holds NaN or an infinity (precision.refuse_nonfinite, naming
+    them and --weights, else the model's name): the one weight check of every command that runs a
+    model (predict, eval, features, segment, zeroshot, export), before it runs, in every dtype."""
+    from ..precision import refuse_nonfinite
+
+    refuse_nonfinite(model, f"the weights {weights or name}")
+    return model
+
+
 def require_vit(model: Any, name: str) -> Any:
     """`model` as the VisionTransformer that fine-tuning and evaluation need (they read its
     config and replace its classifier); a plugin builder may return any nn.Module."""

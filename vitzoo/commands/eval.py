@@ -11,6 +11,7 @@ from .base import (
     add_dtype_option,
     add_naflex_options,
     add_optimize_option,
+    checked_weights,
     chosen_dtype,
     in_range,
     printable,
@@ -56,7 +57,6 @@ def saved_overrides(weights: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """Accuracy and confusion matrix of `--weights` on the evaluation split of `--data`."""
     from ..builder import create
-    from ..precision import refuse_nonfinite
     from ..train import evaluate_split, format_confusion, resolve_device
 
     spec = data_spec(args)
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = saved_overrides(args.weights) or {"num_classes": spec.num_classes()}
     dtype = chosen_dtype(args, resolve_device(args.device), "evaluating")
     model = require_vit(create(args.model, weights=args.weights, dtype=dtype, **overrides), args.model)
-    refuse_nonfinite(model, f"the weights {args.weights}")
+    checked_weights(model, args.model, args.weights)
     splits = load_splits(args, spec, model, args.seed)
     if model.config.num_classes != splits.val.num_classes:
         raise ValueError(

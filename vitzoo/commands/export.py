@@ -7,7 +7,7 @@ import warnings
 from typing import Any
 
 from ..checks import IMAGE_SIDE
-from .base import UsageError, add_dtype_option, add_weights_option, describe, emit, in_range, size
+from .base import UsageError, add_dtype_option, add_weights_option, checked_weights, describe, emit, in_range, size
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +71,7 @@ def _check(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from .. import builder, deploy, registry
-    from ..precision import DTYPES, refuse_nonfinite
+    from ..precision import DTYPES
     from ..pretrained_cfg import pretrained_cfg_of
 
     fmt = _check(args)
@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     model = builder.create(
         args.name, pretrained=args.pretrained, weights=args.weights, dtype=DTYPES[args.dtype], **overrides
     )
-    refuse_nonfinite(model, f"the weights {args.weights or args.name}")
+    checked_weights(model, args.name, args.weights)
     if not (args.pretrained or args.weights or registry.split_name(args.name)[1]):  # a .TAG loads weights
         warnings.warn(
             f"exporting {args.name} with randomly initialised weights; pass --pretrained or --weights SRC "

@@ -13,6 +13,7 @@ from .base import (
     add_optimize_option,
     add_weights_option,
     bounded_int,
+    checked_weights,
     chosen_dtype,
     create_model,
     printable,
@@ -73,12 +74,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def backbone_from_args(args: argparse.Namespace) -> Any:
-    from ..precision import refuse_nonfinite
     from .eval import saved_overrides
 
     overrides = saved_overrides(args.weights) if args.weights is not None else {}
-    model = create_model(args.model, args.weights, **overrides)
-    refuse_nonfinite(model, f"the weights {args.weights or args.model}")
+    model = checked_weights(create_model(args.model, args.weights, **overrides), args.model, args.weights)
     return require_vit(model, args.model)
 
 

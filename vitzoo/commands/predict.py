@@ -13,6 +13,7 @@ from .base import (
     add_naflex_options,
     add_optimize_option,
     add_weights_option,
+    checked_weights,
     chosen_dtype,
     create_model,
     describe,
@@ -157,14 +158,11 @@ def _check_readable(path: str, streams: Mapping[str, bytes]) -> None:
 
 
 def _predict_model(args: argparse.Namespace) -> Any:
-    from ..precision import refuse_nonfinite
     from ..pretrained_cfg import pretrained_cfg_of
 
     dtype = chosen_dtype(args, "cpu", "predicting")
 
-    model = create_model(args.name, args.weights, dtype=dtype)
-    model.eval()
-    refuse_nonfinite(model, f"the weights {args.weights or args.name}")
+    model = checked_weights(create_model(args.name, args.weights, dtype=dtype).eval(), args.name, args.weights)
     cfg = pretrained_cfg_of(model)
     if cfg is None:
         raise ValueError(f"model {args.name!r} carries no pretrained_cfg, so its labels and preprocessing are unknown")

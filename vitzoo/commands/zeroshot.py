@@ -15,6 +15,7 @@ from .base import (
     add_naflex_options,
     add_optimize_option,
     add_weights_option,
+    checked_weights,
     chosen_dtype,
     describe,
     emit,
@@ -121,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     pretrained = args.weights is None
     dtype = chosen_dtype(args, "cpu", "classifying")
     model: Any = builder.create(args.name, pretrained=pretrained, weights=args.weights, text=True).eval()
-    model = cast_model(model, dtype)
+    model = cast_model(checked_weights(model, args.name, args.weights), dtype)
     classifier = ZeroShotClassifier(model, labels, prompts).eval()
     topk = min(args.topk, len(labels))
     note = OptimizeNote(quiet=args.no_progress)

@@ -8,20 +8,23 @@ from torch import nn
 from ..data.transforms import InputSpec
 from ..dense import backbone_of, dense_features
 from ..model import VisionTransformer
+from ..precision import cast_model, check_outputs
 from ..tuned import OnReport, for_batches
 
 
 class FrozenBackbone:
     """`model`'s patch tokens of the last `layers` blocks (1: the last; 4: the last four
     concatenated, DINOv2's "+ms"), each through the final norm, as (B, layers * D, H / p, W / p)
-    float32 maps, computed in `dtype` on `device` without gradients."""
+    float32 maps, computed in `dtype` on `device` without gradients. The cast is precision.cast_model's
+    (a weight beyond `dtype`'s range is refused), and maps computed in fp16 are checked as every
+    command's outputs are (precision.check_outputs: NaN or infinite maps are refused)."""
 
     def __init__(
         self, model: nn.Module, layers: int = 1, device: torch.device | None = None, dtype: torch.dtype = torch.float32
     ) -> None:
         self.layers, self.dtype = layers, dtype
         self.device = device or torch.device("cpu")
-        self.model: VisionTransformer = backbone_of(model).to(self.device, dtype).eval()
+        self.model: VisionTransformer = cast_model(backbone_of(model), dtype).to(self.device).eval()
         for param in self.model.parameters():
             param.requires_grad_(False)
         self.maps: nn.Module = _DenseMaps(self.model, layers)
@@ -59,6 +62,7 @@ class FrozenBackbone:
         x = x.to(self.device, self.dtype)
         maps = self.maps(x)
         assert isinstance(maps, torch.Tensor)
+        check_outputs(maps)
         return maps.float()
 
 
