@@ -83,7 +83,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .checks import check_fields, check_heads, check_image_bounds, check_types
+from .checks import MAX_TOKENS, check_fields, check_heads, check_image_bounds, check_types
 from .layers import PatchEmbed, capture_attention, sincos_1d, to_2tuple
 from .layers.activations import ACTIVATIONS, ActName
 from .layers.attn_pooler import COCA_POOL_TYPES, AttentionalPooler, CocaPool, coca_pool_params
@@ -391,6 +391,19 @@ class ViTConfig:
                     f"{getattr(ViTConfig, name)!r}"
                 )
 
+    def _check_window_grid(self) -> None:
+        """No tensor shows the window where relative positions are off: it is bounded as a grid is, the
+        grid padded to whole windows holding at most MAX_TOKENS patches (a window may exceed the grid:
+        timm pads it, as at reduced sizes)."""
+        (gh, gw), ws = self.grid_size, self.window_size
+        rows, cols = -(-gh // ws) * ws, -(-gw // ws) * ws
+        if rows * cols > MAX_TOKENS:
+            raise ValueError(
+                f"window_size={ws} is invalid for the {gh}x{gw} grid of patches: its windows pad it to "
+                f"{rows}x{cols} = {rows * cols} patches; expected windows that pad the grid to at most {MAX_TOKENS} "
+                "patches (SAM: 14)"
+            )
+
     def _validate_sam(self) -> None:
         """SAM's fields (layers/sam.py): together, on a grid of patches without prefix tokens."""
         check_fields(
@@ -406,6 +419,8 @@ class ViTConfig:
                 ),
             ],
         )
+        if self.window_size:
+            self._check_window_grid()
         if self.global_attn_indexes and not self.window_size:
             raise ValueError(
                 f"global_attn_indexes={self.global_attn_indexes} needs window_size > 0: without windows every "

@@ -4,9 +4,12 @@ checks, the parameter count and the FLOP formula."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
+import vitzoo
 from vitzoo.flops import count_flops, vit_flops
 from vitzoo.layers import capture_attention
 from vitzoo.layers.sam import (
@@ -18,6 +21,7 @@ from vitzoo.layers.sam import (
     window_unpartition,
 )
 from vitzoo.model import VisionTransformer, ViTConfig
+from vitzoo.weights import WeightsError
 
 SAM = dict(class_token=False, global_pool="avg", final_norm=False, window_size=3, rel_pos=True, neck_chans=16)
 TINY = dict(img_size=80, patch_size=16, embed_dim=32, depth=3, num_heads=2, global_attn_indexes=(1,), **SAM)
@@ -129,3 +133,20 @@ def test_parameter_count_and_flops_are_exact():
 def test_config_refuses_what_sam_cannot_mean(fields, message):
     with pytest.raises(ValueError, match=message):
         ViTConfig(**fields)
+
+
+@pytest.mark.parametrize("window", [1000, 10**6])
+def test_a_window_no_tensor_shows_is_bounded_by_the_grid(tmp_path, window):
+    """C4: without relative positions no tensor states the window; a saved config stating a huge one
+    loaded, then its forward asked for terabytes. Refused on loading, naming the field."""
+    fields = {**TINY, "rel_pos": False}
+    vitzoo.create("samvit_b16", **fields).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["config"]["window_size"] = window
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsError, match=rf"window_size={window} is invalid for the 5x5 grid of patches"):
+        vitzoo.from_pretrained(tmp_path)
+    # the bound is the grid's: a window past the grid pads it (timm's), up to MAX_TOKENS patches
+    assert ViTConfig(**{**fields, "window_size": 256}).window_size == 256
+    with pytest.raises(ValueError, match="pad it to 257x257 = 66049 patches; expected"):
+        ViTConfig(**{**fields, "window_size": 257})
