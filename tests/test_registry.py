@@ -414,6 +414,25 @@ def test_aliases_that_clash_are_refused(clean_registry):
         registry.resolve("my_vit")
 
 
+def test_a_dotted_alias_cannot_shadow_a_release_of_an_alias(clean_registry):
+    """A2: "myvit" -> vit_b16, then "myvit.augreg_in1k" -> vit_s16 was accepted and silently changed
+    what "myvit.augreg_in1k" (vit_b16's release through the alias) meant. Either order is refused."""
+    registry.register_alias("myvit", "vit_b16")
+    with pytest.raises(RegistryError, match=r"'myvit\.augreg_in1k' name two things: vit_b16\.augreg_in1k .* vit_s16;"):
+        registry.register_alias("myvit.augreg_in1k", "vit_s16")
+    assert registry.resolve("myvit.augreg_in1k").entry.name == "vit_b16"  # unchanged
+    registry.register_alias("myvit.augreg_in1k", "vit_b16.augreg_in1k")  # the same release: no clash
+    registry.register_alias("myvit.fancy", "vit_s16")  # vit_b16 has no release 'fancy': nothing shadowed
+    registry.register_alias("theirs.augreg_in1k", "vit_s16.augreg_in1k")
+    with pytest.raises(RegistryError, match=r"'theirs' would make 'theirs\.augreg_in1k' name two things"):
+        registry.register_alias("theirs", "vit_b16")
+    assert "theirs" not in {a.spelling for a in registry.get_entry("vit_b16").aliases}
+    registry.register_alias("theirs", "vit_s16")  # reads the same release
+    assert (
+        registry.resolve("theirs.augreg_in1k").pretrained_cfg == registry.resolve("vit_s16.augreg_in1k").pretrained_cfg
+    )
+
+
 def test_the_built_in_table_refuses_ambiguous_and_dangling_names(monkeypatch):
     a = registry.get_entry("vit_s16")
     releases = tuple(alias for alias in a.aliases if alias.tag is not None)

@@ -312,8 +312,32 @@ def register_alias(alias: str, target: str, *, kind: str = "alias") -> ModelEntr
         entry = resolved.entry
         if any(a.spelling == alias for a in entry.aliases):
             return entry  # the same alias again
+        _refuse_release_shadow(alias, entry.name, resolved.tag, _alias_index())
         new = dataclasses.replace(entry, aliases=(*entry.aliases, Alias(alias, resolved.tag, kind)))
         return _add(new, override=True)
+
+
+def _refuse_release_shadow(alias: str, name: str, tag: str | None, index: dict[str, tuple[str, Alias]]) -> None:
+    """RegistryError where a new alias would make one spelling mean two releases: "base.tag" naming
+    another release than base's model's `tag` (base an untagged alias), or an untagged alias "base"
+    under which an existing "base.tag" alias names another release than `name`'s `tag`."""
+    base, alias_tag = split_name(alias)
+    if alias_tag is not None:  # "base.tag": what base's model reads it as
+        owner = index.get(base)
+        pairs = [(alias, owner[0], alias_tag)] if owner is not None and owner[1].tag is None else []
+        new = (name, tag)
+    else:  # "base": the existing "base.tag" aliases it would read
+        pairs = [(s, name, split_name(s)[1]) for s in index if split_name(s)[0] == alias and s != alias]
+        new = None
+    for spelling, model, release in pairs:
+        meant = new if new is not None else (index[spelling][0], index[spelling][1].tag)
+        if release in _entries[model].pretrained and meant != (model, release):
+            via = split_name(spelling)[0]
+            raise RegistryError(
+                f"the alias {alias!r} would make {spelling!r} name two things: {model}.{release} (the alias "
+                f"{via!r} with a tag) and {meant[0]}{'' if meant[1] is None else '.' + meant[1]}; a spelling "
+                "names one model: pick another alias"
+            )
 
 
 def _alias_index_of(table: dict[str, ModelEntry]) -> dict[str, tuple[str, Alias]]:
