@@ -436,7 +436,20 @@ def _lookup(name: str) -> tuple[ModelEntry, str | None, str, str]:
             return _entries[index[base][0]], tag, index[base][1].kind, base
         close = _close_matches(name, base, index)
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-    raise UnknownModelError(f"unknown model {base!r}{hint} (vitzoo.list_models() shows all names)")
+    raise UnknownModelError(f"unknown model {_as_typed(name, base)}{hint} (vitzoo.list_models() shows all names)")
+
+
+def _as_typed(name: str, base: str) -> str:
+    """An unknown name as the user typed it: its base where a tag follows one ("'vit_b17' in
+    'vit_b17.x'"), the whole of it where it has no base ('.x', '../weights'); a path said to be one."""
+    shown = repr(base) if base and base != name else repr(name)
+    if base and base != name:
+        shown += f" (in {name!r})"
+    if "/" in name or "\\" in name:
+        shown += (
+            ", which looks like a path: a model is named here; give weights files or folders with weights= / --weights"
+        )
+    return shown
 
 
 def _close_matches(name: str, base: str, index: dict[str, tuple[str, Alias]]) -> list[str]:

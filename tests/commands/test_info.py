@@ -109,3 +109,14 @@ def test_info_takes_timms_name_and_shows_the_other_spellings(capsys):
     code, out, _ = run(capsys, "info", "vit_base_patch16_clip_224")
     assert "also named   vit_base_patch16_clip_224 (timm)" in out
     assert "clip_b16.openai   also vit_base_patch16_clip_224.openai (timm)" in out
+
+
+@pytest.mark.parametrize("command", ["info", "download"])
+@pytest.mark.parametrize("typed", ["../../etc/passwd", ".", ".augreg_in1k", "vit_b17.x"])
+def test_an_unknown_name_is_named_as_typed(capsys, command, typed):
+    """A7: a name with no base before its dot was answered "unknown model ''"."""
+    code, out, err = run(capsys, command, typed)
+    assert code == 1 and not out and err.count("\n") == 1
+    assert f"unknown model {typed!r}" in err or f"unknown model 'vit_b17' (in {typed!r})" in err
+    assert "unknown model ''" not in err
+    assert ("looks like a path" in err) == ("/" in typed)
