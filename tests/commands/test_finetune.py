@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
+from vitzoo import cli
 from vitzoo.train import CheckpointError
 from vitzoo.train.checkpoint import read_checkpoint_meta
 
@@ -397,3 +398,74 @@ def test_finetune_with_lora_reports_trainable_parameters_and_exports_a_plain_mod
 def test_fsdp_arguments_are_refused_with_one_clear_error(argv: list[str], message: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=message):
         finetune("test_tiny_vit", *argv, "--epochs", "1", "--out", str(tmp_path / "run"))
+
+
+# Refusals of issue 50, each one error line: the first three come once the run has locked (and so
+# made) its directory, --fsdp --wise-ft before it.
+_REFUSED_AFTER_LOCKING = {
+    "naflex-max-tokens": (
+        ["--naflex", "--max-tokens", "3", "--max-patches", "16"],
+        r"max_tokens=3 is below the longest sequence length 16; expected a token budget",
+    ),
+    "naflex-max-patches": (
+        ["--naflex", "--max-patches", "65537"],
+        r"max_patches=65537 is invalid; expected an int in \[1, 65536\]",
+    ),
+    "fsdp-one-process": (["--fsdp"], r"fsdp .*train without --fsdp"),
+    "fsdp-wise-ft": (["--fsdp", "--wise-ft", "0.5"], r"--wise-ft with --fsdp is not supported"),
+}
+
+
+@pytest.fixture(scope="module")
+def colour_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An image folder of two colours, train and val, for the refused runs below."""
+    root = tmp_path_factory.mktemp("colours")
+    for split in ("train", "val"):
+        for name, color in (("red", (250, 20, 20)), ("blue", (20, 20, 250))):
+            (root / split / name).mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (36 + 4 * i, 32), color).save(root / split / name / f"{i}.png")
+    return root
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def _refused(capsys, refusal: str, data: Path, *out: str) -> None:
+    """Run `vitzoo finetune` with the refused flags of `refusal`: exit code 1, and one error line on
+    stderr naming what was wrong (no traceback, nothing else)."""
+    argv, message = _REFUSED_AFTER_LOCKING[refusal]
+    data_args = ["--data", "folder", str(data), "--epochs", "1", "--batch-size", "4", "--no-progress"]
+    assert cli.main(["finetune", "test_tiny_rgb", *data_args, *argv, *out]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("vitzoo: error: ") and re.search(message, line), line
+
+
+@pytest.mark.parametrize("where", ["runs", "out"])
+@pytest.mark.parametrize("refusal", _REFUSED_AFTER_LOCKING)
+def test_a_refused_run_leaves_no_new_folder(
+    refusal: str, where: str, colour_folder: Path, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """The default runs/<model>-<data>-<time> (runs/ itself made by the run) or a new --out in a
+    folder of earlier runs: after the refusal the working directory is as it was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "experiments" / "earlier-run").mkdir(parents=True)
+    (tmp_path / "notes.txt").write_text("mine")
+    before = _listing(tmp_path)
+    _refused(capsys, refusal, colour_folder, *(["--out", "experiments/new-run"] if where == "out" else []))
+    assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("refusal", _REFUSED_AFTER_LOCKING)
+def test_a_refused_run_keeps_the_out_folder_the_user_made(
+    refusal: str, colour_folder: Path, tmp_path: Path, capsys
+) -> None:
+    """An empty --out the user made stays, holding at most the lock file the run locked it by
+    (lock.py: removing it could let two runs lock two files); a refused run of an existing
+    directory never removes it."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _refused(capsys, refusal, colour_folder, "--out", str(mine))
+    assert mine.is_dir() and set(os.listdir(mine)) <= {".run.lock"}
+    assert os.listdir(tmp_path) == ["mine"]

@@ -172,6 +172,46 @@ def test_lock_is_taken_by_exactly_one_of_many_threads(tmp_path: Path) -> None:
         pass
 
 
+def test_discarding_a_lock_removes_only_the_folders_it_made(tmp_path: Path) -> None:
+    lock = RunLock(tmp_path / "runs" / "new")
+    lock.acquire()
+    (tmp_path / "runs" / "new" / "run.json").write_text("{}")
+    (tmp_path / "runs" / "other").mkdir()  # another run's directory, made meanwhile in runs/
+    lock.release(discard=True)
+    assert os.listdir(tmp_path / "runs") == ["other"]  # runs/ holds another run: kept
+    lock = RunLock(tmp_path / "a" / "b")
+    lock.acquire()
+    lock.release(discard=True)
+    assert os.listdir(tmp_path) == ["runs"]  # a/ and a/b/ were both made by the lock
+    for existing in (tmp_path / "runs", tmp_path / "runs" / "other"):  # folders that were there stay
+        lock = RunLock(existing)
+        lock.acquire()
+        lock.release(discard=True)
+        assert existing.is_dir()
+    lock = RunLock(tmp_path / "kept")
+    lock.acquire()
+    lock.release()  # without discard: the directory stays
+    assert os.listdir(tmp_path / "kept") == [".run.lock"]
+
+
+@pytest.mark.parametrize(
+    "error, kept", [(ValueError("refused"), False), (KeyboardInterrupt(), True)], ids=["refused", "ctrl-c"]
+)
+def test_a_run_stopped_before_its_first_step_removes_the_directory_it_made_unless_interrupted(
+    small_splits, tmp_path: Path, monkeypatch, error: BaseException, kept: bool
+) -> None:
+    from vitzoo.train import start
+
+    def stop(*args: object, **kwargs: object) -> None:
+        raise error
+
+    monkeypatch.setattr(start, "_check_fit_arguments", stop)
+    out = tmp_path / "runs" / "new"
+    with pytest.raises(type(error)):
+        fit(vitzoo.create("test_tiny_vit"), small_splits, config=TrainConfig(epochs=1), out_dir=out)
+    assert out.is_dir() is kept and (tmp_path / "runs").exists() is kept
+
+
 # ----------------------------------------------------------------------------- settings (item 4)
 def test_resume_refuses_changed_settings_unless_overridden_and_keeps_their_history(
     one_epoch_run: Path, mnist_dir: Path, capsys

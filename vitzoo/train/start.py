@@ -53,8 +53,9 @@ def setup_run(
     check the arguments, seed, build loaders, optimizer and schedule, restore the checkpoint when
     resuming, write run.json and wrap the model for DDP. `config` has the `overrides` applied
     already (config.apply_overrides); resuming, they name the settings allowed to differ from the
-    run's. Errors come before anything but the run directory (and its lock, released again) is
-    written. The caller releases `run.lock`."""
+    run's. Errors come before anything but the run directory (and its lock) is written, and a
+    run refused here leaves no directory that it created (_release_refused). The caller
+    releases `run.lock`."""
     dist = distributed.setup(resolve_device(config.device).type)
     device = resolve_device(config.device, dist)
     lock = _lock_run_dir(out_dir, resume=resume, dist=dist)
@@ -62,12 +63,20 @@ def setup_run(
         run = _build_run(
             model, splits, config, out_dir, dist, device, resume=resume, overrides=overrides, run_info=run_info
         )
-    except BaseException:
-        if lock is not None:
-            lock.release()
+    except BaseException as err:
+        _release_refused(lock, err)
         raise
     run.lock = lock
     return run
+
+
+def _release_refused(lock: RunLock | None, error: BaseException) -> None:
+    """Unlock the run directory of a run that failed before its first step. If the lock created
+    the directory (a new run: not --resume, not a folder the user made) it is removed again with
+    what the run wrote there, so a refused run leaves nothing behind; not on Ctrl-C (or another
+    exit that is not an error), after which the directory stays as it is."""
+    if lock is not None:
+        lock.release(discard=isinstance(error, Exception))
 
 
 def check_training_memory(name: str, meta: nn.Module, config: TrainConfig) -> None:
@@ -133,8 +142,7 @@ def _lock_run_dir(out_dir: Path, *, resume: bool, dist: distributed.DistInfo) ->
                     f"{out_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or --out another directory"
                 )
         except BaseException as err:
-            if lock is not None:
-                lock.release()
+            _release_refused(lock, err)
             lock, error = None, err
     if dist.enabled:
         failed = torch.tensor([1.0 if error is not None else 0.0])
