@@ -325,9 +325,9 @@ def _refuse_release_shadow(alias: str, name: str, tag: str | None, index: dict[s
     if alias_tag is not None:  # "base.tag": what base's model reads it as
         owner = index.get(base)
         pairs = [(alias, owner[0], alias_tag)] if owner is not None and owner[1].tag is None else []
-        new = (name, tag)
-    else:  # "base": the existing "base.tag" aliases it would read
-        pairs = [(s, name, split_name(s)[1]) for s in index if split_name(s)[0] == alias and s != alias]
+        new: tuple[str, str | None] | None = (name, tag)
+    else:  # "base": the existing "base.tag" aliases it would read ("base" itself has no dot)
+        pairs = [(s, name, s.partition(".")[2]) for s in index if s.startswith(alias + ".")]
         new = None
     for spelling, model, release in pairs:
         meant = new if new is not None else (index[spelling][0], index[spelling][1].tag)
