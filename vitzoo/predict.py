@@ -44,10 +44,10 @@ from .atomic import atomic_path
 from .data import InputSpec, eval_transform, find_image_files
 from .data.folder import UnreadableImageError, decode_image
 from .data.stream import usable_cores
+from .inference.batches import OnReport, for_batches
 from .jsonio import to_json
 from .precision import check_outputs
 from .pretrained_cfg import pretrained_cfg_of
-from .tuned import OnReport, for_batches
 
 __all__ = [
     "FORMATS",

@@ -42,13 +42,14 @@ def tune_short_runs(monkeypatch: pytest.MonkeyPatch, tmp_path) -> list[tuple[int
     compiled) timed over one call a round (the tuning costs a few calls), its choices cached under tmp_path. Yields the shapes
     of the batches the tuned runner served (padded ones at the tuned size)."""
     from vitzoo import inference
+    from vitzoo.inference import candidates, choose, timing
 
-    monkeypatch.setattr(inference, "MIN_CALLS", 1)
-    monkeypatch.setattr(inference, "candidate_names", lambda device="cpu": ["eager"])
+    monkeypatch.setattr(choose, "MIN_CALLS", 1)
+    monkeypatch.setattr(candidates, "candidate_names", lambda device="cpu": ["eager"])
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "optimize-cache"))
 
-    monkeypatch.setattr(inference, "MIN_RUN_S", 0.0)
-    monkeypatch.setattr(inference, "ROUND_S", 0.0)  # each timing one call, not ~0.2 s of calls
+    monkeypatch.setattr(choose, "MIN_RUN_S", 0.0)
+    monkeypatch.setattr(timing, "ROUND_S", 0.0)  # each timing one call, not ~0.2 s of calls
     served: list[tuple[int, ...]] = []
     run = inference.OptimizedModule._run
 

@@ -29,12 +29,12 @@ def digit_images(tmp_path: Path) -> list[Path]:
 
 def refuse_optimize(monkeypatch) -> None:
     """From now on any call of vitzoo.optimize fails the test (what --no-optimize must skip)."""
-    from vitzoo import inference
+    from vitzoo.inference import choose
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("vitzoo.optimize was called under --no-optimize")
 
-    monkeypatch.setattr(inference, "optimize", refuse)
+    monkeypatch.setattr(choose, "optimize", refuse)  # what the commands' loops call (inference/batches.py)
 
 
 def optimize_lines(err: str) -> list[str]:

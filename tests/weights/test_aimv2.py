@@ -181,7 +181,8 @@ def _tiny() -> torch.nn.Module:
 
 @pytest.mark.slow  # export and optimize end to end: CI runs it with -m slow
 def test_features_dense_optimize_and_export(tmp_path, monkeypatch):
-    from vitzoo import deploy, inference
+    from vitzoo import deploy
+    from vitzoo.inference import timing
 
     model = _tiny()
     x = torch.randn(2, 1, 28, 28, generator=torch.Generator().manual_seed(4))
@@ -196,7 +197,7 @@ def test_features_dense_optimize_and_export(tmp_path, monkeypatch):
         assert dense.shape == (2, 32, 4, 4)
         logits = model(x)
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(inference, "ROUND_S", 0.005)
+    monkeypatch.setattr(timing, "ROUND_S", 0.005)
     fast = vitzoo.optimize(model, x, candidates=["eager-explicit"], cache=False)
     with torch.inference_mode():
         assert _diff(fast(x), logits) <= 1e-4

@@ -80,10 +80,10 @@ def test_features_only_and_dense_features(pair):
 
 @pytest.mark.slow
 def test_optimize_and_torch_export(pair, tmp_path, monkeypatch):
-    from vitzoo import inference
+    from vitzoo.inference import timing
 
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(inference, "ROUND_S", 0.005)
+    monkeypatch.setattr(timing, "ROUND_S", 0.005)
     ours, _ = pair
     x = torch.randn(2, 3, 64, 48)
     with torch.no_grad():

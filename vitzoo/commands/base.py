@@ -88,7 +88,7 @@ def add_naflex_options(parser: argparse.ArgumentParser) -> None:
 
 def add_optimize_option(parser: argparse.ArgumentParser | Any) -> None:
     """--no-optimize: run the model as it is instead of the fastest way `vitzoo.optimize` finds here."""
-    from ..inference import MIN_CALLS
+    from ..inference.choose import MIN_CALLS
 
     parser.add_argument(
         "--no-optimize",
@@ -111,14 +111,14 @@ class OptimizeNote:
         self.report: Any = None
 
     def __call__(self, report: Any) -> None:
-        from ..tuned import tuned
+        from ..inference.batches import tuned
 
         self.report = report if tuned(report) else None
         if self.report is not None and not self.quiet:
             print(f"vitzoo: {report.summary()}", file=sys.stderr, flush=True)
 
     def json(self) -> dict[str, Any] | None:
-        from ..tuned import report_json
+        from ..inference.batches import report_json
 
         return None if self.report is None else report_json(self.report)
 

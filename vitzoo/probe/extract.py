@@ -48,11 +48,11 @@ from torch import nn
 from ..atomic import write_json, write_safetensors
 from ..data import BatchTransform, DataSplits, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.tensors import DataKind
+from ..inference.batches import OnReport, for_batches
 from ..jsonio import JSONFileError, read_json, to_json
 from ..layers.naflex import PATCH_VALID, PATCHES, is_patch_batch, masked_mean
 from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model, naflex_settings
 from ..precision import PrecisionRangeError, cast_model, check_outputs, name_of, parse_dtype
-from ..tuned import OnReport, for_batches
 from .featurefile import Features, save_features
 
 OUTPUTS = ("pooled", "cls", "mean")

@@ -7,9 +7,9 @@ from torch import nn
 
 from ..data.transforms import InputSpec
 from ..dense import backbone_of, dense_features
+from ..inference.batches import OnReport, for_batches
 from ..model import VisionTransformer
 from ..precision import cast_model, check_outputs
-from ..tuned import OnReport, for_batches
 
 
 class FrozenBackbone:

@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 from ..atomic import write_json, write_safetensors
 from ..checks import nested
 from ..data.masks import SegData
+from ..inference.batches import OnReport
 from ..train.placement import peak_memory_mb
-from ..tuned import OnReport
 from .backbone import FrozenBackbone
 from .cache import CACHE_FILE, cache_batches, cached_crops
 from .crops import Geometry, SegmentSettingsError

@@ -12,9 +12,9 @@ from torch import nn
 from ..data import BatchLoader, BatchTransform, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.stream import StreamLoader
 from ..data.tensors import DataKind
+from ..inference.batches import OnReport, for_batches
 from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model
 from ..precision import check_outputs
-from ..tuned import OnReport, for_batches
 from . import distributed
 from .placement import resolve_device
 from .step import merged_logits

@@ -1,4 +1,4 @@
-"""vitzoo.optimize (vitzoo/inference.py): candidates built, checked against the model, timed; the
+"""vitzoo.optimize (vitzoo/inference/): candidates built, checked against the model, timed; the
 fastest kept; other shapes fall back to eager; the choice cached; bad arguments refused.
 
 Nothing here compiles with inductor (tens of seconds a model): compiled candidates are proven by
@@ -18,7 +18,17 @@ import torch
 
 import vitzoo
 from vitzoo import inference
-from vitzoo.inference import OptimizedModule, OptimizeError, optimize
+from vitzoo.inference import (
+    OptimizedModule,
+    OptimizeError,
+    cache,
+    candidates,
+    choose,
+    machine,
+    optimize,
+    outputs,
+    timing,
+)
 
 # torch < 2.2: compiling a whole vitzoo model in the test process crashed it later (seen in CI)
 OLD_DYNAMO = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 2)
@@ -27,7 +37,7 @@ OLD_DYNAMO = tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 2)
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(inference, "ROUND_S", 0.005)  # short timings: which wins does not matter here
+    monkeypatch.setattr(timing, "ROUND_S", 0.005)  # short timings: which wins does not matter here
 
 
 def tiny(dtype: str = "bf16") -> torch.nn.Module:
@@ -55,9 +65,9 @@ def test_written_out_attention_is_the_same_computation():
     x = torch.randn(2, 3, 32, 32)
     with torch.inference_mode():
         fused = model(x)
-        inference._set_explicit(model, True)
+        outputs.set_explicit(model, True)
         written = model(x)
-        inference._set_explicit(model, False)
+        outputs.set_explicit(model, False)
     assert ((written.float() - fused.float()).norm() / fused.float().norm()).item() < 2e-2
 
 
@@ -115,7 +125,7 @@ def test_a_candidate_that_fails_or_disagrees_is_skipped_with_its_reason(monkeypa
     monkeypatch.setitem(inference.BUILDERS, "inductor", broken)
     monkeypatch.setitem(inference.BUILDERS, "openvino", wrong)
     monkeypatch.setitem(inference.BUILDERS, "zentorch", wrong)
-    monkeypatch.setattr(inference, "_missing", lambda name, x: None)
+    monkeypatch.setattr(candidates, "missing", lambda name, x: None)
     fast = optimize(tiny(), torch.randn(2, 3, 32, 32), candidates=["inductor", "openvino"], cache=False)
     assert fast.report.choice == "eager"
     assert fast.report.skipped["inductor"] == ("failed to build or run: RuntimeError: backend cannot take this model")
@@ -134,7 +144,7 @@ def test_short_runs_tune_nothing_and_compiling_needs_a_long_run(monkeypatch):
     fast = optimize(model, x, calls=inference.MIN_CALLS, candidates=["eager-explicit"])
     assert re.match(r"a run of about \d+ s is too short", fast.report.skipped["tuning"])  # under MIN_RUN_S
     assert list(fast.report.img_per_s) == ["eager"] and not inference.cache_file().exists()
-    monkeypatch.setattr(inference, "MIN_RUN_S", 0.0)
+    monkeypatch.setattr(choose, "MIN_RUN_S", 0.0)
     fast = optimize(model, x, calls=inference.MIN_CALLS, candidates=["inductor"], cache=False)
     assert fast.report.skipped["inductor"].startswith("run too short to repay compiling")
 
@@ -145,7 +155,7 @@ def test_absent_backends_are_named_with_how_to_install_them(monkeypatch):
     assert fast.report.skipped["openvino"] == (
         'openvino not importable (ModuleNotFoundError; pip install "vitzoo[openvino]")'
     )
-    monkeypatch.setattr(inference, "_cpu_name", lambda: "Intel(R) Xeon(R) Platinum 8480+")
+    monkeypatch.setattr(machine, "cpu_name", lambda: "Intel(R) Xeon(R) Platinum 8480+")
     fast = optimize(tiny(), torch.randn(2, 3, 32, 32), candidates=["zentorch"], cache=False)
     assert fast.report.skipped["zentorch"] == "not an AMD CPU"
 
@@ -153,8 +163,8 @@ def test_absent_backends_are_named_with_how_to_install_them(monkeypatch):
 def test_copies_that_would_not_fit_in_memory_are_not_made(monkeypatch):
     from vitzoo.memory import Available
 
-    monkeypatch.setattr(inference, "_missing", lambda name, x: None)  # as if zentorch and openvino were here
-    monkeypatch.setattr(inference, "available_memory", lambda: Available(1000, "a test's limit"))
+    monkeypatch.setattr(candidates, "missing", lambda name, x: None)  # as if zentorch and openvino were here
+    monkeypatch.setattr(machine, "available_memory", lambda: Available(1000, "a test's limit"))
     built = []
     monkeypatch.setitem(inference.BUILDERS, "zentorch", lambda m, x: built.append(m))
     monkeypatch.setitem(inference.BUILDERS, "openvino", lambda m, x: built.append(m))
@@ -187,13 +197,13 @@ def test_the_choice_is_remembered_and_a_damaged_cache_is_measured_again(monkeypa
     path = inference.cache_file()
     entries = json.loads(path.read_text())["choices"]
     assert [e["choice"] for e in entries.values()] == [first.report.choice]
-    measure = inference._measure
-    monkeypatch.setattr(inference, "_measure", lambda *a: pytest.fail("a remembered choice is timed again"))
+    measure = timing.measure
+    monkeypatch.setattr(timing, "measure", lambda *a: pytest.fail("a remembered choice is timed again"))
     again = optimize(model, x, candidates=["eager-explicit"])
     assert again.report.cached and again.report.choice == first.report.choice
     assert again.report.img_per_s[first.report.choice] == first.report.img_per_s[first.report.choice]
     assert "choice from" in again.report.summary()
-    monkeypatch.setattr(inference, "_measure", measure)
+    monkeypatch.setattr(timing, "measure", measure)
     other = optimize(model, torch.randn(3, 3, 32, 32), candidates=["eager-explicit"])  # another shape
     assert not other.report.cached
     path.write_text("{not json")
@@ -226,7 +236,7 @@ def test_recording_a_choice_waits_for_another_process_and_keeps_its_entry():
     other = filelock.FileLock(f"{path}.lock")  # another process's lock (flock: one per open file)
     other.acquire()
     try:
-        recording = threading.Thread(target=inference._remember, args=("mine", report))
+        recording = threading.Thread(target=cache.remember, args=("mine", report))
         recording.start()
         recording.join(0.5)
         assert recording.is_alive()  # waits for the lock instead of writing over the other's entry

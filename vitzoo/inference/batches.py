@@ -8,7 +8,7 @@ engines share.
 
 The example batch is zeros of the shape the loop feeds: B = min(batch size, images), in the dtype
 and on the device of the loop's batches. `calls` is the number of batches the loop makes, so that
-a short run (a few images, the tests) tunes nothing and costs nothing (vitzoo.inference.MIN_CALLS).
+a short run (a few images, the tests) tunes nothing and costs nothing (choose.MIN_CALLS).
 `on_report` receives the OptimizeReport once the choice is made (a command prints its summary).
 """
 
@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from .inference import OptimizeReport
+from . import choose
+from .report import OptimizeReport
 
 OnReport = Callable[[OptimizeReport], None]
 
@@ -43,11 +44,9 @@ def for_batches(
     rounded up). A loop of no images gets `model` itself."""
     if images < 1:
         return model
-    from . import inference
-
     example = torch.zeros((min(batch_size, images), *sample), dtype=dtype, device=device)
     batches = calls if calls is not None else math.ceil(images / batch_size)
-    fast = inference.optimize(model, example, calls=max(1, batches), method=method)
+    fast = choose.optimize(model, example, calls=max(1, batches), method=method)
     if on_report is not None:
         on_report(fast.report)
     return fast

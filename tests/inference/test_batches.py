@@ -1,4 +1,4 @@
-"""vitzoo.tuned: the example batch and call count a loop hands vitzoo.optimize (the commands' runs
+"""vitzoo.inference.batches: the example batch and call count a loop hands vitzoo.optimize (the commands' runs
 that tune are in tests/commands/, test_*.py::test_a_tuned_*)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from vitzoo import inference
-from vitzoo.tuned import for_batches, report_json, tuned
+from vitzoo.inference.batches import for_batches, report_json, tuned
 
 
 class Untouchable(nn.Linear):
