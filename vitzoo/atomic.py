@@ -265,6 +265,14 @@ def _raise_os_error_of(err: Exception) -> None:
 def write_safetensors(path: str | os.PathLike[str], tensors: StateDict, metadata: dict[str, str] | None = None) -> Path:
     """Write `tensors` as a safetensors file, atomically. Shared or strided tensors are copied
     to contiguous ones first (safetensors stores each tensor as its own contiguous buffer)."""
+    with atomic_path(path) as tmp:
+        fill_safetensors(tmp, tensors, metadata)
+    return Path(path)
+
+
+def fill_safetensors(tmp: Path, tensors: StateDict, metadata: dict[str, str] | None = None) -> None:
+    """Write `tensors` as a safetensors file into `tmp` (an atomic_path temporary): write_safetensors
+    without the rename, for writers that put several files in place together."""
     from safetensors import SafetensorError
     from safetensors.torch import save_file
 
@@ -280,17 +288,20 @@ def write_safetensors(path: str | os.PathLike[str], tensors: StateDict, metadata
         if ptr != -1:
             seen.add(ptr)
         clean[key] = t
-    with atomic_path(path) as tmp:
-        try:
-            save_file(clean, str(tmp), metadata=metadata)
-        except SafetensorError as err:
-            _raise_os_error_of(err)
-            raise
-    return Path(path)
+    try:
+        save_file(clean, str(tmp), metadata=metadata)
+    except SafetensorError as err:
+        _raise_os_error_of(err)
+        raise
+
+
+def json_text(data: dict[str, Any]) -> str:
+    """`data` as write_json writes it: indented, always valid JSON (a NaN or infinite float is null)."""
+    return to_json(data, indent=2, sort_keys=False) + "\n"
 
 
 def write_json(path: str | os.PathLike[str], data: dict[str, Any]) -> Path:
     """`data` as an indented JSON file, always valid JSON (a NaN or infinite float is written as null)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(to_json(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+        tmp.write_text(json_text(data), encoding="utf-8")
     return Path(path)

@@ -27,7 +27,7 @@ import torch
 from ..jsonio import JSONFileError
 from ..jsonio import read_json as read_checked_json
 from ..pretrained_cfg import check_pretrained_fields
-from ..weight_shards import is_index
+from ..weight_shards import SAVE_ID_KEY, is_index
 from .errors import WeightsFileError
 
 StateDict = dict[str, torch.Tensor]
@@ -111,6 +111,27 @@ def read_shapes(path: str | os.PathLike[str]) -> StateDict:
         except (SafetensorError, OSError, ValueError, RuntimeError) as e:
             raise _unreadable_safetensors(path, e) from e
     return {key: torch.empty(value.shape, dtype=value.dtype, device="meta") for key, value in _read_whole(path).items()}
+
+
+def save_id_of(path: str | os.PathLike[str]) -> str | None:
+    """The id of the save_pretrained that wrote a safetensors file or index (weight_shards.SAVE_ID_KEY
+    in its metadata), None where it states none (another writer's, an older vitzoo's, another kind)."""
+    path = Path(path)
+    if is_index(path.name):
+        read_index(path)  # checked first
+        metadata = read_json(path).get("metadata") or {}
+    elif path.is_file() and _sniff_kind(path) == "safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                metadata = f.metadata() or {}
+        except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+            raise _unreadable_safetensors(path, e) from e
+    else:
+        return None
+    value = metadata.get(SAVE_ID_KEY)
+    return value if isinstance(value, str) else None
 
 
 # The largest safetensors header that safetensors itself reads (its MAX_HEADER_SIZE).

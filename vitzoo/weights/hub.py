@@ -221,13 +221,18 @@ def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, .
 def _fetch_shards(ref: HubRef, filename: str, index: Path, link: _Link) -> None:
     """The shards the index `filename` names (checked first: plain file names, see
     files.read_index), from the commit the index came from, so that they land beside it."""
-    snapshot = index.parent
-    pinned = HubRef(ref.repo_id, snapshot.name) if snapshot.parent.name == "snapshots" else ref
+    pinned = _pinned(ref, index)
     for shard in dict.fromkeys(read_index(index).values()):
         try:
             _hub_file(pinned, shard, optional=False, tried=(), link=link)
         except WeightsNotFoundError as e:
             raise WeightsNotFoundError(f"{e} (a shard that {filename!r} of {ref} names)") from None
+
+
+def _pinned(ref: HubRef, cached: Path) -> HubRef:
+    """`ref` at the commit a file of it was cached from (its snapshot folder's name), where known."""
+    snapshot = cached.parent
+    return HubRef(ref.repo_id, snapshot.name) if snapshot.parent.name == "snapshots" else ref
 
 
 def _download(ref: HubRef, filename: str, *, offline: bool, link: _Link, http_error: type[Exception]) -> str:
@@ -308,7 +313,8 @@ def _in_cache(ref: HubRef, filename: str) -> bool:
 def fetch_repo(ref: HubRef) -> tuple[Path, Path | None, Path | None]:
     """The repo's weights file (model.safetensors, else the index of its shards, else
     pytorch_model.bin), its config.json and its preprocessor_config.json (transformers' image
-    processor), each of the last two when present."""
+    processor), each of the last two when present, the last two from the commit the weights came
+    from: a repository changed meanwhile does not pair one commit's config with another's weights."""
     weights: Path | None = None
     link = _Link()
     for i, name in enumerate(WEIGHT_FILES):
@@ -318,9 +324,10 @@ def fetch_repo(ref: HubRef) -> tuple[Path, Path | None, Path | None]:
             break
     if weights is None:  # unreachable: the last name returns a path or raises
         raise WeightsNotFoundError(f"{ref}: no weights file ({', '.join(WEIGHT_FILES)})")
-    config = _hub_file(ref, CONFIG_FILE, optional=True, tried=(), link=link)
+    pinned = _pinned(ref, weights)
+    config = _hub_file(pinned, CONFIG_FILE, optional=True, tried=(), link=link)
     try:
-        preprocessor = _hub_file(ref, PREPROCESSOR_FILE, optional=True, tried=(), link=link)
+        preprocessor = _hub_file(pinned, PREPROCESSOR_FILE, optional=True, tried=(), link=link)
     except WeightsDownloadError as e:
         if link.down is None:
             raise

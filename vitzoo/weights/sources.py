@@ -25,6 +25,7 @@ imports the registry.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from ..model import ViTConfig
 from ..pretrained_cfg import IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD, imagenet_label_set
 from .checkpoint import Checkpoint
 from .errors import WeightsFileError, WeightsNotFoundError
-from .files import StateDict, check_complete, checked_pretrained, read_checkpoint, read_json
+from .files import StateDict, check_complete, checked_pretrained, read_checkpoint, read_json, read_shapes, save_id_of
 from .hub import HF_PREFIX, PREPROCESSOR_FILE, TIMM_PREFIX, WEIGHT_FILES, fetch_repo, parse_hub_ref
 from .keymaps import to_vitzoo
 from .shapes import infer_config_fields, position_prefix
@@ -87,8 +88,76 @@ def read_source(source: str | os.PathLike[str]) -> Checkpoint:
     )
 
 
-def _weights_in(directory: Path) -> Path | None:
-    return next((directory / n for n in LOCAL_WEIGHT_FILES if (directory / n).is_file()), None)
+def _weights_in(directory: Path, *, warn: bool = True) -> Path | None:
+    """A folder's weights file: the first of LOCAL_WEIGHT_FILES in it, but where it holds both a
+    model.safetensors and a sharded index, the one `_single_or_sharded` picks."""
+    found = [directory / name for name in LOCAL_WEIGHT_FILES if (directory / name).is_file()]
+    if [p.name for p in found[:2]] == list(WEIGHT_FILES[:2]):
+        return _single_or_sharded(found[0], found[1], warn=warn)
+    return found[0] if found else None
+
+
+def _single_or_sharded(single: Path, index: Path, *, warn: bool) -> Path:
+    """Which to read of a folder's model.safetensors and sharded index (with its shards), said in a
+    warning naming both: the one whose save id its config.json states (the other is what an
+    interrupted save left); else, where their tensors' names, shapes and dtypes agree, the single
+    file, as transformers reads it. Where they disagree nothing tells which is the model: refused."""
+    directory = single.parent
+    stated = _config_save_id(directory / layout.CONFIG_NAME)
+    matching = [p for p in (single, index) if stated is not None and save_id_of(p) == stated]
+    if len(matching) == 1:
+        chosen = matching[0]
+        why = f"the weights its {layout.CONFIG_NAME} was saved with (the other is left from an interrupted save)"
+    else:
+        problem = _tensors_differ(read_shapes(single), read_shapes(index), (repr(single.name), "its shards"))
+        if problem is not None:
+            raise WeightsFileError(
+                f"{str(directory)!r} holds both {single.name!r} and {index.name!r} (with its shards), which "
+                f"disagree: {problem}; delete the one that is not this model's weights"
+            )
+        chosen = single
+        why = "as transformers does (the shards hold the same tensor names, shapes and dtypes; values not compared)"
+    if warn:
+        warnings.warn(
+            f"{str(directory)!r} holds both {single.name!r} and {index.name!r} (with its shards): read "
+            f"{chosen.name!r}, {why}; delete the other",
+            stacklevel=2,
+        )
+    return chosen
+
+
+def _tensors_differ(a: StateDict, b: StateDict, names: tuple[str, str]) -> str | None:
+    """How two checkpoints' tensor names, shapes and dtypes differ (the first difference), or None;
+    `names` say which is which."""
+    for (mine, theirs), (name, other) in (((a, b), names), ((b, a), names[::-1])):
+        extra = next((key for key in mine if key not in theirs), None)
+        if extra is not None:
+            return f"{extra!r} is in {name} only, not in {other}"
+    for key, t in a.items():
+        if (t.shape, t.dtype) != (b[key].shape, b[key].dtype):
+            return f"{key!r} is {tuple(t.shape)} {t.dtype} in {names[0]}, {tuple(b[key].shape)} {b[key].dtype} in {names[1]}"
+    return None
+
+
+def _config_save_id(config: Path) -> str | None:
+    """The save id a vitzoo config.json states (layout.SAVE_ID), None where there is none."""
+    if not config.is_file():
+        return None
+    cfg = read_json(config)
+    return _optional_str(cfg, layout.SAVE_ID, str(config)) if cfg.get("format") == layout.FORMAT else None
+
+
+def _check_same_save(config: Path, weights: Path) -> None:
+    """WeightsFileError when a vitzoo config.json and its weights state different save ids: one
+    save's config with another's weights (a save killed between its renames, a file copied in)."""
+    stated = _config_save_id(config)
+    found = save_id_of(weights) if stated is not None else None
+    if found is not None and found != stated:
+        raise WeightsFileError(
+            f"{str(config)!r} and {str(weights)!r} are from different saves (save_id {stated} and {found}): "
+            "a save_pretrained interrupted between its renames, or a file copied in from another save; save the "
+            f'model again, or delete "{layout.SAVE_ID}" from {config.name} to read them together anyway'
+        )
 
 
 def check_local_source(source: str | os.PathLike[str]) -> None:
@@ -97,7 +166,7 @@ def check_local_source(source: str | os.PathLike[str]) -> None:
     if isinstance(source, str) and source.startswith((HF_PREFIX, TIMM_PREFIX)):
         return
     path = Path(source)
-    found = _weights_in(path) if path.is_dir() else path if path.is_file() else None
+    found = _weights_in(path, warn=False) if path.is_dir() else path if path.is_file() else None
     if found is not None:
         check_complete(found)
 
@@ -118,6 +187,8 @@ class _Stated:
 
 
 def _from_files(weights: Path, config_path: Path | None, *, label: str, preprocessor: Path | None = None) -> Checkpoint:
+    if config_path is not None:
+        _check_same_save(config_path, weights)
     raw = read_checkpoint(weights)
     converted = to_vitzoo(raw, file=label)
     del raw
