@@ -161,16 +161,33 @@ def _model_section(model: nn.Module, facts: CardFacts) -> list[str]:
     lines.append(
         f"- licence: {pcfg.license or 'not stated: the author has not said under which terms it may be used'}{restricted}"
     )
-    if facts.why_not_timm is not None:
-        lines.append(f"- layout: vitzoo's. timm and transformers cannot load it: {facts.why_not_timm}.")
-    elif facts.sharded:
-        lines.append(
-            "- layout: timm's, sharded (config.json + model.safetensors.index.json and its shards): transformers "
-            "and vitzoo load it; timm's own loader reads a single model.safetensors only"
-        )
-    else:
-        lines.append("- layout: timm's (config.json + model.safetensors): timm, transformers and vitzoo load it")
+    lines.append(f"- layout: {layout_summary(facts.layout, facts.sharded, facts.why_not_timm)}")
     return [*lines, ""]
+
+
+def loaded_by(layout: str, sharded: bool) -> tuple[str, ...]:
+    """The libraries that load a pushed repository (the one home of this fact: the card and `vitzoo
+    push` say it from here). vitzoo reads both layouts, sharded or not; transformers (its
+    TimmWrapper) reads timm's, an index too. timm's own loader (`load_state_dict_from_hf`, 1.0.31)
+    downloads a single model.safetensors (else pytorch_model.bin) and never reads an index: a
+    sharded repository is not timm's, though its config.json is."""
+    if layout != "timm":
+        return ("vitzoo",)
+    return ("transformers", "vitzoo") if sharded else ("timm", "transformers", "vitzoo")
+
+
+def layout_summary(layout: str, sharded: bool, why_not_timm: str | None) -> str:
+    """One line: the layout a push wrote and which libraries load it (`loaded_by`)."""
+    names = loaded_by(layout, sharded)
+    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    if layout != "timm":
+        return f"vitzoo's: only {who} loads it; timm and transformers cannot: {why_not_timm}"
+    if sharded:
+        return (
+            f"timm's, sharded (config.json + model.safetensors.index.json and its shards): {who} load it; "
+            "timm's own loader reads a single model.safetensors only"
+        )
+    return f"timm's (config.json + model.safetensors): {who} load it"
 
 
 def _labels_section(pcfg: PretrainedCfg) -> list[str]:
@@ -242,7 +259,7 @@ def _usage_section(facts: CardFacts) -> list[str]:
     ]
     if facts.layout != "timm":
         return [*lines, f"timm and transformers cannot load this repository: {facts.why_not_timm}.", ""]
-    if not facts.sharded:  # timm's own loader reads one model.safetensors
+    if "timm" in loaded_by(facts.layout, facts.sharded):
         lines += [
             "timm:",
             "",

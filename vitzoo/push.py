@@ -47,7 +47,7 @@ from .checks import env_seconds
 from .errors import VitzooError
 from .layout import CONFIG_NAME, WEIGHTS_NAME, save_pretrained, set_hub_pusher
 from .model import ViTConfig, timm_architecture_cfg
-from .model_card import CARD_NAME, CardFacts, check_license, model_card
+from .model_card import CARD_NAME, CardFacts, check_license, layout_summary, loaded_by, model_card
 from .pretrained_cfg import PretrainedCfg, pretrained_cfg_of, resolve_label_names
 from .weight_shards import DEFAULT_MAX_SHARD_SIZE, index_name, parse_shard_size, write_weights
 from .weights.exporter import timm_state_dict
@@ -84,21 +84,44 @@ _PUSH_ERRORS: tuple[type[BaseException], ...] = (*NETWORK_ERRORS, ValueError)
 @dataclass(frozen=True)
 class RepoFiles:
     """What `write_repo` wrote: the layout, timm's architecture and model_args (timm layout), or
-    why timm and transformers cannot load it (vitzoo layout)."""
+    why timm and transformers cannot load it (vitzoo layout), and whether the weights are shards."""
 
     directory: Path
     layout: str
     timm_name: str | None
     model_args: dict[str, Any]
     why_not_timm: str | None
-
-    @property
-    def sharded(self) -> bool:
-        return (self.directory / index_name(WEIGHTS_NAME)).is_file()
+    sharded: bool = False
 
     @property
     def files(self) -> list[Path]:
         return sorted(p for p in self.directory.iterdir() if p.is_file())
+
+    @property
+    def loaded_by(self) -> tuple[str, ...]:
+        """The libraries that load the repository (model_card.loaded_by)."""
+        return loaded_by(self.layout, self.sharded)
+
+    @property
+    def summary(self) -> str:
+        """The layout and who loads it, in one line (the card's and `vitzoo push`'s)."""
+        return layout_summary(self.layout, self.sharded, self.why_not_timm)
+
+
+class PushInfo(str):
+    """What push_to_hub returns: the commit's URL (a str, as huggingface_hub's CommitInfo is), and
+    in `repo` what the repository holds (its layout, whether sharded, who loads it; its local
+    files are gone)."""
+
+    repo: RepoFiles
+
+    def __new__(cls, url: str, repo: RepoFiles) -> PushInfo:
+        info = super().__new__(cls, url)
+        info.repo = repo
+        return info
+
+    def __getnewargs__(self) -> tuple[str, RepoFiles]:  # type: ignore[override]  # copy and pickle
+        return str(self), self.repo
 
 
 def timm_counterpart(model: nn.Module) -> tuple[str, dict[str, Any]] | str:
@@ -189,20 +212,20 @@ def write_repo(
     run = public_value(run)
     counterpart = timm_counterpart(model)
     if isinstance(counterpart, str):
-        files = RepoFiles(directory, VITZOO_LAYOUT, None, {}, counterpart)
+        model_args: dict[str, Any] = {}
+        layout, timm_name, why_not = VITZOO_LAYOUT, None, counterpart
         save_pretrained(model, directory, max_shard_size=max_shard_size)  # LoRA merged, as in every saved model
         _restate_config(directory / CONFIG_NAME, pcfg.license)
     else:
-        timm_name, model_args = counterpart
-        files = RepoFiles(directory, TIMM_LAYOUT, timm_name, model_args, None)
+        (timm_name, model_args), layout, why_not = counterpart, TIMM_LAYOUT, None
         directory.mkdir(parents=True, exist_ok=True)
         # LoRA merged, as save_pretrained does
         state = timm_state_dict(model)
         write_weights(directory, state, name=WEIGHTS_NAME, max_shard_size=max_shard_size, metadata={"format": "pt"})
         write_json(directory / CONFIG_NAME, public_value(timm_hub_config(model, timm_name, model_args, pcfg)))
-    facts = CardFacts(
-        repo_id, files.layout, files.timm_name, files.model_args, files.why_not_timm, pcfg, run, files.sharded
-    )
+    sharded = (directory / index_name(WEIGHTS_NAME)).is_file()
+    files = RepoFiles(directory, layout, timm_name, model_args, why_not, sharded)
+    facts = CardFacts(repo_id, layout, timm_name, model_args, why_not, pcfg, run, sharded)
     (directory / CARD_NAME).write_text(model_card(model, facts), encoding="utf-8")
     return files
 
@@ -270,12 +293,13 @@ def push_to_hub(
     license: str | None = None,
     run: dict[str, Any] | None = None,
     max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
-) -> str:
+) -> PushInfo:
     """Write `model`'s repository (write_repo; weights above `max_shard_size` as shards and their
     index) and upload it as one commit to `repo_id` (created if
     missing, private if asked; `revision` a branch, created from main if missing). Returns the
-    commit's URL. Any failure is one HubPushError: nothing was committed, and the message says
-    whether the push created the repository or the branch before it failed."""
+    commit's URL (a PushInfo: its `repo` says what the repository holds). Any failure is one
+    HubPushError: nothing was committed, and the message says whether the push created the
+    repository or the branch before it failed."""
     parse_hub_ref(repo_id)  # "org/name", checked before anything is written or sent
     if "@" in repo_id:
         raise ValueError(f"push_to_hub: repo_id {repo_id!r} is invalid; pass the branch as revision=, not '@'")
@@ -289,7 +313,8 @@ def push_to_hub(
         if files.why_not_timm is not None:
             logger.warning("%s", not_loadable_line(repo_id, files.why_not_timm))
         push = _Push(repo_id, revision, timeout)
-        return push.run(lambda: _commit(files, push, private=private, message=commit_message, token=token))
+        url = push.run(lambda: _commit(files, push, private=private, message=commit_message, token=token))
+    return PushInfo(url, files)
 
 
 def push_timeout() -> float | None:

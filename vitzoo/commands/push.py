@@ -14,7 +14,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     describe(
         parser,
         "Upload a model to the Hugging Face Hub as one commit: timm's layout where timm has the "
-        "architecture (timm, transformers and vitzoo load it), else vitzoo's, and a model card. The "
+        "architecture (timm, transformers and vitzoo load it; sharded, transformers and vitzoo), else "
+        "vitzoo's, and a model card. The "
         "token is huggingface_hub's: HF_TOKEN or the cached `hf auth login`; HF_ENDPOINT is honoured.",
     )
     parser.add_argument(
@@ -37,7 +38,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--max-shard-size",
         metavar="SIZE",
         default=None,
-        help="weights above this size are written as shards and their index (bytes or e.g. '500MB'; default 5GB)",
+        help="weights above this size are written as shards and their index (bytes or e.g. '500MB', up to "
+        "50GB; default 5GB); timm's own loader reads no shards, transformers and vitzoo do",
     )
 
 
@@ -46,12 +48,12 @@ def run(args: argparse.Namespace) -> int:
     from ..layout import CONFIG_NAME
     from ..model_card import check_license
     from ..pretrained_cfg import pretrained_cfg_of
-    from ..push import push_to_hub, timm_counterpart
+    from ..push import push_to_hub
     from ..weight_shards import DEFAULT_MAX_SHARD_SIZE, parse_shard_size
 
     check_license(args.license, "--license")
-    size = args.max_shard_size or DEFAULT_MAX_SHARD_SIZE
-    shard_size = parse_shard_size(int(size) if size.isdigit() else size, "--max-shard-size")  # bytes, or "500MB"
+    size = DEFAULT_MAX_SHARD_SIZE if args.max_shard_size is None else args.max_shard_size
+    shard_size = parse_shard_size(size, "--max-shard-size")  # bytes, or "500MB"
     weights, record = _read_source(Path(args.source))
     model = from_pretrained(weights)
     if args.license is None:  # the licence the weights state, named by where it was read
@@ -68,22 +70,21 @@ def run(args: argparse.Namespace) -> int:
         run=record,
         max_shard_size=shard_size,
     )
-    counterpart = timm_counterpart(model)
+    repo = url.repo
     result = {
         "repo_id": args.repo_id,
         "revision": args.revision or "main",
-        "commit_url": url,
+        "commit_url": str(url),
         "weights": str(weights),
-        "layout": "vitzoo" if isinstance(counterpart, str) else "timm",
-        "timm_name": None if isinstance(counterpart, str) else counterpart[0],
+        "layout": repo.layout,
+        "timm_name": repo.timm_name,
+        "sharded": repo.sharded,
+        "loaded_by": list(repo.loaded_by),
         "run": str(args.source) if record is not None else None,
     }
-    layout = (
-        f"timm's ({result['timm_name']}): timm, transformers and vitzoo load it"
-        if result["layout"] == "timm"
-        else "vitzoo's: only vitzoo loads it"
-    )
-    text = f"pushed {args.repo_id}@{result['revision']}  {url}\n  weights  {weights}\n  layout   {layout}"
+    text = f"pushed {args.repo_id}@{result['revision']}  {url}\n  weights  {weights}\n  layout   {repo.summary}"
+    if repo.timm_name:
+        text += f"\n  timm     {repo.timm_name}"
     emit(args, result, text)
     return 0
 
