@@ -51,11 +51,13 @@ from .backends.zentorch import import_zentorch
 from .cache import cache_file
 from .candidates import BUILDERS, candidate_names
 from .choose import MIN_CALLS, optimize
+from .guard import Bounds
 from .report import OptimizedModule, OptimizeError, OptimizeReport
 
 __all__ = [
     "BUILDERS",
     "MIN_CALLS",
+    "Bounds",
     "OptimizeError",
     "OptimizeReport",
     "OptimizedModule",

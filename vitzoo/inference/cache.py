@@ -35,9 +35,12 @@ def cache_file() -> Path:
     return Path(root) / "optimize.json"
 
 
-def cache_key(model: nn.Module, x: torch.Tensor, fp8: bool, *, method: str, kind: str) -> str:
+def cache_key(
+    model: nn.Module, x: torch.Tensor, fp8: bool, *, method: str, kind: str, extra: dict[str, Any] | None = None
+) -> str:
     """What the choice depends on: the model's architecture (`kind`: its class) and dtype, the
-    `method` run, the input, the machine and the versions of everything that runs it."""
+    `method` run, the input, the machine and the versions of everything that runs it; `extra`:
+    what else the caller asked (int8: the calibration set, the bounds)."""
     config = getattr(model, "config", None)
     arch = dataclasses.asdict(config) if dataclasses.is_dataclass(config) and not isinstance(config, type) else {}
     parts = {
@@ -51,8 +54,9 @@ def cache_key(model: nn.Module, x: torch.Tensor, fp8: bool, *, method: str, kind
         "device": device_name(x.device),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
-        "backends": {m: version_of(m) for m in ("zentorch", "openvino", "torchao")},
+        "backends": {m: version_of(m) for m in ("zentorch", "openvino", "torchao", "nncf")},
         "fp8": fp8,
+        **(extra or {}),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -87,7 +91,8 @@ class Choice(Protocol):
     img_per_s: dict[str, float]
 
 
-def remember(key: str, report: Choice) -> None:
+def remember(key: str, report: Choice, settings: dict[str, str] | None = None) -> None:
+    """Record `report`'s choice under `key`, with the int8 `settings` kept (candidate -> setting)."""
     path = cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,6 +105,8 @@ def remember(key: str, report: Choice) -> None:
                 data = {}
             choices: dict[str, Any] = data["choices"] if isinstance(data.get("choices"), dict) else {}
             choices[key] = {"choice": report.choice, "device": report.device, "img_per_s": report.img_per_s}
+            if settings:
+                choices[key]["int8_settings"] = settings
             write_json(path, {"choices": choices})
     except OSError as exc:  # a read-only home or a lock held too long only costs the next run a new measurement
         print(f"optimize: could not record the choice in {path}: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ from .backends.fp8 import fp8
 from .backends.inductor import cuda_graphs, inductor, max_autotune
 from .backends.openvino import openvino, openvino_throughput
 from .backends.zentorch import zentorch
+from .int8 import INT8_CANDIDATES
 from .outputs import Runner, model_dtype, relative_error, set_explicit
 from .report import OptimizeReport
 
@@ -31,6 +32,8 @@ COMPILE_COST_S = {
     "max-autotune": 300.0,
     "cuda-graphs": 60.0,
     "fp8": 90.0,
+    "openvino-int8": 40.0,  # quantizing (calibration, each setting tried) and compiling
+    "pt2e-int8": 90.0,
 }
 
 
@@ -62,12 +65,14 @@ def candidate_names(device: torch.device | str = "cpu") -> list[str]:
     """Every candidate that exists for this kind of device, in the order they are tried."""
     if torch.device(device).type == "cuda":
         return ["eager", "inductor", "max-autotune", "cuda-graphs", "fp8"]
-    return ["eager", "eager-explicit", "zentorch", "inductor", "openvino", "openvino-throughput"]
+    return ["eager", "eager-explicit", "zentorch", "inductor", "openvino", "openvino-throughput", *INT8_CANDIDATES]
 
 
-def names_to_try(device: torch.device, only: list[str] | None, fp8: bool) -> list[str]:
+def names_to_try(device: torch.device, only: list[str] | None, fp8: bool, *, int8: bool = False) -> list[str]:
+    """The candidates to try, in order: `only` these (eager always), fp8 where asked for; the int8
+    ones (int8.py) apart from the float ones: `int8` says which of the two lists."""
     names = [n for n in candidate_names(device) if only is None or n in only or n == "eager"]
-    return [n for n in names if n != "fp8" or fp8]
+    return [n for n in names if (n != "fp8" or fp8) and (n in INT8_CANDIDATES) == int8]
 
 
 def why_not(name: str, model: nn.Module, x: torch.Tensor, calls: int | None, eager_s: float) -> str | None:

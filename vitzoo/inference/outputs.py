@@ -33,19 +33,19 @@ def tree_map(fn: Callable[[torch.Tensor], Any], out: Any) -> Any:
     return out
 
 
-def _leaves(out: Any) -> list[torch.Tensor]:
+def leaves(out: Any) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
         return [out]
     if isinstance(out, (list, tuple)):
-        return [t for o in out for t in _leaves(o)]
+        return [t for o in out for t in leaves(o)]
     if isinstance(out, dict):
-        return [t for k in sorted(out) for t in _leaves(out[k])]
+        return [t for k in sorted(out) for t in leaves(out[k])]
     return []
 
 
 def relative_error(out: Any, reference: Any) -> float | None:
     """The largest relative L2 error over the output's tensors; None if the structures differ."""
-    got, want = _leaves(out), _leaves(reference)
+    got, want = leaves(out), leaves(reference)
     if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
         return None
     worst = 0.0

@@ -29,6 +29,8 @@ class OptimizeReport:
     compile_s: dict[str, float] = dataclasses.field(default_factory=dict)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     cached: bool = False
+    # int8 candidate -> its int8.Int8Result: the setting kept and the guard's check on held-out images
+    int8: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def speedup(self) -> float | None:
         """The winner's speed over eager's, where both were measured."""
@@ -48,6 +50,8 @@ class OptimizeReport:
         tried = [k for k in self.img_per_s if k != self.choice]
         if tried:
             parts.append("also tried " + ", ".join(f"{k} {self.img_per_s[k]:.1f}" for k in tried))
+        if self.int8:
+            parts.append("int8 " + "; ".join(f"{k} {v.line()}" for k, v in self.int8.items()))
         if self.skipped:
             parts.append("skipped " + "; ".join(f"{k}: {v}" for k, v in self.skipped.items()))
         return ", ".join(parts)

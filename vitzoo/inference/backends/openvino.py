@@ -17,11 +17,19 @@ from ..outputs import Runner, model_dtype
 def _openvino_compiled(model: nn.Module, x: torch.Tensor, hint: str) -> Any:
     """`model` converted by OpenVINO (batch axis open) and compiled for this CPU at the model's
     precision under performance `hint`."""
-    import openvino as ov
-
-    from ...deploy import compile_openvino, to_openvino
+    from ...deploy import to_openvino
 
     converted = to_openvino(copy.deepcopy(model).float(), x.float(), dynamic_batch=True)
+    return compile_converted(converted, model, hint)
+
+
+def compile_converted(converted: Any, model: nn.Module, hint: str) -> Any:
+    """An OpenVINO model (converted from `model`, or quantized from that) compiled for this CPU at
+    `model`'s precision under performance `hint`; one output only."""
+    import openvino as ov
+
+    from ...deploy import compile_openvino
+
     config = {"INFERENCE_PRECISION_HINT": _openvino_precision(ov.Core(), model), "PERFORMANCE_HINT": hint}
     compiled = compile_openvino(converted, config)
     if len(compiled.outputs) != 1:
@@ -44,10 +52,15 @@ def _openvino_precision(core: Any, model: nn.Module) -> str:
 
 def openvino(model: nn.Module, x: torch.Tensor) -> Runner:
     """The batch as one request (OpenVINO's LATENCY hint)."""
+    return request_runner(_openvino_compiled(model, x, "LATENCY"))
+
+
+def request_runner(compiled: Any) -> Runner:
+    """A compiled OpenVINO model run as one request a call (one call at a time), fp32 in and out."""
     from ...deploy import keep_signal_stack
 
     with keep_signal_stack():
-        request = _openvino_compiled(model, x, "LATENCY").create_infer_request()
+        request = compiled.create_infer_request()
     lock = threading.Lock()  # one request object: one call at a time
 
     def run(inp: torch.Tensor) -> torch.Tensor:

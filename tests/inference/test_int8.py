@@ -1,0 +1,198 @@
+"""int8 in vitzoo.optimize (vitzoo/inference/int8.py, guard.py, calibration.py): quantized candidates
+calibrated, their answers checked on held-out images, kept only where they hold; the guard refusing
+one that changes answers; the choice and its setting remembered; bad arguments refused.
+
+OpenVINO + NNCF quantize a small ViT in seconds and run here for real; PT2E compiles with inductor
+(tens of seconds): its test is under -m slow.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import vitzoo
+from vitzoo.inference import OptimizeError, cache_file, int8, optimize, timing
+from vitzoo.inference.calibration import MIN_IMAGES, split_calibration
+from vitzoo.inference.guard import Bounds, check_answers
+
+for _module in ("openvino", "nncf"):  # the int8 extra; an old one may fail on import with more than ImportError
+    try:
+        __import__(_module)
+    except Exception as _exc:
+        pytest.skip(f"{_module} does not import here ({type(_exc).__name__}: {_exc})", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(timing, "ROUND_S", 0.005)
+
+
+def classifier(num_classes: int = 10) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return vitzoo.create("vit_ti16", img_size=32, depth=2, num_classes=num_classes).eval()
+
+
+def images(n: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
+
+
+def test_openvino_int8_is_kept_where_its_answers_hold():
+    model = classifier()
+    x = images(4, seed=1)
+    fast = optimize(model, x, candidates=["openvino-int8"], calibration=images(32), cache=False)
+    result = fast.report.int8["openvino-int8"]
+    assert result.check.passed and result.check.kind == "classifier" and result.check.held_out == 8
+    names = [name for name, _ in int8.settings("openvino-int8")]  # most quantized first
+    assert result.setting in names and len(result.tried) == names.index(result.setting)  # the first that held
+    assert "openvino-int8" in fast.report.img_per_s and "answers held" in fast.report.summary()
+    with torch.inference_mode():
+        want, got = model(x), fast(x)
+    assert (want.argmax(-1) == got.argmax(-1)).all()
+    if fast.report.choice == "openvino-int8":  # kept when it is the fastest here: it ran the batch
+        assert ((got - want).norm() / want.norm()).item() < 0.2
+
+
+def _changes_answers(model, x, images):
+    """A 'quantized' model that reverses the class order: every answer changes."""
+    return lambda inp: model(inp).flip(-1)
+
+
+def test_the_guard_refuses_a_candidate_that_changes_answers(monkeypatch):
+    monkeypatch.setattr(int8, "settings", lambda name: [("broken", _changes_answers)])
+    model = classifier()
+    fast = optimize(model, images(4, 1), candidates=["openvino-int8"], calibration=images(32), cache=False)
+    assert fast.report.choice == "eager" and "openvino-int8" not in fast.report.int8
+    reason = fast.report.skipped["openvino-int8"]
+    assert reason.startswith("no setting kept the answers: broken: top-1 agreement") and "(>= 99.0%)" in reason
+    # asked for (int8=True): kept anyway, and the report says the answers did not hold
+    forced = optimize(model, images(4, 1), candidates=["openvino-int8"], calibration=images(32), int8=True, cache=False)
+    assert forced.report.choice == "openvino-int8"
+    assert not forced.report.int8["openvino-int8"].check.passed
+    assert "did NOT hold" in forced.report.summary()
+
+
+def test_the_first_setting_that_holds_is_kept_and_the_others_said(monkeypatch):
+    def fails(model, x, images):
+        raise RuntimeError("No suitable implementations\nmore")
+
+    keeps = lambda model, x, images: model  # noqa: E731 - the float model: its answers hold
+    monkeypatch.setattr(int8, "settings", lambda name: [("a", fails), ("b", _changes_answers), ("c", keeps)])
+    fast = optimize(classifier(), images(4, 1), candidates=["openvino-int8"], calibration=images(16), cache=False)
+    result = fast.report.int8["openvino-int8"]
+    assert result.setting == "c" and result.check.passed
+    assert result.tried[0] == "a: failed (RuntimeError: No suitable implementations)"
+    assert result.tried[1].startswith("b: top-1 agreement")
+
+
+def test_a_feature_model_is_checked_by_its_embeddings():
+    model = classifier(num_classes=0)
+    fast = optimize(model, images(4, 1), candidates=["openvino-int8"], calibration=images(32), cache=False)
+    check = fast.report.int8["openvino-int8"].check
+    assert check.kind == "features" and set(check.measured) == {"cosine similarity", "nearest-neighbour agreement"}
+    assert check.measured["cosine similarity"] > 0.99
+
+
+def test_labels_add_the_accuracy_drop():
+    model = classifier()
+    cal = images(32)
+    with torch.inference_mode():
+        labels = model(cal).argmax(-1)  # the float model is right on every image
+    fast = optimize(model, images(4, 1), candidates=["openvino-int8"], calibration=cal, labels=labels, cache=False)
+    check = fast.report.int8["openvino-int8"].check
+    assert check.measured["float accuracy"] == 1.0
+    assert check.measured["accuracy drop"] == pytest.approx(1.0 - check.measured["accuracy"])
+    assert check.required["accuracy drop"] == Bounds().max_drop
+
+
+def test_the_choice_and_its_setting_are_remembered_per_calibration_set(monkeypatch):
+    built = []
+
+    def counted(model, x, images):
+        built.append(len(images))
+        return model
+
+    monkeypatch.setattr(int8, "settings", lambda name: [("x", _changes_answers), ("y", counted)])
+    model, x, cal = classifier(), images(4, 1), images(16)
+    first = optimize(model, x, candidates=["openvino-int8"], calibration=cal, int8=True)
+    entries = json.loads(cache_file().read_text())["choices"]
+    (entry,) = entries.values()
+    assert first.report.int8["openvino-int8"].setting == "y" and built == [3]  # 12 images in batches of 4
+    if entry["choice"] == "openvino-int8":
+        assert entry["int8_settings"] == {"openvino-int8": "y"}
+        again = optimize(model, x, candidates=["openvino-int8"], calibration=cal, int8=True)
+        assert again.report.cached and built == [3, 3]  # the remembered setting alone, checked again
+        assert again.report.int8["openvino-int8"].tried == []
+    other = optimize(model, x, candidates=["openvino-int8"], calibration=images(16, seed=5), int8=True)
+    assert not other.report.cached  # another set: measured anew
+
+
+def test_guard_measures_classifiers_and_features():
+    want = torch.tensor([[3.0, 1.0], [0.0, 2.0], [5.0, 4.0], [1.0, 0.0]])
+    check = check_answers(want, want.flip(-1), classifier=True, bounds=Bounds())
+    assert check.measured == {"top-1 agreement": 0.0} and not check.passed
+    labels = torch.tensor([0, 1, 0, 1])
+    check = check_answers(want, want, classifier=True, bounds=Bounds(max_drop=0.0), labels=labels)
+    assert check.passed and check.measured["accuracy"] == 0.75 and check.measured["accuracy drop"] == 0.0
+    emb = torch.eye(4) + 0.1
+    same = check_answers(emb, emb * 3, classifier=False, bounds=Bounds())
+    assert same.passed and same.measured["cosine similarity"] == pytest.approx(1.0)
+    assert check_answers(emb, emb.roll(1, 0), classifier=False, bounds=Bounds()).measured["cosine similarity"] < 0.5
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"int8": True}, "int8=True needs calibration images"),
+        ({"int8": "yes", "calibration": images(16)}, "int8='yes' is invalid"),
+        ({"calibration": images(MIN_IMAGES - 1)}, f"calibration holds {MIN_IMAGES - 1} images; expected at least"),
+        ({"calibration": torch.randn(16, 3, 16, 16)}, r"shape \(3, 16, 16\) each; expected the example input's"),
+        ({"calibration": torch.full((16, 3, 32, 32), float("nan"))}, "NaN or infinite"),
+        ({"calibration": "photos/"}, "calibration must be a float image batch"),
+        ({"calibration": images(16), "labels": torch.zeros(3, dtype=torch.long)}, "labels holds 3 class indices"),
+        ({"calibration": images(16), "bounds": None, "labels": torch.zeros(16)}, "labels must be a 1-d integer"),
+    ],
+)
+def test_bad_int8_arguments_are_refused_naming_them(kwargs, message):
+    with pytest.raises(OptimizeError, match=message):
+        optimize(classifier(), images(4), candidates=["openvino-int8"], cache=False, **kwargs)
+
+
+def test_bounds_out_of_range_are_refused():
+    with pytest.raises(OptimizeError, match=r"agreement=1\.5 is invalid; expected"):
+        Bounds(agreement=1.5)
+    with pytest.raises(OptimizeError, match="labels check a classifier's accuracy"):
+        split = images(16)
+        optimize(classifier(0), images(4), calibration=split, labels=torch.zeros(16, dtype=torch.long), cache=False)
+
+
+def test_every_fourth_image_is_held_out():
+    cal = images(20)
+    split = split_calibration(cal, images(4))
+    assert torch.equal(split.held_out, cal[3::4]) and split.images.shape[0] == 15
+    assert split.digest != split_calibration(images(20, seed=9), images(4)).digest
+
+
+def _no_pt2e() -> str | None:
+    """Why PT2E cannot run here: torchao absent, or one too old for this torch (or the reverse)."""
+    try:
+        import torchao.quantization.pt2e.quantize_pt2e  # noqa: F401
+    except Exception as exc:
+        return f"torchao's PT2E does not import with torch {torch.__version__} ({type(exc).__name__})"
+    return None
+
+
+@pytest.mark.slow  # inductor compiles the quantized graph: tens of seconds
+def test_pt2e_int8_quantizes_and_holds():
+    if _no_pt2e():
+        pytest.skip(_no_pt2e() or "")
+    model = classifier()
+    fast = optimize(model, images(4, 1), candidates=["pt2e-int8"], calibration=images(32), int8=True, cache=False)
+    result = fast.report.int8["pt2e-int8"]
+    assert result.check.passed, result.line()
+    assert fast.report.choice == "pt2e-int8"
+    with torch.inference_mode():
+        assert (fast(images(4, 1)).argmax(-1) == model(images(4, 1)).argmax(-1)).all()

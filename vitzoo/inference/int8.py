@@ -1,0 +1,144 @@
+"""The int8 candidates of `optimize`, tried when the caller hands it calibration images:
+
+  openvino-int8   NNCF's post-training quantization of the OpenVINO model (backends/openvino_int8.py),
+                  its settings searched from the most quantized to the least
+  pt2e-int8       PyTorch's x86 path: PT2E with the x86 inductor quantizer, compiled by inductor
+                  (backends/pt2e.py)
+
+Each is built, calibrated on the calibration images, run on the images held out from them and kept
+only where the guard (guard.py) accepts its answers; for OpenVINO the first setting that holds is
+kept (`Int8Result.tried` says why the ones before it did not). `int8=True` (the caller asked for
+int8) keeps a candidate whose check failed too, saying so; "auto" never does.
+
+Where a model cannot be quantized this way the candidate is skipped with the reason by name
+(`refusal`): a GPU (CPU only), a model in fp16.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import machine
+from .calibration import Calibration
+from .guard import Bounds, Check, check_answers
+from .outputs import Runner, model_dtype, tree_map
+from .report import OptimizeReport
+
+INT8_CANDIDATES = ("openvino-int8", "pt2e-int8")
+_NEEDS = {
+    "openvino-int8": (("openvino", 'pip install "vitzoo[openvino]"'), ("nncf", 'pip install "vitzoo[int8]"')),
+    "pt2e-int8": (("torchao.quantization.pt2e.quantize_pt2e", 'pip install "vitzoo[int8]" (torchao with PT2E)'),),
+}
+Build = Callable[[nn.Module, torch.Tensor, list[torch.Tensor]], Runner]
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Request:
+    """What the caller asked of int8: its images, the bounds the answers must keep, `forced`
+    (int8=True), and whether the answers are a classifier's."""
+
+    calibration: Calibration
+    bounds: Bounds
+    forced: bool
+    classifier: bool
+
+
+@dataclasses.dataclass
+class Int8Result:
+    """The setting kept for an int8 candidate, its check, and what the settings before it gave."""
+
+    setting: str
+    check: Check
+    tried: list[str]
+
+    def line(self) -> str:
+        verdict = "held" if self.check.passed else "did NOT hold (kept because int8 was asked for)"
+        return f"{self.setting}: answers {verdict}: {self.check.line()}"
+
+
+def settings(name: str) -> list[tuple[str, Build]]:
+    """The settings of candidate `name`, in the order they are tried, each with its build."""
+    if name == "openvino-int8":
+        from .backends.openvino_int8 import SETTINGS, openvino_int8
+
+        return [(s.name, functools.partial(openvino_int8, setting=s)) for s in SETTINGS]
+    from .backends.pt2e import pt2e_int8
+
+    return [("x86 inductor quantizer", pt2e_int8)]
+
+
+def refusal(name: str, model: nn.Module, x: torch.Tensor) -> str | None:
+    """Why int8 candidate `name` is not tried for `model` here, or None."""
+    if x.device.type != "cpu":
+        return "int8 candidates run on the CPU"
+    if model_dtype(model) == torch.float16:
+        return "an fp16 model (int8 calibrates from fp32 or bf16)"
+    for module, how in _NEEDS[name]:
+        problem = machine.import_problem(module, how)
+        if problem:
+            return problem
+    return None
+
+
+def held_out_answers(runner: Runner | nn.Module, images: torch.Tensor, batch: int) -> Any:
+    """`runner`'s outputs for `images`, in batches of the tuned size (the last one padded)."""
+    outs = []
+    for chunk in images.split(batch):
+        n = chunk.shape[0]
+        padded = torch.cat([chunk, chunk.new_zeros((batch - n, *chunk.shape[1:]))]) if n < batch else chunk
+        outs.append(tree_map(functools.partial(_rows, n=n), runner(padded)))
+    first = outs[0]
+    if isinstance(first, torch.Tensor):
+        return torch.cat(outs)
+    return [torch.cat(parts) for parts in zip(*outs)]
+
+
+def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
+    return t[:n].detach().float().cpu()
+
+
+def build_int8(
+    name: str,
+    model: nn.Module,
+    x: torch.Tensor,
+    request: Int8Request,
+    reference: Any,
+    report: OptimizeReport,
+    only: str | None = None,
+) -> Runner | None:
+    """Candidate `name` with the first setting (or setting `only`) whose answers hold; None, with
+    the reasons in `report.skipped`, where none does (unless int8 was asked for: then the first
+    that ran, its failed check in the report)."""
+    tried: list[str] = []
+    fallback: tuple[Runner, str, Check] | None = None
+    for setting, build in settings(name):
+        if only is not None and setting != only:
+            continue
+        start = time.perf_counter()
+        try:
+            runner = build(model, x, request.calibration.batches(x.shape[0]))
+            answers = held_out_answers(runner, request.calibration.held_out, x.shape[0])
+        except Exception as exc:  # a setting this model or CPU cannot take: the next one
+            tried.append(f"{setting}: failed ({type(exc).__name__}: {machine.first_line(exc)})")
+            continue
+        report.compile_s[name] = time.perf_counter() - start
+        check = check_answers(
+            reference, answers, classifier=request.classifier, bounds=request.bounds, labels=request.calibration.labels
+        )
+        if check.passed:
+            report.int8[name] = Int8Result(setting, check, tried)
+            return runner
+        tried.append(f"{setting}: {check.line()}")
+        fallback = fallback or (runner, setting, check)
+    if request.forced and fallback is not None:
+        report.int8[name] = Int8Result(fallback[1], fallback[2], tried)
+        return fallback[0]
+    report.skipped[name] = "no setting kept the answers: " + "; ".join(tried) if tried else "no setting to try"
+    return None
