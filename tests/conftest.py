@@ -11,7 +11,8 @@ reads these variables once:
   It also takes uploads as the Hub's API does (`POST /api/repos/create`, `.../branch/{name}`,
   `.../preupload/{revision}`, `.../commit/{revision}` with every file inline, `/api/validate-yaml`):
   a commit is applied whole when its request succeeds, never in part;
-* HF_HUB_OFFLINE is cleared and tokens are removed, so the user's environment cannot leak in.
+* HF_HUB_OFFLINE is cleared and tokens are removed, so the user's environment cannot leak in;
+* VITZOO_PRECISION=bf16: "auto" precision on a CPU with native bf16 is decided without timing.
 
 Fixtures:
     fake_hub   the server; `fake_hub.publish("org/repo", {"model.safetensors": path_or_bytes})`,
@@ -27,6 +28,8 @@ Fixtures:
     load_benchmark   a function: benchmarks/STEM.py imported as a module, for the tests of that script
     memory_cap the address space capped a little above its size for one test (a hostile config's
                allocation fails at once)
+    probe_timer  the CPU's bf16 probe asked as outside the suite, with the timings a test sets
+               (`probe_timer.set(inference=0.56)`: bf16 at 0.56x fp32), its cache under tmp_path
     fsdp_runs  the directory of one torchrun launch of tests/train/_fsdp_worker.py (2 gloo processes;
                FSDP loads, runs and resumes, the FSDP benchmark's fsdp mode), shared by
                tests/train/test_fsdp.py and tests/benchmarks/test_benchmark_fsdp.py
@@ -280,6 +283,10 @@ os.environ.update(
         "HF_HUB_DISABLE_XET": "1",  # the fake hub serves plain HTTP files
         "HF_HUB_ETAG_TIMEOUT": "5",
         "HF_HUB_DOWNLOAD_TIMEOUT": "5",
+        # "auto" on a CPU with native bf16 follows vitzoo/precision_probe.py's timings, which a shared
+        # machine cannot take steadily: the suite answers bf16 there (what the flags alone decided
+        # before the probe), times nothing and writes no cache. The probe's own tests unset it.
+        "VITZOO_PRECISION": "bf16",
     }
 )
 
@@ -418,6 +425,45 @@ def load_benchmark() -> Iterator[Callable[[str], ModuleType]]:
     yield load
     for name in loaded:
         sys.modules.pop(name, None)
+
+
+class ProbeTimer:
+    """A stand-in for vitzoo/precision_probe.py's timer: it runs nothing and reports that bf16 ran
+    at `speedups[work]` times fp32's speed ({"inference": 2.0, "training": 0.5}), bf16's call taking
+    a second (beyond the probe's budget: it runs its fewest rounds); `calls` lists the workloads it
+    was asked to time, (work, precision). `forbid()`: any call fails the test."""
+
+    def __init__(self) -> None:
+        self.speedups = {"inference": 2.0, "training": 2.0}
+        self.calls: list[tuple[str, str]] = []
+        self.forbidden = False
+
+    def set(self, **speedups: float) -> None:
+        self.speedups.update(speedups)
+
+    def forbid(self) -> None:
+        self.forbidden = True
+
+    def __call__(self, name: tuple[str, str], run: Callable[[], object]) -> float:
+        assert not self.forbidden, f"the precision probe timed {name}, where it should not have measured"
+        self.calls.append(name)
+        work, precision = name
+        return self.speedups[work] if precision == "fp32" else 1.0
+
+
+@pytest.fixture
+def probe_timer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ProbeTimer:
+    """ "auto" on a CPU with native bf16 asks the precision probe, as outside the suite
+    (VITZOO_PRECISION unset), whose timings are the returned ProbeTimer's; its answers are
+    remembered under tmp_path, none from earlier in the process."""
+    from vitzoo import precision_probe
+
+    timer = ProbeTimer()
+    monkeypatch.delenv("VITZOO_PRECISION", raising=False)
+    monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "vitzoo-cache"))
+    monkeypatch.setattr(precision_probe, "time_call", timer)
+    monkeypatch.setattr(precision_probe, "_measured", {})
+    return timer
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""vitzoo/precision.py and dtype=: inference in bf16 / fp16 for every model, "auto" by the hardware."""
+"""vitzoo/precision.py and dtype=: inference in bf16 / fp16 for every model, "auto" by the hardware
+and, on a CPU with native bf16, by what the precision probe measured (tests/test_precision_probe.py)."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def test_parse_dtype_names_and_errors():
         vitzoo.create("vit_mnist", dtype="half")
 
 
-def test_auto_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path: Path, monkeypatch):
+def test_auto_picks_bf16_only_where_the_cpu_multiplies_it_natively_and_faster(tmp_path: Path, monkeypatch):
     amx = tmp_path / "amx"
     amx.write_text("processor : 0\nflags : fpu sse avx512f avx512_bf16 amx_bf16 amx_tile\n")
     plain = tmp_path / "plain"
@@ -69,8 +70,12 @@ def test_auto_picks_bf16_only_where_the_cpu_multiplies_it_natively(tmp_path: Pat
     assert cpu_bf16_flags(amx) == ("amx_bf16", "avx512_bf16") and cpu_bf16_flags(plain) == ()
     assert cpu_bf16_flags(tmp_path / "missing") == ()
     monkeypatch.setattr(precision, "native_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setenv("VITZOO_PRECISION", "bf16")  # the probe's answer (tests/test_precision_probe.py)
     dtype, why = auto_dtype("cpu")
     assert dtype == torch.bfloat16 and "amx_bf16" in why
+    monkeypatch.setenv("VITZOO_PRECISION", "fp32")  # native units, measured slower here
+    dtype, why = auto_dtype("cpu")
+    assert dtype == torch.float32 and "multiplies bf16 matrices natively (amx_bf16), but VITZOO_PRECISION=fp32" in why
     monkeypatch.setattr(precision, "native_bf16_flags", lambda: ())
     dtype, why = auto_dtype("cpu")
     assert dtype == torch.float32 and "no native bf16" in why

@@ -4,7 +4,10 @@ Why bf16 weights: on a CPU with native bf16 matrix units (Intel AMX, AVX512-BF16
 ViT's matrix products run several times faster in bf16 than in fp32, and casting the weights once
 beats autocast, which converts them again at every call (benchmarks/speed.py measures both;
 docs/measurements.md has the numbers). Without native bf16 the same products are emulated and
-slower than fp32, so "auto" keeps fp32 there. fp16 is offered for CUDA; on a CPU it is slow.
+slower than fp32, so "auto" keeps fp32 there. Native units are not always faster either (the
+kernels oneDNN has for them, the cores and the threads decide), so on a CPU that has them "auto"
+(`dtype="auto"`, `--dtype auto`, `--amp auto`) follows what a short timed probe measured here
+(precision_probe.py, remembered per machine and versions). fp16 is offered for CUDA; on a CPU it is slow.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import TypeVar
 import torch
 from torch import nn
 
+from . import precision_probe
 from .errors import VitzooError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,15 +50,24 @@ class PrecisionRangeError(VitzooError, ValueError):
 
 def cpu_bf16_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
     """The native-bf16 flags this CPU reports (empty where /proc/cpuinfo does not exist)."""
+    flags = set((_cpuinfo_value(("flags", "Features"), cpuinfo) or "").split())
+    return tuple(f for f in NATIVE_BF16_FLAGS if f in flags)
+
+
+def cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """This CPU's model name ("AMD EPYC 9R14"), for reports and the precision probe's cache key."""
+    return _cpuinfo_value(("model name",), cpuinfo) or platform.processor() or "unknown CPU"
+
+
+def _cpuinfo_value(keys: tuple[str, ...], cpuinfo: Path) -> str | None:
+    """The value of the first line of `cpuinfo` that starts with one of `keys` ("flags : ..."),
+    stripped; None where there is none, or no such file (not Linux)."""
     try:
         text = cpuinfo.read_text(encoding="ascii", errors="replace")
     except OSError:
-        return ()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            flags = set(line.partition(":")[2].split())
-            return tuple(f for f in NATIVE_BF16_FLAGS if f in flags)
-    return ()
+        return None
+    line = next((line for line in text.splitlines() if line.startswith(keys)), None)
+    return line.partition(":")[2].strip() if line is not None else None
 
 
 def native_bf16_flags() -> tuple[str, ...]:
@@ -122,9 +135,21 @@ def auto_dtype(device: torch.device | str = "cpu") -> tuple[torch.dtype, str]:
     if device.type == "cpu":
         flags = native_bf16_flags()
         if flags:
-            return torch.bfloat16, f"this CPU multiplies bf16 matrices natively ({', '.join(flags)})"
+            bf16, why = cpu_bf16_verdict("inference", flags)
+            return (torch.bfloat16 if bf16 else torch.float32), why
         return torch.float32, f"{no_native_bf16_reason()}: bf16 would be emulated, slower than fp32"
     return torch.float32, f"no bf16 rule for device {device.type!r}"
+
+
+def cpu_bf16_verdict(work: str, flags: tuple[str, ...]) -> tuple[bool, str]:
+    """Whether bf16 is faster than fp32 for `work` ("inference": bf16 weights; "training": bf16
+    autocast) on this CPU, whose native-bf16 `flags` the caller found (native_bf16_flags: where
+    there are none, bf16 is emulated and no probe is needed), and why: what the probe measured here
+    (precision_probe.verdict, remembered per machine and versions), or what VITZOO_PRECISION says."""
+    machine = {"cpu": cpu_name(), "flags": list(flags), "isa": cpu_isa()}
+    verdict = precision_probe.verdict(work, machine)
+    native = f"this CPU multiplies bf16 matrices natively ({', '.join(flags)})"
+    return verdict.bf16, f"{native}, {'and' if verdict.bf16 else 'but'} {verdict.reason}"
 
 
 class EmulatedPrecisionWarning(UserWarning):

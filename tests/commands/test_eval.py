@@ -26,6 +26,7 @@ def test_eval_dtype_auto_says_what_it_picked(mnist_dir: Path, tmp_path: Path, ca
     )
     capsys.readouterr()
     monkeypatch.setattr(precision, "native_bf16_flags", lambda: ("amx_bf16",))
+    monkeypatch.setenv("VITZOO_PRECISION", "bf16")  # what the probe would measure (tests/test_precision_probe.py)
     assert evaluate("test_tiny_vit", "--weights", str(out / "best"), *args, "--dtype", "auto", "--json") == 0
     captured = capsys.readouterr()
     assert "evaluating in bf16: this CPU multiplies bf16 matrices natively (amx_bf16)" in captured.err

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo import precision
+from vitzoo import precision, precision_probe
 from vitzoo.probe import load_features
 
 from .helpers import run
@@ -105,3 +105,64 @@ def test_finetune_with_amp_bf16(tiny_models: None, mnist_dir: Path, tmp_path: Pa
     assert ("emulated" in run_json["precision"]) == (not precision.native_bf16_flags())
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert records and all(np.isfinite(r["train_loss"]) for r in records if "train_loss" in r)
+
+
+@pytest.fixture
+def native_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU whose flags say it multiplies bf16 matrices natively (whatever runs the suite)."""
+    from vitzoo.train import placement
+
+    monkeypatch.setattr(precision, "native_bf16_flags", lambda: ("avx512_bf16",))
+    monkeypatch.setattr(placement, "native_bf16_flags", lambda: ("avx512_bf16",))
+
+
+@pytest.mark.parametrize("speedup, picked", [(0.56, "fp32"), (2.0, "bf16")])
+def test_eval_dtype_auto_follows_the_probe(
+    capsys, tiny_weights: str, probe_timer, native_flags: None, speedup: float, picked: str
+) -> None:
+    probe_timer.set(inference=speedup, training=1 / speedup)  # training's answer is not the one asked
+    argv = ["eval", "vit_mnist_tiny", "--weights", tiny_weights, "--data", "mnist-sample", "--json", "--no-optimize"]
+    code, out, err = run(capsys, *argv, "--dtype", "auto")
+    assert code == 0, err
+    said = f"vitzoo: evaluating in {picked}: this CPU multiplies bf16 matrices natively (avx512_bf16), "
+    assert (
+        f"{said}{'and' if picked == 'bf16' else 'but'} bf16 ran at {speedup:.2f}x fp32's speed here for inference ("
+        in err
+    )
+    assert json.loads(out)["accuracy"] >= 0
+    code, _, err = run(capsys, *argv, "--dtype", "auto")  # a second run: remembered, nothing timed
+    assert code == 0 and "measured before, remembered in" in err
+    assert len(probe_timer.calls) == 4 * (1 + precision_probe.MIN_ROUNDS)  # one probe: a warm-up, the fewest rounds
+
+
+def test_auto_on_this_cpu_probes_only_where_bf16_is_native(capsys, tiny_weights: str, probe_timer) -> None:
+    """The real flags: on an AVX2-only CPU (CI's second run, ONEDNN_MAX_CPU_ISA=AVX2) `auto` keeps
+    fp32 and says bf16 would be emulated, timing nothing; with bf16 units it asks the probe."""
+    native = bool(precision.native_bf16_flags())
+    if not native:
+        probe_timer.forbid()
+    argv = ["eval", "vit_mnist_tiny", "--weights", tiny_weights, "--data", "mnist-sample", "--json", "--no-optimize"]
+    code, _, err = run(capsys, *argv, "--dtype", "auto")
+    assert code == 0, err
+    assert ("bf16 would be emulated, slower than fp32" in err) == (not native)
+    assert ("fp32's speed here for inference" in err) == native
+
+
+def test_a_bad_vitzoo_precision_is_one_error_line(capsys, tiny_weights: str, probe_timer, native_flags, monkeypatch):
+    monkeypatch.setenv("VITZOO_PRECISION", "fastest")
+    argv = ["eval", "vit_mnist_tiny", "--weights", tiny_weights, "--data", "mnist-sample", "--no-optimize"]
+    code, out, err = run(capsys, *argv, "--dtype", "auto")
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert err.startswith("vitzoo: error: VITZOO_PRECISION='fastest' is invalid; expected fp32 or bf16")
+
+
+def test_finetune_amp_auto_follows_the_training_probe(
+    tiny_models: None, mnist_dir: Path, tmp_path: Path, probe_timer, native_flags: None
+) -> None:
+    probe_timer.set(inference=2.0, training=0.62)  # bf16 inference faster, bf16 training slower
+    out = tmp_path / "run"
+    args = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--epochs", "1", "--batch-size", "64")
+    assert finetune("test_tiny_vit", *args, "--amp", "auto", "--out", str(out), "--no-progress") == 0
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["bf16"] is False
+    assert "but bf16 ran at 0.62x fp32's speed here for training" in run_json["precision"]

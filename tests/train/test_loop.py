@@ -312,21 +312,27 @@ def test_lora_trains_adapters_and_head_resumes_exactly_and_exports_merged(
 
 
 def test_auto_precision_is_decided_at_the_start_and_kept_by_a_resume_on_another_cpu(
-    small_splits: DataSplits, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    small_splits: DataSplits,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    probe_timer,
 ) -> None:
-    """amp="auto" on a CPU with native bf16 and a model at the crossover width trains under bf16
-    autocast and says why; a resume on a CPU without native bf16 keeps that decision, so an
-    interrupted run still reaches the weights of an uninterrupted one."""
+    """amp="auto" on a CPU with native bf16, where the probe measured bf16 autocast training faster,
+    and a model at the crossover width trains under bf16 autocast and says why; a resume on a CPU
+    without native bf16 keeps that decision, so an interrupted run still reaches the weights of an
+    uninterrupted one."""
     from vitzoo.train import placement
 
     caplog.set_level(logging.INFO, logger="vitzoo.train")
     monkeypatch.setattr(placement, "CPU_BF16_MIN_WIDTH", TINY["embed_dim"])
     monkeypatch.setattr(placement, "native_bf16_flags", lambda: ("avx512_bf16",))
+    probe_timer.set(training=2.0)
     whole = tiny_model()
     fit(whole, small_splits, config=TrainConfig(**CONFIG), out_dir=tmp_path / "whole")
     run = json.loads((tmp_path / "whole" / "run.json").read_text())
-    assert run["bf16"] is True and "natively (avx512_bf16) and width 16 is at least 16" in run["precision"]
-    assert "precision: bf16 autocast (auto: this CPU computes bf16 natively" in caplog.text
+    assert run["bf16"] is True and "natively (avx512_bf16), and bf16 ran at 2.00x fp32's speed" in run["precision"]
+    assert "precision: bf16 autocast (auto: this CPU multiplies bf16 matrices natively" in caplog.text
 
     def interrupt(epoch: int, step: int) -> None:
         if (epoch, step) == (1, 3):

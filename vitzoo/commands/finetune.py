@@ -149,8 +149,8 @@ def _add_recipe_arguments(parser: argparse.ArgumentParser) -> None:
         "--amp",
         choices=("auto", "bf16", "off"),
         default="auto",
-        help="bf16 autocast (auto: on a GPU with bf16, and on a CPU with native bf16 for models wide "
-        "enough to train faster in it; the run says what it chose and why)",
+        help="bf16 autocast (auto: on a GPU with bf16, and on a CPU with native bf16 where a short timed probe "
+        "finds it trains faster than fp32, for models wide enough; the run says what it chose and why)",
     )
     rec.add_argument(
         "--seed", type=_setting("seed"), default=0, help="seed for initialisation, data order, augmentation and dropout"

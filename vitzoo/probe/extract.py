@@ -138,8 +138,8 @@ def extract_features(
     on_optimize: OnReport | None = None,
 ) -> Features:
     """The embeddings of every image of `data` (the `splits` of a DataSplits, or one split) as a
-    Features (see the module docstring). `dtype` "auto" picks bf16 where `device` multiplies it
-    natively. `on_batch(split, step)` is called after each batch (a progress hook; raising there
+    Features (see the module docstring). `dtype` "auto": bf16 where it measures faster on `device`.
+    `on_batch(split, step)` is called after each batch (a progress hook; raising there
     stops the extraction, which `shard_dir` lets a later call resume). `naflex`: each image at its
     own aspect ratio within `max_patches` patches (vitzoo.naflex; a listed or digit split).
     `optimize`: embed the fastest way vitzoo.optimize finds for these batches (a short run is not

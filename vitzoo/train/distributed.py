@@ -70,6 +70,14 @@ def all_reduce_sum(tensor: torch.Tensor, info: DistInfo) -> torch.Tensor:
     return tensor
 
 
+def rank0_flag(flag: bool, info: DistInfo) -> bool:
+    """Rank 0's `flag` on every rank: one decision for a choice each rank made alone (a timed probe
+    can answer differently on each). Every rank must call it; a no-op on one process."""
+    if not info.enabled:
+        return flag
+    return bool(all_reduce_sum(torch.tensor([1.0 if flag and info.is_main else 0.0]), info).item())
+
+
 def barrier(info: DistInfo) -> None:
     if info.enabled:
         dist.barrier()

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..precision import native_bf16_flags, no_native_bf16_reason, warn_if_emulated
+from ..precision import cpu_bf16_verdict, native_bf16_flags, no_native_bf16_reason, warn_if_emulated
 from . import distributed
 from .threads import AutoThreads
 
@@ -53,7 +53,8 @@ CPU_BF16_MIN_WIDTH = 8
 def choose_bf16(amp: str, device: torch.device, model: nn.Module | None = None) -> tuple[bool, str]:
     """Whether a run's steps go under bf16 autocast, and why (the run says it at its start).
     `amp`: "bf16" or "off" as asked; "auto": on CUDA where the GPU has bf16; on a CPU with native
-    bf16 (AMX, AVX512-BF16) for models at least CPU_BF16_MIN_WIDTH wide; else fp32."""
+    bf16 (AMX, AVX512-BF16) for models at least CPU_BF16_MIN_WIDTH wide where bf16 autocast trained
+    faster than fp32 in the precision probe (precision.cpu_bf16_verdict); else fp32."""
     if amp == "bf16" and (emulated := warn_if_emulated(torch.bfloat16, device)):
         return True, f"--amp bf16; {emulated}"
     if amp in ("bf16", "off"):
@@ -70,10 +71,11 @@ def choose_bf16(amp: str, device: torch.device, model: nn.Module | None = None) 
     width = getattr(getattr(model, "config", None), "embed_dim", None)
     if not isinstance(width, int):
         return False, "auto: the model states no embedding width, so the CPU crossover cannot be applied"
-    native = f"this CPU computes bf16 natively ({', '.join(flags)})"
     if width < CPU_BF16_MIN_WIDTH:
+        native = f"this CPU computes bf16 natively ({', '.join(flags)})"
         return False, f"auto: {native}, but width {width} is below {CPU_BF16_MIN_WIDTH}, where bf16 trains slower"
-    return True, f"auto: {native} and width {width} is at least {CPU_BF16_MIN_WIDTH}, where bf16 trains faster"
+    bf16, why = cpu_bf16_verdict("training", flags)
+    return bf16, f"auto: {why}"
 
 
 @dataclass

@@ -193,6 +193,8 @@ def _build_run(
     if not unloaded:
         model.to(device)
     bf16, precision = choose_bf16(config.amp, device, model)
+    if config.amp == "auto" and device.type == "cpu":  # each rank's probe timed its own cores: rank 0's answer
+        bf16 = distributed.rank0_flag(bf16, dist)
     if resume and config.amp == "auto" and isinstance(previous.get("bf16"), bool) and previous["bf16"] != bf16:
         # "auto" decided at the start; a resume elsewhere keeps it, so the run stays the same computation
         bf16, precision = previous["bf16"], f"auto, as the run started ({previous.get('precision') or 'bf16'})"
