@@ -34,8 +34,8 @@ else (norms, GELU, softmax, copies, dtype casts, Python).
 
     python benchmarks/speed.py --peers [--models vit_b16 vit_s16 dinov3_b16] [--batches 1 8] [--rounds N]
 
-Contestants, all in bf16 where the CPU multiplies bf16 natively (`vitzoo.precision.auto_dtype`),
-fp32 elsewhere, all with the same weights:
+Contestants, all in the dtype "auto" picks here (`vitzoo.precision.auto_dtype`: bf16 where this CPU
+has native bf16 and the precision probe measured it faster, else fp32), all with the same weights:
   vitzoo.optimize      `vitzoo.optimize(model, x, cache=False)` on vitzoo's model in that dtype,
                        every candidate (`--optimize-candidates` restricts them); the table says
                        which it chose and what each candidate took to build
