@@ -12,12 +12,14 @@ one 224 image (197 x 768 tokens @ 768 x 3072, then GELU), in both precisions:
 - "training": forward and backward from fp32 weights, plain against under bf16 autocast (what
   `--amp bf16` runs).
 
-Each is run once to warm up, then interleaved rounds (the order alternating): MIN_ROUNDS, and more
-up to ROUNDS while the calls have taken under BUDGET_S. The answer is the median of the rounds'
-fp32 time / bf16 time (above 1: bf16 faster). Under half a second on 2 cores of an AVX512-BF16
-CPU, less on more cores. bf16 is chosen where it measured at least BF16_MARGIN faster: fp32 is exact,
-so a tie keeps it. The answers are remembered per machine and versions (the CPU, its flags and ISA
-caps, torch, the thread count) in `cache_file()`; an entry that is not a plausible measurement is
+Each kind is measured when first asked, on one thread (PROBE_THREADS: robust to other processes
+on the same cores): each call once to warm up, then interleaved rounds (the order alternating),
+MIN_ROUNDS and more up to ROUNDS while the rounds have taken under BUDGET_S. The answer is the
+median of the rounds' fp32 time / bf16 time (above 1: bf16 faster). On an AVX512-BF16 core:
+about 0.3 s for inference, up to 0.7 s for training (half of it the process's first backward, which a
+training run pays anyway). bf16 is chosen where it measured at least BF16_MARGIN faster: fp32 is
+exact, so a tie keeps it. The answers are remembered per machine and versions (the CPU, its flags
+and ISA caps, MKL's cap, torch) in `cache_file()`; an entry that is not a plausible measurement is
 measured again. `VITZOO_PRECISION=fp32|bf16` answers instead, without measuring.
 """
 
@@ -45,9 +47,14 @@ FORCED = ("fp32", "bf16")
 WORK = ("inference", "training")
 PROBE_VERSION = 1
 SHAPE = (197, 768, 3072)  # tokens, width, hidden: ViT-B/16's fc1 on one 224 image
-# Interleaved rounds: at least MIN_ROUNDS, and more up to ROUNDS while the calls timed so far (the
-# warm-up included) add up to less than BUDGET_S: a fast machine measures more rounds in the same time.
-MIN_ROUNDS, ROUNDS, BUDGET_S = 3, 7, 0.4
+# The probe runs on one thread: bf16's speed over fp32's is its kernels' on a core (measured within a
+# few percent of two threads' on a quiet machine), while several threads on cores that other
+# processes share measure mostly their waits for each other (both precisions alike, the ratio
+# pulled towards 1; on 2 busy cores two threads measured 1.05-1.6 where one measured 2.0-2.2).
+PROBE_THREADS = 1
+# Interleaved rounds after the warm-up: at least MIN_ROUNDS, and more up to ROUNDS while the rounds
+# have taken less than BUDGET_S: a fast machine measures more rounds in the same time.
+MIN_ROUNDS, ROUNDS, BUDGET_S = 5, 25, 0.25
 # bf16 must measure at least this much faster than fp32 to be chosen (a tie keeps exact fp32);
 # the price of a wrong call within it is under 5%.
 BF16_MARGIN = 1.05
@@ -55,7 +62,7 @@ _SECTION = "probes"
 _WHAT = "vitzoo's precision probe cache"
 _PLAUSIBLE = Range(float, low=0.01, high=100.0)  # bf16 / fp32 speed; far outside it is no measurement
 # Answers measured in this process, by key: a cache that cannot be written costs one probe, not one a call.
-_measured: dict[str, dict[str, float]] = {}
+_measured: dict[str, float] = {}
 
 
 class PrecisionSettingError(VitzooError, ValueError):
@@ -97,8 +104,8 @@ def verdict(work: str, machine: dict[str, Any]) -> Verdict:
     asked = forced()
     if asked is not None:
         return Verdict(asked == "bf16", f"{ENV}={asked} asks for {asked} (not measured)")
-    speedups, source = speedups_for(machine)
-    return decide(work, speedups[work], source)
+    speedup, source = speedup_for(work, machine)
+    return decide(work, speedup, source)
 
 
 def decide(work: str, speedup: float, source: str) -> Verdict:
@@ -111,10 +118,10 @@ def decide(work: str, speedup: float, source: str) -> Verdict:
     return Verdict(False, measured)
 
 
-def speedups_for(machine: dict[str, Any]) -> tuple[dict[str, float], str]:
-    """bf16's speed over fp32's for each kind of work on `machine`, and where they come from:
-    remembered in the cache, measured earlier in this process, or measured now (and remembered)."""
-    key = cache_key(machine)
+def speedup_for(work: str, machine: dict[str, Any]) -> tuple[float, str]:
+    """bf16's speed over fp32's for `work` on `machine`, and where it comes from: remembered in the
+    cache, measured earlier in this process, or measured now (and remembered)."""
+    key = cache_key(work, machine)
     path = cache_file()
     cached = _plausible(read_section(path, _SECTION, what=_WHAT).get(key))
     if cached is not None:
@@ -122,59 +129,64 @@ def speedups_for(machine: dict[str, Any]) -> tuple[dict[str, float], str]:
     if key in _measured:
         return _measured[key], "measured earlier in this process"
     start = time.perf_counter()
-    speedups = measure()
+    speedup = measure(work)
     took = time.perf_counter() - start
-    _measured[key] = speedups
-    entry = {"speedup": speedups, "machine": machine, "threads": torch.get_num_threads(), "torch": torch.__version__}
+    _measured[key] = speedup
+    entry = {"work": work, "speedup": speedup, "machine": machine, "torch": torch.__version__}
     problem = record(path, _SECTION, key, entry, what=_WHAT)
-    return speedups, f"measured now in {took:.2f} s, " + (problem or f"remembered in {path}")
+    return speedup, f"measured now in {took:.2f} s, " + (problem or f"remembered in {path}")
 
 
-def cache_key(machine: dict[str, Any]) -> str:
-    """What an answer depends on: `machine` (the CPU's name, its bf16 flags, the ISA PyTorch runs
-    it at with any cap), MKL's cap on fp32's instructions, torch's version, the thread count, the
-    probe's shape and version."""
+def cache_key(work: str, machine: dict[str, Any]) -> str:
+    """What an answer depends on: the `work`, `machine` (the CPU's name, its bf16 flags, the ISA
+    PyTorch runs it at with any cap), MKL's cap on fp32's instructions, torch's version, the
+    probe's shape, threads and version. Not the caller's thread count: the probe runs on
+    PROBE_THREADS whatever it is."""
     parts = {
         "version": PROBE_VERSION,
+        "work": work,
         "machine": machine,
         "mkl": os.environ.get("MKL_ENABLE_INSTRUCTIONS", ""),
         "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
         "shape": SHAPE,
+        "threads": PROBE_THREADS,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def _plausible(entry: Any) -> dict[str, float] | None:
-    """The speedups of a cache entry, or None where it holds no plausible measurement of every
-    kind of work (a damaged or tampered entry: measured again)."""
-    speedups = entry.get("speedup") if isinstance(entry, dict) else None
-    if not isinstance(speedups, dict) or not all(_PLAUSIBLE.contains(speedups.get(w)) for w in WORK):
-        return None
-    return {w: float(speedups[w]) for w in WORK}
+def _plausible(entry: Any) -> float | None:
+    """The speedup of a cache entry, or None where it holds no plausible measurement (a damaged or
+    tampered entry: measured again)."""
+    speedup = entry.get("speedup") if isinstance(entry, dict) else None
+    return float(speedup) if speedup is not None and _PLAUSIBLE.contains(speedup) else None
 
 
-def measure(rounds: int = ROUNDS) -> dict[str, float]:
-    """bf16's speed over fp32's (fp32 seconds / bf16 seconds, the median over the interleaved
-    rounds, after one warm-up call each) for each kind of work: MIN_ROUNDS rounds, then more up to
-    `rounds` while the calls have taken less than BUDGET_S."""
-    with torch.inference_mode(False), torch.enable_grad():  # asked from within either, training still trains
-        return _measure(rounds)
+def measure(work: str, rounds: int = ROUNDS) -> float:
+    """bf16's speed over fp32's for `work`: fp32 seconds / bf16 seconds, the median over the
+    interleaved rounds after one warm-up call each; MIN_ROUNDS rounds, then more up to `rounds`
+    while the rounds have taken less than BUDGET_S."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(PROBE_THREADS)
+    try:
+        with torch.inference_mode(False), torch.enable_grad():  # asked from within either, training still trains
+            return _rounds(work, workloads(work, *SHAPE), rounds)
+    finally:
+        torch.set_num_threads(threads)
 
 
-def _measure(rounds: int) -> dict[str, float]:
-    runs = workloads(*SHAPE)
-    names = list(runs)
-    spent = sum(time_call(name, runs[name]) for name in names)  # warm-up: kernels chosen, memory allocated
-    ratios: dict[str, list[float]] = {w: [] for w in WORK}
+def _rounds(work: str, runs: dict[str, Callable[[], object]], rounds: int) -> float:
+    """`measure`'s timing: the warm-up, then the rounds, in the order alternating."""
+    for precision in FORCED:  # warm-up: kernels chosen, memory allocated
+        time_call((work, precision), runs[precision])
+    ratios: list[float] = []
+    spent = 0.0
     for r in range(rounds):
         if r >= MIN_ROUNDS and spent >= BUDGET_S:
             break
-        seconds = {name: time_call(name, runs[name]) for name in (names if r % 2 == 0 else names[::-1])}
+        seconds = {p: time_call((work, p), runs[p]) for p in (FORCED if r % 2 == 0 else FORCED[::-1])}
         spent += sum(seconds.values())
-        for w in WORK:
-            ratios[w].append(seconds[(w, "fp32")] / max(seconds[(w, "bf16")], 1e-9))
-    return {w: statistics.median(ratios[w]) for w in WORK}
+        ratios.append(seconds["fp32"] / max(seconds["bf16"], 1e-9))
+    return statistics.median(ratios)
 
 
 def time_call(name: tuple[str, str], run: Callable[[], object]) -> float:
@@ -184,35 +196,37 @@ def time_call(name: tuple[str, str], run: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def workloads(tokens: int, width: int, hidden: int) -> dict[tuple[str, str], Callable[[], object]]:
-    """The probe's four calls, by (work, precision): a `tokens` x `width` input through a
-    `width` -> `hidden` Linear and GELU, forward only in fp32 and bf16 tensors ("inference"),
-    forward and backward from fp32 weights, plain and under bf16 autocast ("training")."""
+def workloads(work: str, tokens: int, width: int, hidden: int) -> dict[str, Callable[[], object]]:
+    """The probe's two calls for `work`, by precision: a `tokens` x `width` input through a
+    `width` -> `hidden` Linear and GELU; "inference": forward only, in fp32 and in bf16 tensors;
+    "training": forward and backward from fp32 weights, plain and under bf16 autocast."""
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(tokens, width, generator=gen)
     w = torch.randn(hidden, width, generator=gen) * width**-0.5
     b = torch.zeros(hidden)
-    x16, w16, b16 = (t.to(torch.bfloat16) for t in (x, w, b))
-    xg, wg, bg = (t.clone().requires_grad_() for t in (x, w, b))
+    if work == "inference":
+        return {
+            p: _forward([t.to(torch.bfloat16 if p == "bf16" else torch.float32) for t in (x, w, b)]) for p in FORCED
+        }
+    return {p: _step([t.clone().requires_grad_() for t in (x, w, b)], p == "bf16") for p in FORCED}
 
-    def infer(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> Callable[[], object]:
-        def run() -> object:
-            with torch.inference_mode():
-                return F.gelu(F.linear(x, w, b))
 
-        return run
+def _forward(tensors: list[torch.Tensor]) -> Callable[[], object]:
+    x, w, b = tensors
 
-    def train(bf16: bool) -> Callable[[], object]:
-        def run() -> object:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                y = F.gelu(F.linear(xg, wg, bg))
-            return torch.autograd.grad(y, (xg, wg, bg), grad_outputs=torch.ones_like(y))
+    def run() -> object:
+        with torch.inference_mode():
+            return F.gelu(F.linear(x, w, b))
 
-        return run
+    return run
 
-    return {
-        ("inference", "fp32"): infer(x, w, b),
-        ("inference", "bf16"): infer(x16, w16, b16),
-        ("training", "fp32"): train(False),
-        ("training", "bf16"): train(True),
-    }
+
+def _step(tensors: list[torch.Tensor], bf16: bool) -> Callable[[], object]:
+    x, w, b = tensors
+
+    def run() -> object:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            y = F.gelu(F.linear(x, w, b))
+        return torch.autograd.grad(y, (x, w, b), grad_outputs=torch.ones_like(y))
+
+    return run

@@ -132,7 +132,7 @@ def test_eval_dtype_auto_follows_the_probe(
     assert json.loads(out)["accuracy"] >= 0
     code, _, err = run(capsys, *argv, "--dtype", "auto")  # a second run: remembered, nothing timed
     assert code == 0 and "measured before, remembered in" in err
-    assert len(probe_timer.calls) == 4 * (1 + precision_probe.MIN_ROUNDS)  # one probe: a warm-up, the fewest rounds
+    assert len(probe_timer.calls) == 2 * (1 + precision_probe.MIN_ROUNDS)  # one probe: warm-ups, the fewest rounds
 
 
 def test_auto_on_this_cpu_probes_only_where_bf16_is_native(capsys, tiny_weights: str, probe_timer) -> None:
