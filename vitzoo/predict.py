@@ -44,7 +44,7 @@ from .atomic import atomic_path
 from .data import InputSpec, eval_transform, find_image_files
 from .data.folder import UnreadableImageError, decode_image
 from .data.stream import usable_cores
-from .inference.batches import OnReport, for_batches
+from .inference.batches import Int8Wish, OnReport, for_batches
 from .jsonio import to_json
 from .precision import check_outputs
 from .pretrained_cfg import pretrained_cfg_of
@@ -202,6 +202,7 @@ def predict_images(
     max_patches: int | None = None,
     optimize: bool = True,
     on_optimize: OnReport | None = None,
+    int8: Int8Wish | None = None,
 ) -> Iterator[Record]:
     """Yield one record per readable image, in the order of `paths`; unreadable ones are appended
     to `skipped` as (path, reason) and warned about once at the end (or raise under `strict`).
@@ -210,7 +211,8 @@ def predict_images(
     zero-shot: each class on its own). `naflex`: each image at its own aspect ratio within
     `max_patches` patches (vitzoo.naflex: a batch is `preprocess` of its images). `optimize`: run
     the model the fastest way vitzoo.optimize finds for these batches (a run of few batches is not
-    tuned; NaFlex batches are not); `on_optimize` receives its report."""
+    tuned; NaFlex batches are not); `on_optimize` receives its report; `int8`: run in int8, refused
+    where its answers do not hold (inference.batches.Int8Wish)."""
     from tqdm.auto import tqdm
 
     from .naflex import assemble
@@ -225,7 +227,7 @@ def predict_images(
     lost = skipped if skipped is not None else []
     start = len(lost)
     model.eval()
-    run = _tuned(model, dataset, batch_size, on_optimize) if optimize and flex is None else model
+    run = _tuned(model, dataset, batch_size, on_optimize, int8) if optimize and flex is None else model
     with tqdm(total=len(dataset), unit="img", desc="predict", file=sys.stderr, disable=not progress) as bar:
         for index, batch, errors in loader:
             ok = [j for j, e in enumerate(errors) if not e]
@@ -262,7 +264,9 @@ def predict_images(
         )
 
 
-def _tuned(model: nn.Module, dataset: _ImageFiles, batch_size: int, on_optimize: OnReport | None) -> nn.Module:
+def _tuned(
+    model: nn.Module, dataset: _ImageFiles, batch_size: int, on_optimize: OnReport | None, int8: Int8Wish | None
+) -> nn.Module:
     """`model` as vitzoo.optimize runs it fastest for the batches of `dataset` (float32, on the CPU)."""
     return for_batches(
         model,
@@ -272,6 +276,7 @@ def _tuned(model: nn.Module, dataset: _ImageFiles, batch_size: int, on_optimize:
         dtype=torch.float32,
         device="cpu",
         on_report=on_optimize,
+        int8=int8,
     )
 
 

@@ -18,6 +18,7 @@ from .base import (
     require_vit,
 )
 from .data_args import add_data_arguments, data_spec, load_splits, naflex_data
+from .int8_args import add_int8_options, check_int8_args, int8_wish
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +39,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_optimize_option(parser)
     add_naflex_options(parser)
+    add_int8_options(parser)
 
 
 def saved_overrides(weights: str) -> dict[str, Any]:
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = data_spec(args)
     naflex_data(args, spec)
+    check_int8_args(args)
     overrides = saved_overrides(args.weights) or {"num_classes": spec.num_classes()}
     dtype = chosen_dtype(args, resolve_device(args.device), "evaluating")
     model = require_vit(create(args.model, weights=args.weights, dtype=dtype, **overrides), args.model)
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         max_patches=args.max_patches,
         optimize=args.optimize,
         on_optimize=note,
+        int8=int8_wish(args, model),
     )
     if args.json:
         from ..jsonio import to_json

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..checks import IMAGE_SIDE
 from .base import UsageError, add_dtype_option, add_weights_option, checked_weights, describe, emit, in_range, size
+from .int8_args import add_int8_options, check_int8_args, int8_wish
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +46,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "is built with dynamic_img_size and its positions computed in the graph (torch >= 2.9 for ONNX; "
         "not for OpenVINO)",
     )
+    add_int8_options(parser, export=True)
 
 
 def _check(args: argparse.Namespace) -> str:
@@ -66,6 +68,9 @@ def _check(args: argparse.Namespace) -> str:
         )
     if args.pretrained and args.weights is not None:
         raise UsageError("--pretrained and --weights both choose the weights; pass one of them")
+    check_int8_args(args)
+    if args.int8 and (fmt not in ("onnx", "openvino") or args.dynamic_size):
+        raise UsageError("--int8 writes an OpenVINO IR (.xml) or an ONNX file (.onnx) of a fixed size")
     return fmt
 
 
@@ -89,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
             "for trained ones",
             stacklevel=1,
         )
+    if args.int8:
+        return _export_int8(args, model, fmt)
     path = deploy.export(model, args.out, fmt, opset=args.opset, dynamic_size=args.dynamic_size)
     cfg = pretrained_cfg_of(model)
     input_shape: list[Any] = ["batch", *(cfg.input_size if cfg else ())]
@@ -96,5 +103,28 @@ def run(args: argparse.Namespace) -> int:
         input_shape[2:] = ["height", "width"]
     data = {"output": str(path), "format": fmt, "dtype": args.dtype, "input": input_shape, "opset": args.opset}
     text = f"wrote {path} ({fmt}, {args.dtype} weights, input {deploy.INPUT_NAME!r} float32 {size(input_shape)})"
+    emit(args, data, text)
+    return 0
+
+
+def _export_int8(args: argparse.Namespace, model: Any, fmt: str) -> int:
+    """--int8: the model quantized, its answers on the held-out calibration images checked, then written."""
+    from .. import deploy
+    from ..deploy_int8 import export_int8
+
+    wish = int8_wish(args, model)
+    written = export_int8(model, args.out, wish.images, fmt=fmt, bounds=wish.bounds)
+    input_shape: list[Any] = ["batch", *model.pretrained_cfg.input_size]
+    data = {
+        "output": str(written.path),
+        "format": fmt,
+        "dtype": "int8",
+        "input": input_shape,
+        "int8": {"setting": written.setting, "check": written.check.to_dict(), "tried": written.tried},
+    }
+    text = (
+        f"wrote {written.path} ({fmt}, int8: {written.setting}; input {deploy.INPUT_NAME!r} float32 "
+        f"{size(input_shape)}); answers held: {written.check.line()}"
+    )
     emit(args, data, text)
     return 0

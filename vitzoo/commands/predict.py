@@ -21,6 +21,7 @@ from .base import (
     naflex_budget,
     table,
 )
+from .int8_args import add_int8_options, check_int8_args, int8_wish
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +63,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_optimize_option(parser)
     add_naflex_options(parser)
+    add_int8_options(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workers < 0:
         raise UsageError(f"--workers must be >= 0, got {args.workers}")
     naflex_budget(args)
+    check_int8_args(args)
     if args.output is not None:
         return _predict_to_file(args)
     # A few files for a person: every image is read first (an unreadable one is an error, before
@@ -100,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             max_patches=args.max_patches,
             optimize=args.optimize,
             on_optimize=OptimizeNote(quiet=args.no_progress),
+            int8=int8_wish(args, model),
         )
     )
     rows = [
@@ -137,6 +141,7 @@ def _predict_to_file(args: argparse.Namespace) -> int:
         max_patches=args.max_patches,
         optimize=args.optimize,
         on_optimize=note,
+        int8=int8_wish(args, model),
     )
     count = predict.write_predictions(records, args.output, topk=topk, fmt=fmt)
     data = note.add_to({"output": args.output, "format": fmt, "images": count, "skipped": [p for p, _ in skipped]})

@@ -38,6 +38,16 @@ class Calibration:
         """The calibration images in batches of `size` (the last one smaller)."""
         return list(self.images.split(size))
 
+    def check_rows(self, batch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The held-out images (and labels) repeated to fill whole batches of `batch` rows, every row
+        a real image: a quantized model is checked at the batch it will run, in every row of it
+        (OpenVINO's int8 kernels have been seen to answer wrongly past row 64 of a large batch only,
+        which zero padding would hide)."""
+        n = self.held_out.shape[0]
+        rows = -(-max(n, batch) // batch) * batch
+        order = torch.arange(rows) % n
+        return self.held_out[order], None if self.labels is None else self.labels[order]
+
 
 def split_calibration(
     images: torch.Tensor | Sequence[torch.Tensor], example: torch.Tensor, labels: torch.Tensor | None = None

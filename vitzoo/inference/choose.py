@@ -14,7 +14,7 @@ from . import timing
 from .cache import cache_key, cached_entry, remember
 from .calibration import split_calibration
 from .guard import Bounds
-from .int8 import INT8_CANDIDATES, Int8Request, build_int8, held_out_answers, refusal
+from .int8 import INT8_CANDIDATES, Int8Request, answers_of, build_int8, refusal
 from .machine import device_name
 from .outputs import Runner, set_explicit
 from .report import MethodModule, OptimizedModule, OptimizeError, OptimizeReport
@@ -155,7 +155,7 @@ def _try_int8(
     say: Callable[[str], None],
 ) -> dict[str, Runner]:
     """Every int8 candidate that applies, quantized, its answers checked on the held-out images."""
-    reference = held_out_answers(model, request.calibration.held_out, x.shape[0])
+    reference = answers_of(model, request.calibration.check_rows(x.shape[0])[0], x.shape[0])
     runners: dict[str, Runner] = {}
     for name in candidate_table.names_to_try(x.device, candidates, False, int8=True):
         reason = refusal(name, model, x) or (
@@ -189,7 +189,7 @@ def _rebuild(
         setting = (entry.get("int8_settings") or {}).get(choice)
         if request is None or not isinstance(setting, str):
             return runners
-        answers = held_out_answers(model, request.calibration.held_out, x.shape[0])
+        answers = answers_of(model, request.calibration.check_rows(x.shape[0])[0], x.shape[0])
         runner = build_int8(choice, model, x, request, answers, report, only=setting)
     elif choice != "eager":
         runner = candidate_table.build_checked(choice, model, x, reference, report)

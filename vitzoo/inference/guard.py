@@ -55,6 +55,7 @@ class Check:
     held_out: int
     measured: dict[str, float]
     required: dict[str, float]
+    rows: int = 0  # the rows compared: the held-out images repeated to fill whole batches
 
     @property
     def passed(self) -> bool:
@@ -69,18 +70,33 @@ class Check:
             bound = self.required.get(name)
             sign = "<=" if name == "accuracy drop" else ">="
             shown.append(f"{name} {100 * value:.1f}%" + (f" ({sign} {100 * bound:.1f}%)" if bound is not None else ""))
-        return f"{', '.join(shown)} on {self.held_out} held-out images"
+        rows = f" ({self.rows} rows: whole batches)" if self.rows > self.held_out else ""
+        return f"{', '.join(shown)} on {self.held_out} held-out images{rows}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "held_out": self.held_out, "measured": self.measured, "passed": self.passed}
+        return {
+            "kind": self.kind,
+            "held_out": self.held_out,
+            "rows": self.rows,
+            "measured": self.measured,
+            "passed": self.passed,
+        }
 
 
 def check_answers(
-    reference: Any, quantized: Any, *, classifier: bool, bounds: Bounds, labels: torch.Tensor | None = None
+    reference: Any,
+    quantized: Any,
+    *,
+    classifier: bool,
+    bounds: Bounds,
+    labels: torch.Tensor | None = None,
+    images: int | None = None,
 ) -> Check:
-    """Compare the quantized candidate's outputs on the held-out images with the float model's."""
+    """Compare the quantized candidate's outputs on the held-out rows with the float model's;
+    `images`: how many distinct held-out images the rows repeat (default: one per row)."""
     want, got = _first(reference), _first(quantized)
-    n = want.shape[0]
+    rows = want.shape[0]
+    n = images if images is not None else rows
     if classifier:
         agree = (want.argmax(-1) == got.argmax(-1)).float().mean().item()
         measured, required = {"top-1 agreement": agree}, {"top-1 agreement": bounds.agreement}
@@ -89,14 +105,14 @@ def check_answers(
             after = (got.argmax(-1).cpu() == labels).float().mean().item()
             measured.update({"accuracy": after, "float accuracy": before, "accuracy drop": before - after})
             required["accuracy drop"] = bounds.max_drop
-        return Check("classifier", n, measured, required)
+        return Check("classifier", n, measured, required, rows)
     a, b = _unit(want), _unit(got)
     cosine = (a * b).sum(-1).mean().item()
-    neighbours = (_nearest(a) == _nearest(b)).float().mean().item()
+    # neighbours among the distinct images (the first `n` rows): a repeated row's nearest is its copy
+    neighbours = (_nearest(a[:n]) == _nearest(b[:n])).float().mean().item()
     measured = {"cosine similarity": cosine, "nearest-neighbour agreement": neighbours}
-    return Check(
-        "features", n, measured, {"cosine similarity": bounds.cosine, "nearest-neighbour agreement": bounds.agreement}
-    )
+    required = {"cosine similarity": bounds.cosine, "nearest-neighbour agreement": bounds.agreement}
+    return Check("features", n, measured, required, rows)
 
 
 def _first(out: Any) -> torch.Tensor:

@@ -87,21 +87,16 @@ def refusal(name: str, model: nn.Module, x: torch.Tensor) -> str | None:
     return None
 
 
-def held_out_answers(runner: Runner | nn.Module, images: torch.Tensor, batch: int) -> Any:
-    """`runner`'s outputs for `images`, in batches of the tuned size (the last one padded)."""
-    outs = []
-    for chunk in images.split(batch):
-        n = chunk.shape[0]
-        padded = torch.cat([chunk, chunk.new_zeros((batch - n, *chunk.shape[1:]))]) if n < batch else chunk
-        outs.append(tree_map(functools.partial(_rows, n=n), runner(padded)))
-    first = outs[0]
-    if isinstance(first, torch.Tensor):
+def answers_of(runner: Runner | nn.Module, rows: torch.Tensor, batch: int) -> Any:
+    """`runner`'s outputs for `rows` (whole batches of `batch`: Calibration.check_rows), as fp32 on the CPU."""
+    outs = [tree_map(_to_cpu, runner(chunk)) for chunk in rows.split(batch)]
+    if isinstance(outs[0], torch.Tensor):
         return torch.cat(outs)
     return [torch.cat(parts) for parts in zip(*outs)]
 
 
-def _rows(t: torch.Tensor, n: int) -> torch.Tensor:
-    return t[:n].detach().float().cpu()
+def _to_cpu(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().float().cpu()
 
 
 def build_int8(
@@ -118,19 +113,25 @@ def build_int8(
     that ran, its failed check in the report)."""
     tried: list[str] = []
     fallback: tuple[Runner, str, Check] | None = None
+    rows, labels = request.calibration.check_rows(x.shape[0])
     for setting, build in settings(name):
         if only is not None and setting != only:
             continue
         start = time.perf_counter()
         try:
             runner = build(model, x, request.calibration.batches(x.shape[0]))
-            answers = held_out_answers(runner, request.calibration.held_out, x.shape[0])
+            answers = answers_of(runner, rows, x.shape[0])
         except Exception as exc:  # a setting this model or CPU cannot take: the next one
             tried.append(f"{setting}: failed ({type(exc).__name__}: {machine.first_line(exc)})")
             continue
         report.compile_s[name] = time.perf_counter() - start
         check = check_answers(
-            reference, answers, classifier=request.classifier, bounds=request.bounds, labels=request.calibration.labels
+            reference,
+            answers,
+            classifier=request.classifier,
+            bounds=request.bounds,
+            labels=labels,
+            images=request.calibration.held_out.shape[0],
         )
         if check.passed:
             report.int8[name] = Int8Result(setting, check, tried)

@@ -48,7 +48,7 @@ from torch import nn
 from ..atomic import write_json, write_safetensors
 from ..data import BatchTransform, DataSplits, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.tensors import DataKind
-from ..inference.batches import OnReport, for_batches
+from ..inference.batches import Int8Wish, OnReport, for_batches
 from ..jsonio import JSONFileError, read_json, to_json
 from ..layers.naflex import PATCH_VALID, PATCHES, is_patch_batch, masked_mean
 from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model, naflex_settings
@@ -136,6 +136,7 @@ def extract_features(
     max_patches: int | None = None,
     optimize: bool = True,
     on_optimize: OnReport | None = None,
+    int8: Int8Wish | None = None,
 ) -> Features:
     """The embeddings of every image of `data` (the `splits` of a DataSplits, or one split) as a
     Features (see the module docstring). `dtype` "auto": bf16 where it measures faster on `device`.
@@ -143,7 +144,8 @@ def extract_features(
     stops the extraction, which `shard_dir` lets a later call resume). `naflex`: each image at its
     own aspect ratio within `max_patches` patches (vitzoo.naflex; a listed or digit split).
     `optimize`: embed the fastest way vitzoo.optimize finds for these batches (a short run is not
-    tuned, NaFlex batches never); `on_optimize` receives its report."""
+    tuned, NaFlex batches never); `on_optimize` receives its report; `int8`: embed in int8, refused
+    where its embeddings do not hold (inference.batches.Int8Wish)."""
     from ..train.placement import resolve_device
 
     check_output(model, output, block)
@@ -161,7 +163,8 @@ def extract_features(
     parted = _split_data(data, splits)
     run: nn.Module = Embedder(model, output, block)
     if optimize and flex is None:
-        run = _tuned(run, [len(split) for _, split in parted], batch_size, spec, (device, torch_dtype), on_optimize)
+        sizes = [len(split) for _, split in parted]
+        run = _tuned(run, sizes, batch_size, spec, (device, torch_dtype), on_optimize, int8)
     try:
         for number, (name, split) in enumerate(parted):
             loader: Any = (
@@ -198,6 +201,7 @@ def _tuned(
     spec: InputSpec,
     placement: tuple[torch.device, torch.dtype],
     on_optimize: OnReport | None,
+    int8: Int8Wish | None,
 ) -> nn.Module:
     """The Embedder `run` as vitzoo.optimize runs it fastest for the batches of splits of `sizes`."""
     return for_batches(
@@ -209,6 +213,7 @@ def _tuned(
         device=placement[0],
         calls=sum(math.ceil(n / batch_size) for n in sizes),
         on_report=on_optimize,
+        int8=int8,
     )
 
 
@@ -402,6 +407,10 @@ def extract_to_file(
     device = options.get("device", "cpu")
     options["device"] = device = resolve_device(device) if isinstance(device, str) else device
     changing = {k: v for k, v in options.items() if k not in _NOT_IN_KEY}
+    if options.get("int8") is not None:  # int8 changes the features: its calibration set and bounds are in the key
+        wish = options["int8"]
+        pixels = hashlib.blake2b(wish.images.float().contiguous().numpy().tobytes(), digest_size=16).hexdigest()
+        changing["int8"] = {"images": pixels, "bounds": asdict(wish.bounds)}
     changing["dtype"] = name_of(parse_dtype(options.get("dtype", "fp32"), device)[0])
     key = {
         "settings": settings or {},

@@ -12,7 +12,7 @@ from torch import nn
 from ..data import BatchLoader, BatchTransform, ImageFiles, ImageTensors, InputSpec, make_loader
 from ..data.stream import StreamLoader
 from ..data.tensors import DataKind
-from ..inference.batches import OnReport, for_batches
+from ..inference.batches import Int8Wish, OnReport, for_batches
 from ..naflex import NaFlexLoader, NaFlexSpec, batch_to, check_model
 from ..precision import check_outputs
 from . import distributed
@@ -84,12 +84,14 @@ def evaluate_split(
     max_patches: int | None = None,
     optimize: bool = True,
     on_optimize: OnReport | None = None,
+    int8: Int8Wish | None = None,
 ) -> EvalResult:
     """Evaluate `model` on one split with the eval transform its pretrained_cfg implies (a
     streamed split: decoded by `workers` processes, None: from the CPU count). `naflex`: each
     image at its own aspect ratio within `max_patches` patches instead (vitzoo.naflex).
     `optimize`: run the model the fastest way vitzoo.optimize finds for these batches (a short
-    run is not tuned, NaFlex batches never); `on_optimize` receives its report."""
+    run is not tuned, NaFlex batches never); `on_optimize` receives its report; `int8`: evaluate in
+    int8, refused where its answers do not hold (inference.batches.Int8Wish)."""
     dev = resolve_device(device)
     model.to(dev)
     loader: BatchLoader | StreamLoader | NaFlexLoader
@@ -116,5 +118,6 @@ def evaluate_split(
                 dtype=torch.float32,  # the loader's batches; the model casts them to its own dtype
                 device=dev,
                 on_report=on_optimize,
+                int8=int8,
             )
     return evaluate(model, loader, num_classes=data.num_classes, device=dev)

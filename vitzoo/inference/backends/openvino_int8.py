@@ -11,9 +11,11 @@ first whose answers the guard accepts.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -59,15 +61,17 @@ def quantize_openvino(model: nn.Module, x: torch.Tensor, images: list[torch.Tens
     )
     dataset = nncf.Dataset([batch.float().contiguous().numpy() for batch in images])
     nncf.set_log_level(logging.ERROR)
-    return nncf.quantize(
-        converted,
-        dataset,
-        preset=nncf.QuantizationPreset.MIXED if setting.preset == "mixed" else nncf.QuantizationPreset.PERFORMANCE,
-        model_type=nncf.ModelType.TRANSFORMER,
-        subset_size=sum(batch.shape[0] for batch in images),
-        ignored_scope=nncf.IgnoredScope(types=["Convolution"], validate=False) if setting.float_convs else None,
-        advanced_parameters=advanced,
-    )
+    # its progress bars go to stdout, which a command's --json output owns: stderr, as vitzoo's own
+    with contextlib.redirect_stdout(sys.stderr):
+        return nncf.quantize(
+            converted,
+            dataset,
+            preset=nncf.QuantizationPreset.MIXED if setting.preset == "mixed" else nncf.QuantizationPreset.PERFORMANCE,
+            model_type=nncf.ModelType.TRANSFORMER,
+            subset_size=sum(batch.shape[0] for batch in images),
+            ignored_scope=nncf.IgnoredScope(types=["Convolution"], validate=False) if setting.float_convs else None,
+            advanced_parameters=advanced,
+        )
 
 
 def openvino_int8(model: nn.Module, x: torch.Tensor, images: list[torch.Tensor], setting: NNCFSetting) -> Runner:
