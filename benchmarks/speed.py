@@ -84,10 +84,10 @@ import vitzoo
 from vitzoo.atomic import write_json
 from vitzoo.deploy import compile_openvino
 from vitzoo.inference import candidate_names
-from vitzoo.inference.machine import cpu_name as _cpu_name
 from vitzoo.inference.machine import first_line as _first_line
 from vitzoo.inference.outputs import relative_error as _relative_error
 from vitzoo.precision import auto_dtype, cpu_isa, name_of
+from vitzoo.precision import cpu_name as _cpu_name
 from vitzoo.registry import timm_counterparts
 from vitzoo.weights.keymaps import to_vitzoo
 

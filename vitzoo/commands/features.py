@@ -20,6 +20,7 @@ from .base import (
     require_vit,
 )
 from .data_args import add_data_arguments, data_spec, load_splits, naflex_data
+from .int8_args import add_int8_options, check_int8_args, int8_wish
 
 SPLIT_CHOICES = ("all", "train", "val")
 
@@ -71,6 +72,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     add_optimize_option(parser)
     add_naflex_options(parser)
+    add_int8_options(parser)
 
 
 def backbone_from_args(args: argparse.Namespace) -> Any:
@@ -91,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {args.out} is a directory; expected a file name (e.g. features.safetensors)")
     spec = data_spec(args)
     naflex_data(args, spec)
+    check_int8_args(args)
     if args.stream is False:
         raise UsageError("--in-memory: features stream image folders, so that every split gets the evaluation crop")
     model = backbone_from_args(args)
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         max_patches=args.max_patches,
         optimize=args.optimize,
         on_optimize=OptimizeNote(quiet=args.no_progress),
+        int8=int8_wish(args, model),
     )
     counts = ", ".join(f"{n} {name}" for name, n in feats.settings["counts"].items())
     print(printable(f"wrote {args.out}: {feats.features.shape[1]}-dim {args.output} features of {counts} images"))

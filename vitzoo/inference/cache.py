@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import sys
 from collections.abc import Collection
 from pathlib import Path
@@ -19,6 +18,7 @@ from torch import nn
 from ..atomic import write_json
 from ..checks import Range
 from ..jsonio import read_json
+from ..machine_cache import cache_dir
 from .machine import device_name, version_of
 from .outputs import model_dtype
 
@@ -31,8 +31,7 @@ CACHE_LOCK_WAIT_S = 10.0
 
 def cache_file() -> Path:
     """Where choices are remembered: $VITZOO_CACHE/optimize.json, else ~/.cache/vitzoo/optimize.json."""
-    root = os.environ.get("VITZOO_CACHE") or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "vitzoo"
-    return Path(root) / "optimize.json"
+    return cache_dir() / "optimize.json"
 
 
 def cache_key(

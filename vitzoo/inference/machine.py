@@ -7,26 +7,13 @@ import torch
 from torch import nn
 
 from ..memory import available_memory, human_bytes, model_bytes
-from ..precision import cpu_isa
+from ..precision import cpu_isa, cpu_name
 
 
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return f"{cpu_name()} ({cpu_isa()})"
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or "unknown CPU"
 
 
 def version_of(module: str) -> str | None:
