@@ -196,3 +196,108 @@ def test_pt2e_int8_quantizes_and_holds():
     assert fast.report.choice == "pt2e-int8"
     with torch.inference_mode():
         assert (fast(images(4, 1)).argmax(-1) == model(images(4, 1)).argmax(-1)).all()
+
+
+# ------------------------------------------------------------------------------ token merging
+def _two_colours(n: int, seed: int = 0) -> torch.Tensor:
+    """Images of two flat halves, colours drawn per image: each half's patch tokens are identical."""
+    g = torch.Generator().manual_seed(seed)
+    top, bottom = torch.rand(n, 3, 1, 1, generator=g), torch.rand(n, 3, 1, 1, generator=g)
+    return torch.cat([top.expand(n, 3, 32, 64), bottom.expand(n, 3, 32, 64)], dim=2)
+
+
+def test_token_merging_is_a_candidate_kept_where_its_answers_hold():
+    """Without positions, a flat half's tokens are copies: merging them (proportional attention)
+    keeps the answers exactly, so the guard keeps the merged model."""
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_ti16", img_size=64, depth=2, num_classes=10).eval()
+    with torch.no_grad():
+        model.pos_embed.zero_()
+    x, cal = _two_colours(4, seed=1), _two_colours(32)
+    fast = optimize(model, x, candidates=[], calibration=cal, tome=2, int8=False, cache=False)
+    assert fast.report.tome.setting == "r=2" and "tome" in fast.report.img_per_s
+    assert fast.report.tome.check.passed and fast.report.tome.check.measured["top-1 agreement"] == 1.0
+    assert "token merging r=2: answers held" in fast.report.summary()
+
+
+def test_a_merge_rate_that_changes_the_answers_is_not_kept():
+    # 4 patches a 32 px image: 2 merged in each of 2 blocks leave the class token nearly alone
+    fast = optimize(classifier(), images(4, 1), candidates=[], calibration=images(32), tome=2, int8=False, cache=False)
+    assert not fast.report.tome.check.passed
+    assert "tome" not in fast.report.img_per_s and fast.report.choice == "eager"
+    assert fast.report.skipped["tome"].startswith("r=2: the merged model's answers changed: top-1 agreement")
+
+
+def test_token_merging_and_int8_together_are_checked_against_the_unmerged_model(monkeypatch):
+    seen = []
+
+    def records(model, x, images):
+        seen.append(type(model).__name__)
+        return model
+
+    monkeypatch.setattr(int8, "settings", lambda name: [("float", records)])
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_ti16", img_size=64, depth=2, num_classes=10).eval()
+    with torch.no_grad():
+        model.pos_embed.zero_()
+    x, cal = _two_colours(4, seed=1), _two_colours(32)
+    fast = optimize(model, x, candidates=["openvino-int8"], calibration=cal, tome=2, cache=False)
+    assert fast.report.tome.check.passed and seen == ["TokenMergingViT"]  # int8 quantizes the merged view
+    assert fast.report.int8["openvino-int8"].check.passed
+    # where merging does not hold, int8 quantizes the model as given
+    seen.clear()
+    optimize(classifier(), images(4, 1), candidates=["openvino-int8"], calibration=images(32), tome=2, cache=False)
+    assert seen == ["VisionTransformer"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"tome": 2}, "tome=2 needs calibration images"),
+        ({"tome": -1, "calibration": images(16)}, "tome=-1"),
+        ({"tome": 2, "calibration": images(16), "method": "forward_features"}, "method must be 'forward'"),
+    ],
+)
+def test_bad_token_merging_arguments_are_refused(kwargs, message):
+    with pytest.raises(OptimizeError, match=message):
+        optimize(classifier(), images(4), cache=False, **kwargs)
+
+
+def test_token_merging_names_a_model_it_does_not_apply_to():
+    torch.manual_seed(0)
+    rope = vitzoo.create("vit_b16_rope", img_size=32, depth=2, embed_dim=64, num_heads=2).eval()
+    with pytest.raises(OptimizeError, match=r"tome=2: .*rotary"):
+        optimize(rope, images(4), calibration=images(16), tome=2, cache=False)
+
+
+def _smallest_of_each_family() -> list[str]:
+    from vitzoo import registry
+
+    families: dict[str, str] = {}
+    for name in vitzoo.list_models():
+        family = registry.get_entry(name).family
+        size = registry.get_entry(name).resolve_config().num_params
+        if family not in families or size < registry.get_entry(families[family]).resolve_config().num_params:
+            families[family] = name
+    return sorted(families.values())
+
+
+@pytest.mark.slow  # every family quantized by NNCF: a few minutes
+@pytest.mark.parametrize("name", _smallest_of_each_family())
+def test_every_family_quantizes_through_openvino(name):
+    """Each family's smallest model, reduced as the round-trip test reduces it, converts, quantizes
+    and runs in int8 (with random weights its answers may not hold: the check is measured either way)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_layout import _reduced
+
+    torch.manual_seed(0)
+    model = vitzoo.create(name, **_reduced(name)).eval()
+    size = model.config.input_size
+    x, cal = torch.randn(2, *size), torch.randn(16, *size)
+    fast = optimize(model, x, candidates=["openvino-int8"], calibration=cal, int8=True, cache=False)
+    result = fast.report.int8.get("openvino-int8")
+    assert result is not None, fast.report.skipped.get("openvino-int8")
+    assert result.check.held_out == 4 and set(result.check.measured)

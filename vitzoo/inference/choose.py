@@ -16,6 +16,7 @@ from .calibration import split_calibration
 from .guard import Bounds
 from .int8 import INT8_CANDIDATES, Int8Request, answers_of, build_int8, refusal
 from .machine import device_name
+from .merging import TOME, build_tome, check_tome
 from .outputs import Runner, set_explicit
 from .report import MethodModule, OptimizedModule, OptimizeError, OptimizeReport
 
@@ -37,6 +38,7 @@ def optimize(
     int8: bool | str | None = None,
     labels: torch.Tensor | None = None,
     bounds: Bounds | None = None,
+    tome: int | Sequence[int] | None = None,
     cache: bool = True,
     log: Callable[[str], None] | None = None,
 ) -> OptimizedModule:
@@ -50,13 +52,17 @@ def optimize(
     only where its answers hold and it is the fastest), True (int8 as asked for: the fastest int8
     candidate, its check reported even where it failed; the compiled float candidates not tried),
     False (float only); `labels` (one per calibration image) adds an accuracy-drop check; `bounds`:
-    what the answers must keep (guard.Bounds). `cache`: read and record the choice in `cache_file()`.
-    `log`: receives one line per step (e.g. `print` to stderr)."""
+    what the answers must keep (guard.Bounds). `tome`: token merging (vitzoo/tome.py: r tokens merged
+    in each block, or r[i] in block i) as a candidate of its own ("tome"), kept only where the
+    guard accepts its answers on the held-out images (needs `calibration`); where it holds, the
+    int8 candidates quantize the merged model, checked against the unmerged one. `cache`: read
+    and record the choice in `cache_file()`. `log`: receives one line per step (e.g. `print` to
+    stderr)."""
     _check_arguments(model, example_input, calls, candidates)
     model.eval()
     if method != "forward":
         model = MethodModule(model, method)
-    request = _int8_request(model, method, example_input, calibration, int8, labels, bounds)
+    request = _int8_request(model, method, example_input, calibration, int8, labels, bounds, tome)
     report = OptimizeReport(choice="eager", device=device_name(example_input.device), batch=example_input.shape[0])
     say = log or (lambda _line: None)
     if calls is not None and calls < MIN_CALLS and request is None:
@@ -65,7 +71,8 @@ def optimize(
         return OptimizedModule(model, model, example_input, report)
     extra = _int8_key(request)
     key = cache_key(model, example_input, fp8, method=method, kind=_kind(model), extra=extra) if cache else None
-    remembered = cached_entry(key, known=candidate_table.candidate_names(example_input.device)) if key else None
+    known = [*candidate_table.candidate_names(example_input.device), TOME]
+    remembered = cached_entry(key, known=known) if key else None
     with torch.inference_mode():
         runners = _runners(model, example_input, calls, candidates, fp8, request, remembered, report, say)
     report.choice = _fastest(runners, report, forced=request is not None and request.forced)
@@ -100,8 +107,34 @@ def _runners(
     forced = request is not None and request.forced
     runners = _try_candidates(model, x, reference, calls, eager_s, candidates, fp8, report, say, skip=forced)
     if request is not None:
-        runners.update(_try_int8(model, x, request, calls, eager_s, candidates, report, say))
+        guarded = _guarded_candidates(model, x, request, calls, eager_s, candidates, report, say)
+        runners.update(guarded)
     timing.measure(runners, x, report)
+    return runners
+
+
+def _guarded_candidates(
+    model: nn.Module,
+    x: torch.Tensor,
+    request: Int8Request,
+    calls: int | None,
+    eager_s: float,
+    candidates: list[str] | None,
+    report: OptimizeReport,
+    say: Callable[[str], None],
+) -> dict[str, Runner]:
+    """Token merging, then int8 (of the merged model where merging held), as the caller asked,
+    each checked on the held-out images against the model as given."""
+    reference = answers_of(model, request.calibration.check_rows(x.shape[0])[0], x.shape[0])
+    runners: dict[str, Runner] = {}
+    base = model
+    if request.tome is not None:
+        say("optimize: merging tokens")
+        merged = build_tome(model, x, request, reference, report)
+        if merged is not None:
+            runners[TOME] = base = merged
+    if request.int8:
+        runners.update(_try_int8(base, x, request, calls, eager_s, candidates, report, say, reference))
     return runners
 
 
@@ -153,9 +186,10 @@ def _try_int8(
     candidates: list[str] | None,
     report: OptimizeReport,
     say: Callable[[str], None],
+    reference: Any,
 ) -> dict[str, Runner]:
-    """Every int8 candidate that applies, quantized, its answers checked on the held-out images."""
-    reference = answers_of(model, request.calibration.check_rows(x.shape[0])[0], x.shape[0])
+    """Every int8 candidate that applies, quantized, its answers checked on the held-out images
+    against `reference` (the float model's answers)."""
     runners: dict[str, Runner] = {}
     for name in candidate_table.names_to_try(x.device, candidates, False, int8=True):
         reason = refusal(name, model, x) or (
@@ -185,12 +219,17 @@ def _rebuild(
     report.cached = True
     runners: dict[str, Runner] = {"eager": model}
     choice = entry["choice"]
-    if choice in INT8_CANDIDATES:
-        setting = (entry.get("int8_settings") or {}).get(choice)
-        if request is None or not isinstance(setting, str):
+    runner: Runner | None = None
+    if choice in (*INT8_CANDIDATES, TOME):
+        if request is None:
             return runners
         answers = answers_of(model, request.calibration.check_rows(x.shape[0])[0], x.shape[0])
-        runner = build_int8(choice, model, x, request, answers, report, only=setting)
+        base = build_tome(model, x, request, answers, report) if request.tome is not None else model
+        setting = (entry.get("int8_settings") or {}).get(choice)
+        if choice == TOME or base is None:
+            runner = base
+        elif isinstance(setting, str):
+            runner = build_int8(choice, base, x, request, answers, report, only=setting)
     elif choice != "eager":
         runner = candidate_table.build_checked(choice, model, x, reference, report)
     if choice != "eager":
@@ -213,22 +252,36 @@ def _int8_request(
     int8: bool | str | None,
     labels: torch.Tensor | None,
     bounds: Bounds | None,
+    tome: int | Sequence[int] | None,
 ) -> Int8Request | None:
-    """What the caller asked of int8 (None: float only), its arguments checked."""
+    """What the caller asked of int8 and token merging (None: float only), its arguments checked."""
     if int8 not in (None, True, False, "auto"):
         raise OptimizeError(f"int8={int8!r} is invalid; expected 'auto', True or False")
     if int8 is None:
         int8 = "auto" if calibration is not None else False
-    if int8 is False:
+    if int8 is False and tome is None:
         return None
     if calibration is None:
-        raise OptimizeError(f"int8={int8!r} needs calibration images (calibration=...); expected both or neither")
+        asked = f"int8={int8!r}" if int8 is not False else f"tome={tome!r}"
+        raise OptimizeError(
+            f"{asked} needs calibration images (calibration=...): its answers are checked on images held out of them"
+        )
+    if tome is not None:
+        check_tome(model, method, tome)
     config = getattr(model, "config", None)
     classifier = method == "forward" and getattr(config, "num_classes", 0) > 0
     if labels is not None and not classifier:
         raise OptimizeError("labels check a classifier's accuracy; this model's answers are features")
     split = split_calibration(calibration, x, labels)
-    return Int8Request(split, bounds if bounds is not None else Bounds(), forced=int8 is True, classifier=classifier)
+    schedule = None if tome is None else tome if isinstance(tome, int) else tuple(tome)
+    return Int8Request(
+        split,
+        bounds if bounds is not None else Bounds(),
+        forced=int8 is True,
+        classifier=classifier,
+        int8=int8 is not False,
+        tome=schedule,
+    )
 
 
 def _int8_key(request: Int8Request | None) -> dict[str, Any] | None:
@@ -236,7 +289,8 @@ def _int8_key(request: Int8Request | None) -> dict[str, Any] | None:
     if request is None:
         return None
     bounds = dataclasses.asdict(request.bounds)
-    return {"int8": {"set": request.calibration.digest, "bounds": bounds, "forced": request.forced}}
+    asked = {"set": request.calibration.digest, "bounds": bounds, "forced": request.forced, "int8": request.int8}
+    return {"int8": {**asked, "tome": request.tome}}
 
 
 def _check_arguments(model: nn.Module, x: Any, calls: int | None, candidates: list[str] | None) -> None:

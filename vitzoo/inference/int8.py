@@ -41,13 +41,16 @@ Build = Callable[[nn.Module, torch.Tensor, list[torch.Tensor]], Runner]
 
 @dataclasses.dataclass(frozen=True)
 class Int8Request:
-    """What the caller asked of int8: its images, the bounds the answers must keep, `forced`
-    (int8=True), and whether the answers are a classifier's."""
+    """What the caller asked of the candidates the guard checks: its images, the bounds the answers
+    must keep, whether the answers are a classifier's; int8 (`int8`; `forced`: int8=True) and token
+    merging (`tome`: tokens merged per block, vitzoo/tome.py)."""
 
     calibration: Calibration
     bounds: Bounds
     forced: bool
     classifier: bool
+    int8: bool = True
+    tome: int | tuple[int, ...] | None = None
 
 
 @dataclasses.dataclass
@@ -59,7 +62,7 @@ class Int8Result:
     tried: list[str]
 
     def line(self) -> str:
-        verdict = "held" if self.check.passed else "did NOT hold (kept because int8 was asked for)"
+        verdict = "held" if self.check.passed else "did NOT hold"
         return f"{self.setting}: answers {verdict}: {self.check.line()}"
 
 

@@ -31,6 +31,8 @@ class OptimizeReport:
     cached: bool = False
     # int8 candidate -> its int8.Int8Result: the setting kept and the guard's check on held-out images
     int8: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # token merging (tome=): its int8.Int8Result, the merge rate and the guard's check
+    tome: Any = None
 
     def speedup(self) -> float | None:
         """The winner's speed over eager's, where both were measured."""
@@ -50,6 +52,8 @@ class OptimizeReport:
         tried = [k for k in self.img_per_s if k != self.choice]
         if tried:
             parts.append("also tried " + ", ".join(f"{k} {self.img_per_s[k]:.1f}" for k in tried))
+        if self.tome is not None:
+            parts.append(f"token merging {self.tome.line()}")
         if self.int8:
             parts.append("int8 " + "; ".join(f"{k} {v.line()}" for k, v in self.int8.items()))
         if self.skipped:
