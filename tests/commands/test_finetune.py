@@ -407,9 +407,9 @@ _REFUSED_AFTER_LOCKING = {
         ["--naflex", "--max-tokens", "3", "--max-patches", "16"],
         r"max_tokens=3 is below the longest sequence length 16; expected a token budget",
     ),
-    "naflex-max-patches": (
+    "naflex-max-patches": (  # refused by the flag's own range now, before anything is made (a usage error)
         ["--naflex", "--max-patches", "65537"],
-        r"max_patches=65537 is invalid; expected an int in \[1, 65536\]",
+        r"argument --max-patches: expected an int in \[1, 65536\]",
     ),
     "fsdp-one-process": (["--fsdp"], r"fsdp .*train without --fsdp"),
     "fsdp-wise-ft": (["--fsdp", "--wise-ft", "0.5"], r"--wise-ft with --fsdp is not supported"),
@@ -437,8 +437,13 @@ def _refused(capsys, refusal: str, data: Path, *out: str) -> None:
     stderr naming what was wrong (no traceback, nothing else)."""
     argv, message = _REFUSED_AFTER_LOCKING[refusal]
     data_args = ["--data", "folder", str(data), "--epochs", "1", "--batch-size", "4", "--no-progress"]
-    assert cli.main(["finetune", "test_tiny_rgb", *data_args, *argv, *out]) == 1
-    (line,) = capsys.readouterr().err.splitlines()
+    code = cli.main(["finetune", "test_tiny_rgb", *data_args, *argv, *out])
+    lines = capsys.readouterr().err.splitlines()
+    if message.startswith("argument "):  # argparse's usage error: its usage, then one error line
+        assert code == 2 and lines[-1].startswith("vitzoo finetune: error: ") and re.search(message, lines[-1])
+        return
+    assert code == 1
+    (line,) = lines
     assert line.startswith("vitzoo: error: ") and re.search(message, line), line
 
 

@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..checks import Range, check_fields
+from ..checks import MAX_TOKENS, Range, check_fields
 from ..layers.lora import DEFAULT_LORA_TARGETS, parse_lora_targets
 from .distill import DISTILL_MODES
 
@@ -45,7 +45,7 @@ TRAIN_RANGES: dict[str, Range] = {
     "lora_dropout": Range(low=0, high=1, high_open=True),
     "threads": Range(int, low=1),
     "workers": Range(int, low=0, note="0: no worker processes"),
-    "max_patches": Range(int, low=1, note="patches of the longest sequence"),
+    "max_patches": Range(int, low=1, high=MAX_TOKENS, note="patches of the longest sequence"),
     "max_tokens": Range(int, low=1, note="patches per batch and process"),
 }
 
