@@ -16,6 +16,11 @@ does not depend on the values), on the same input batch:
                          `openvino.convert_model`, `nncf.quantize(model_type=TRANSFORMER)` with its
                          defaults on the same calibration images, compiled with the LATENCY hint
   openvino fp32          the converted model compiled as it is (f32 precision hint, LATENCY)
+  openvino bf16 hint     the same with the bf16 precision hint, where OpenVINO offers bf16 here
+  vitzoo.optimize fp32   `vitzoo.optimize(model, x)` without calibration, its OpenVINO candidates
+                         (what it picks for an fp32 model on CPUs; inductor is left out: minutes)
+  onnxruntime int8       `vitzoo export --int8` to ONNX (ONNX Runtime's static quantization, checked),
+                         run by ONNX Runtime (skipped, saying why, where its answers did not hold)
 Calibration and check images: crops of scikit-image's photos (skimage.data), preprocessed with the
 model's evaluation transform. The ratios are optimize over NNCF int8 (goal >= 1.0) and over
 OpenVINO fp32 (goal >= 1.6 on CPUs with VNNI or AMX); each contestant is timed in interleaved
@@ -133,11 +138,15 @@ def measure(name: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
         model, x, calibration=calibration, int8="auto" if args.auto else True, candidates=candidates, cache=False
     )
     optimize_s = time.perf_counter() - started
-    runners = {
+    runners: dict[str, Runner] = {
         "vitzoo.optimize": fast,
         "nncf int8": nncf_int8(model, x, calibration[: args.nncf_images]),
         "openvino fp32": openvino_fp32(model, x),
     }
+    skipped = {}
+    if not args.few:
+        more, skipped = other_contestants(model, x, calibration)
+        runners.update(more)
     speeds = time_contestants(runners, x, args.rounds)
     report = fast.report
     chosen = report.int8.get(report.choice)
@@ -152,20 +161,55 @@ def measure(name: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
         "check": chosen.check.to_dict() if chosen else None,
         "optimize_s": optimize_s,
         "skipped": dict(report.skipped),
+        "contestants_skipped": skipped,
     }
 
 
+def other_contestants(
+    model: torch.nn.Module, x: torch.Tensor, calibration: torch.Tensor
+) -> tuple[dict[str, Runner], dict[str, str]]:
+    """The float rows of the issue's table (OpenVINO's bf16 hint, optimize without calibration) and
+    ONNX Runtime's int8; each that cannot run here is skipped with the reason."""
+    import tempfile
+
+    import openvino
+
+    runners: dict[str, Runner] = {}
+    skipped: dict[str, str] = {}
+    if "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
+        converted = openvino.convert_model(copy.deepcopy(model).float().eval(), example_input=x)
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "bf16"}
+        runners["openvino bf16 hint"] = _request(openvino.Core().compile_model(converted, "CPU", config))
+    else:
+        skipped["openvino bf16 hint"] = "OpenVINO offers no bf16 on this CPU"
+    runners["vitzoo.optimize fp32"] = vitzoo.optimize(
+        model, x, candidates=["openvino", "openvino-throughput"], cache=False
+    )
+    from vitzoo.deploy_int8 import Int8ExportError, export_int8
+
+    folder = Path(tempfile.mkdtemp())
+    try:
+        written = export_int8(model, folder / "int8.onnx", calibration)
+        import onnxruntime
+
+        session = onnxruntime.InferenceSession(str(written.path), providers=["CPUExecutionProvider"])
+        runners["onnxruntime int8"] = lambda inp: session.run(None, {"image": inp.numpy()})[0]
+    except Int8ExportError as exc:
+        skipped["onnxruntime int8"] = str(exc)
+    return runners, skipped
+
+
 def print_rows(rows: list[dict[str, Any]]) -> None:
-    header = f"{'model':<12}{'batch':>6}{'optimize':>10}{'nncf':>9}{'ov fp32':>9}{'vs nncf':>9}{'vs fp32':>9}  choice"
-    print(header)
     for r in rows:
-        s = r["img_per_s"]
         check = r["check"]["measured"] if r["check"] else {}
         print(
-            f"{r['model']:<12}{r['batch']:>6}{s['vitzoo.optimize']:>10.2f}{s['nncf int8']:>9.2f}"
-            f"{s['openvino fp32']:>9.2f}{r['vs_nncf']:>8.2f}x{r['vs_openvino_fp32']:>8.2f}x  "
-            f"{r['choice']} ({r['setting']}; {check}; built in {r['optimize_s']:.0f} s)"
+            f"{r['model']}, batch {r['batch']}: vitzoo.optimize chose {r['choice']} ({r['setting']}; {check}; "
+            f"built in {r['optimize_s']:.0f} s): {r['vs_nncf']:.2f}x NNCF int8, {r['vs_openvino_fp32']:.2f}x OpenVINO fp32"
         )
+        for name, speed in sorted(r["img_per_s"].items(), key=lambda kv: -kv[1]):
+            print(f"    {name:<22}{speed:>9.2f} img/s{speed / r['img_per_s']['openvino fp32']:>8.2f}x OpenVINO fp32")
+        for name, why in r["contestants_skipped"].items():
+            print(f"    {name:<22} skipped: {why}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -177,6 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--nncf-images", type=int, default=16, help="NNCF's calibration images (the issue's 16)")
     parser.add_argument("--auto", action="store_true", help='int8="auto": optimize keeps int8 only where it is faster')
     parser.add_argument("--no-pt2e", action="store_true", help="OpenVINO's int8 only (PT2E compiles for minutes)")
+    parser.add_argument("--few", action="store_true", help="the three main contestants only (a quick run)")
     parser.add_argument("--json", type=Path, default=None, help="also write every number here")
     args = parser.parse_args(argv)
     if args.calibration < 16 or args.rounds < 1 or min(args.batches) < 1:

@@ -19,7 +19,7 @@ def test_int8_speed_runs_end_to_end(load_benchmark, tmp_path, capsys, monkeypatc
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
     bench = load_benchmark("int8_speed")
     out = tmp_path / "int8.json"
-    argv = ["--models", "vit_ti16", "--batches", "2", "--rounds", "1", "--no-pt2e", "--calibration", "16"]
+    argv = ["--models", "vit_ti16", "--batches", "2", "--rounds", "1", "--no-pt2e", "--calibration", "16", "--few"]
     report = bench.main([*argv, "--json", str(out)])
     (row,) = report["rows"]
     assert set(row["img_per_s"]) == {"vitzoo.optimize", "nncf int8", "openvino fp32"}
