@@ -96,17 +96,21 @@ def test_export_int8_writes_a_file_its_runtime_reloads_with_the_models_answers(t
     assert (got.argmax(-1) == want.argmax(-1)).float().mean() >= 0.9  # 16 digits it was not calibrated on
 
 
-def test_predict_eval_and_features_run_in_int8(trained, tmp_path, capsys, mnist_dir):
+def test_predict_runs_in_int8(trained, tmp_path, capsys):
     weights, calibration, photos = trained
-    int8_args = ("--int8", "--calibration", str(calibration))
     out = tmp_path / "predictions.csv"
     images = [str(p) for p in sorted(photos.iterdir())]
-    code, stdout, err = run(
-        capsys, "predict", "vit_mnist", *images, "--weights", str(weights), "--output", str(out), *int8_args, "--json"
-    )
+    argv = ["predict", "vit_mnist", *images, "--weights", str(weights), "--output", str(out), "--json"]
+    code, stdout, err = run(capsys, *argv, "--int8", "--calibration", str(calibration))
     assert code == 0, err
     assert json.loads(stdout)["optimize"]["choice"] == "openvino-int8" and out.exists()
     assert "answers held" in err
+
+
+@pytest.mark.slow  # two evaluations and a features run, each quantizing: tens of seconds
+def test_eval_and_features_run_in_int8(trained, tmp_path, capsys, mnist_dir):
+    weights, calibration, _ = trained
+    int8_args = ("--int8", "--calibration", str(calibration))
     data = ("--data", "mnist", "--data-dir", str(mnist_dir), "--no-download", "--json")
     code, stdout, err = run(capsys, "eval", "vit_mnist", "--weights", str(weights), *data, *int8_args)
     assert code == 0, err
@@ -142,8 +146,11 @@ def test_an_export_whose_answers_change_writes_nothing(trained, tmp_path, capsys
     from vitzoo.inference import guard
 
     weights, calibration, _ = trained
+    from vitzoo.inference.backends import openvino_int8
+
     monkeypatch.setattr(guard.Bounds, "__post_init__", lambda self: None)  # a bound no int8 model can meet
     monkeypatch.setattr("vitzoo.commands.int8_args.AGREEMENT", 1.01)
+    monkeypatch.setattr(openvino_int8, "SETTINGS", openvino_int8.SETTINGS[:2])  # two settings are enough here
     out = tmp_path / "int8.xml"
     argv = ["export", "vit_mnist", "--weights", str(weights), "--out", str(out), "--int8"]
     code, _, err = run(capsys, *argv, "--calibration", str(calibration))

@@ -88,6 +88,7 @@ def test_the_first_setting_that_holds_is_kept_and_the_others_said(monkeypatch):
     assert result.tried[1].startswith("b: top-1 agreement")
 
 
+@pytest.mark.slow  # a second real quantization (the first: test_openvino_int8_is_kept_where_its_answers_hold)
 def test_a_feature_model_is_checked_by_its_embeddings():
     model = classifier(num_classes=0)
     fast = optimize(model, images(4, 1), candidates=["openvino-int8"], calibration=images(32), cache=False)
@@ -96,6 +97,7 @@ def test_a_feature_model_is_checked_by_its_embeddings():
     assert check.measured["cosine similarity"] > 0.99
 
 
+@pytest.mark.slow  # another real quantization
 def test_labels_add_the_accuracy_drop():
     model = classifier()
     cal = images(32)
