@@ -52,6 +52,13 @@ class Int8Request:
     int8: bool = True
     tome: int | tuple[int, ...] | None = None
 
+    def check(self, reference: Any, answers: Any, labels: torch.Tensor | None) -> Check:
+        """The guard's check of `answers` on the held-out rows against the float `reference`."""
+        images = self.calibration.held_out.shape[0]
+        return check_answers(
+            reference, answers, classifier=self.classifier, bounds=self.bounds, labels=labels, images=images
+        )
+
 
 @dataclasses.dataclass
 class Int8Result:
@@ -128,14 +135,7 @@ def build_int8(
             tried.append(f"{setting}: failed ({type(exc).__name__}: {machine.first_line(exc)})")
             continue
         report.compile_s[name] = time.perf_counter() - start
-        check = check_answers(
-            reference,
-            answers,
-            classifier=request.classifier,
-            bounds=request.bounds,
-            labels=labels,
-            images=request.calibration.held_out.shape[0],
-        )
+        check = request.check(reference, answers, labels)
         if check.passed:
             report.int8[name] = Int8Result(setting, check, tried)
             return runner

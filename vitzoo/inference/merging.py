@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from .guard import check_answers
 from .int8 import Int8Request, Int8Result, answers_of
 from .report import OptimizeError, OptimizeReport
 
@@ -44,14 +43,7 @@ def build_tome(
     rows, labels = request.calibration.check_rows(x.shape[0])
     with torch.inference_mode():
         answers = answers_of(merged, rows, x.shape[0])
-    check = check_answers(
-        reference,
-        answers,
-        classifier=request.classifier,
-        bounds=request.bounds,
-        labels=labels,
-        images=request.calibration.held_out.shape[0],
-    )
+    check = request.check(reference, answers, labels)
     report.tome = Int8Result(f"r={request.tome}", check, [])
     if not check.passed:
         report.skipped[TOME] = f"r={request.tome}: the merged model's answers changed: {check.line()}"
