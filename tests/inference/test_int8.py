@@ -40,10 +40,34 @@ def images(n: int, seed: int = 0) -> torch.Tensor:
     return torch.randn(n, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
 
 
-def test_openvino_int8_is_kept_where_its_answers_hold():
-    model = classifier()
-    x = images(4, seed=1)
-    fast = optimize(model, x, candidates=["openvino-int8"], calibration=images(32), cache=False)
+def coloured(n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Noisy images tinted by one of 3 channels, and that channel as the label: a task a tiny ViT
+    learns in a few steps with wide margins (random weights answer by hair's breadths, which int8
+    noise flips on some CPUs: a test of the guard, not of quantization)."""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 3, (n,), generator=g)
+    x = torch.randn(n, 3, 32, 32, generator=g) * 0.5
+    x[torch.arange(n), labels] += 1.5
+    return x, labels
+
+
+@pytest.fixture(scope="module")
+def trained_classifier() -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = vitzoo.create("vit_ti16", img_size=32, depth=2, num_classes=3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for step in range(40):
+        x, y = coloured(32, seed=100 + step)
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    return model.eval()
+
+
+def test_openvino_int8_is_kept_where_its_answers_hold(trained_classifier):
+    model = trained_classifier
+    x, cal = coloured(4, seed=1)[0], coloured(32)[0]
+    fast = optimize(model, x, candidates=["openvino-int8"], calibration=cal, cache=False)
     result = fast.report.int8["openvino-int8"]
     assert result.check.passed and result.check.kind == "classifier" and result.check.held_out == 8
     names = [name for name, _ in int8.settings("openvino-int8")]  # most quantized first
@@ -98,9 +122,9 @@ def test_a_feature_model_is_checked_by_its_embeddings():
 
 
 @pytest.mark.slow  # another real quantization
-def test_labels_add_the_accuracy_drop():
-    model = classifier()
-    cal = images(32)
+def test_labels_add_the_accuracy_drop(trained_classifier):
+    model = trained_classifier
+    cal = coloured(32)[0]
     with torch.inference_mode():
         labels = model(cal).argmax(-1)  # the float model is right on every image
     fast = optimize(model, images(4, 1), candidates=["openvino-int8"], calibration=cal, labels=labels, cache=False)
@@ -188,16 +212,17 @@ def _no_pt2e() -> str | None:
 
 
 @pytest.mark.slow  # inductor compiles the quantized graph: tens of seconds
-def test_pt2e_int8_quantizes_and_holds():
+def test_pt2e_int8_quantizes_and_holds(trained_classifier):
     if _no_pt2e():
         pytest.skip(_no_pt2e() or "")
-    model = classifier()
-    fast = optimize(model, images(4, 1), candidates=["pt2e-int8"], calibration=images(32), int8=True, cache=False)
+    model = trained_classifier
+    x = coloured(4, seed=1)[0]
+    fast = optimize(model, x, candidates=["pt2e-int8"], calibration=coloured(32)[0], int8=True, cache=False)
     result = fast.report.int8["pt2e-int8"]
     assert result.check.passed, result.line()
     assert fast.report.choice == "pt2e-int8"
     with torch.inference_mode():
-        assert (fast(images(4, 1)).argmax(-1) == model(images(4, 1)).argmax(-1)).all()
+        assert (fast(x).argmax(-1) == model(x).argmax(-1)).all()
 
 
 # ------------------------------------------------------------------------------ token merging
