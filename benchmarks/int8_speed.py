@@ -46,6 +46,8 @@ import torch
 
 import vitzoo
 from vitzoo.atomic import write_json
+from vitzoo.deploy import compile_openvino, keep_signal_stack
+from vitzoo.inference.backends.openvino import request_runner
 from vitzoo.precision import cpu_isa, cpu_name
 
 Runner = Callable[[torch.Tensor], Any]
@@ -80,8 +82,11 @@ def nncf_int8(model: torch.nn.Module, x: torch.Tensor, calibration: torch.Tensor
     converted = openvino.convert_model(copy.deepcopy(model).float().eval(), example_input=x)
     nncf.set_log_level(logging.ERROR)
     dataset = nncf.Dataset([c.unsqueeze(0).numpy() for c in calibration])
-    quantized = nncf.quantize(converted, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration))
-    return _request(openvino.Core().compile_model(quantized, "CPU", {"PERFORMANCE_HINT": "LATENCY"}))
+    with keep_signal_stack():  # NNCF compiles models of its own (vitzoo.deploy.compile_openvino says why)
+        quantized = nncf.quantize(
+            converted, dataset, model_type=nncf.ModelType.TRANSFORMER, subset_size=len(calibration)
+        )
+    return request_runner(compile_openvino(quantized, {"PERFORMANCE_HINT": "LATENCY"}))
 
 
 def openvino_fp32(model: torch.nn.Module, x: torch.Tensor) -> Runner:
@@ -89,17 +94,7 @@ def openvino_fp32(model: torch.nn.Module, x: torch.Tensor) -> Runner:
 
     converted = openvino.convert_model(copy.deepcopy(model).float().eval(), example_input=x)
     config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
-    return _request(openvino.Core().compile_model(converted, "CPU", config))
-
-
-def _request(compiled: Any) -> Runner:
-    request = compiled.create_infer_request()
-
-    def run(inp: torch.Tensor) -> torch.Tensor:
-        request.infer({0: inp.numpy()}, share_inputs=True)
-        return torch.from_numpy(request.get_output_tensor(0).data.copy())
-
-    return run
+    return request_runner(compile_openvino(converted, config))
 
 
 def seconds_per_call(fn: Callable[[], Any], budget: float = 0.5) -> float:
@@ -181,7 +176,7 @@ def other_contestants(
     if "BF16" in openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"):
         converted = openvino.convert_model(copy.deepcopy(model).float().eval(), example_input=x)
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "bf16"}
-        runners["openvino bf16 hint"] = _request(openvino.Core().compile_model(converted, "CPU", config))
+        runners["openvino bf16 hint"] = request_runner(compile_openvino(converted, config))
     else:
         skipped["openvino bf16 hint"] = "OpenVINO offers no bf16 on this CPU"
     runners["vitzoo.optimize fp32"] = vitzoo.optimize(

@@ -49,7 +49,7 @@ def quantize_openvino(model: nn.Module, x: torch.Tensor, images: list[torch.Tens
     """`model` converted by OpenVINO (batch axis open) and quantized by NNCF on `images` (batches)."""
     import nncf
 
-    from ...deploy import to_openvino
+    from ...deploy import keep_signal_stack, to_openvino
 
     converted = to_openvino(copy.deepcopy(model).float(), x.float(), dynamic_batch=True)
     advanced = (
@@ -61,8 +61,10 @@ def quantize_openvino(model: nn.Module, x: torch.Tensor, images: list[torch.Tens
     )
     dataset = nncf.Dataset([batch.float().contiguous().numpy() for batch in images])
     nncf.set_log_level(logging.ERROR)
-    # its progress bars go to stdout, which a command's --json output owns: stderr, as vitzoo's own
-    with contextlib.redirect_stdout(sys.stderr):
+    # its progress bars go to stdout, which a command's --json output owns: stderr, as vitzoo's own;
+    # it compiles OpenVINO models of its own to collect statistics: the thread's signal stack kept
+    # (deploy.compile_openvino says why: a later signal handler crashed the process without it)
+    with contextlib.redirect_stdout(sys.stderr), keep_signal_stack():
         return nncf.quantize(
             converted,
             dataset,
