@@ -8,12 +8,10 @@ whose answers change is refused with nothing written.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +19,21 @@ import torch
 from torch import nn
 
 from .atomic import atomic_path, temp_folder
-from .deploy import INPUT_NAME, OUTPUT_NAME, _check_destination, _save_ir, example_input, export_onnx, format_of
+from .deploy import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    _check_destination,
+    _quiet_loggers,
+    _save_ir,
+    example_input,
+    export_onnx,
+    format_of,
+)
 from .errors import VitzooError
 from .inference.calibration import Calibration, split_calibration
 from .inference.guard import Bounds, Check, check_answers
 from .inference.int8 import answers_of
+from .inference.machine import first_line
 from .layers.lora import merge_lora
 
 
@@ -112,7 +120,7 @@ def _openvino_int8(
             runner = request_runner(compile_converted(quantized, model, "LATENCY"))
             check = judge.check(runner)
         except Exception as exc:  # a setting this model or CPU cannot take: the next one
-            tried.append(f"{setting.name}: failed ({type(exc).__name__}: {_first_line(exc)})")
+            tried.append(f"{setting.name}: failed ({type(exc).__name__}: {first_line(exc)})")
             continue
         if check.passed:
             quantized.inputs[0].get_tensor().set_names({INPUT_NAME})
@@ -171,7 +179,7 @@ def _quantize_onnx(src: Path, dst: Path, calibration: Calibration, ops: tuple[st
             batch = next(self.batches, None)
             return None if batch is None else {INPUT_NAME: batch.float().numpy()}
 
-    with _quiet_root_logger():  # it advises pre-processing on the root logger, once per call
+    with _quiet_loggers(""):  # the root logger: it advises pre-processing there, once per call
         quantize_static(
             str(src),
             str(dst),
@@ -188,19 +196,3 @@ def _quantize_onnx(src: Path, dst: Path, calibration: Calibration, ops: tuple[st
 def _session_runner(session: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     """An ONNX Runtime session as a function of an image batch (float32 in, its first output out)."""
     return lambda x: torch.from_numpy(session.run(None, {INPUT_NAME: x.float().numpy()})[0])
-
-
-@contextlib.contextmanager
-def _quiet_root_logger() -> Iterator[None]:
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        root.setLevel(level)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else ""
