@@ -7,7 +7,10 @@ and OpenVINO fp32, per model and batch, measured in one run.
                                                                       # as an AVX2-only CPU: does "auto" pick int8?
 
 Contestants, all with the same random weights (no pretrained checkpoint reaches this machine; speed
-does not depend on the values), on the same input batch:
+does not depend on the values), on the same input batch. The models run as feature extractors
+(num_classes=0; --classifier keeps the 1000-class head, one linear layer): a random head answers by
+hair's breadths, so the guard's top-1 agreement would measure noise, where the features' cosine
+similarity and nearest neighbours measure what int8 changed.
   vitzoo.optimize int8   `vitzoo.optimize(model, x, calibration=photos, int8=True)` (or int8="auto"
                          with --auto: then it is whatever optimize keeps, float where int8 is slower
                          or its answers changed); OpenVINO through NNCF and PyTorch's PT2E are both
@@ -124,7 +127,7 @@ def time_contestants(runners: dict[str, Runner], x: torch.Tensor, rounds: int) -
 def measure(name: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
     """One model at one batch: the three contestants built, then timed together."""
     torch.manual_seed(0)
-    model = vitzoo.create(name).eval()
+    model = vitzoo.create(name, **({} if args.classifier else {"num_classes": 0})).eval()
     x = photo_batch(model, batch)
     calibration = photo_batch(model, args.calibration)
     started = time.perf_counter()
@@ -218,6 +221,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--nncf-images", type=int, default=16, help="NNCF's calibration images (the issue's 16)")
     parser.add_argument("--auto", action="store_true", help='int8="auto": optimize keeps int8 only where it is faster')
     parser.add_argument("--no-pt2e", action="store_true", help="OpenVINO's int8 only (PT2E compiles for minutes)")
+    parser.add_argument("--classifier", action="store_true", help="keep the random 1000-class head (see above)")
     parser.add_argument("--few", action="store_true", help="the three main contestants only (a quick run)")
     parser.add_argument("--json", type=Path, default=None, help="also write every number here")
     args = parser.parse_args(argv)
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"-- {name}, batch {batch}", file=sys.stderr, flush=True)
         rows.append(measure(name, batch, args))
     print_rows(rows)
-    report = {"machine": machine, "rows": rows, "auto": args.auto}
+    report = {"machine": machine, "rows": rows, "auto": args.auto, "classifier": args.classifier}
     if args.json is not None:
         write_json(args.json, report)
     return report

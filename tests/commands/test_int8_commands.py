@@ -128,7 +128,7 @@ def test_eval_and_features_run_in_int8(trained, tmp_path, capsys, mnist_dir):
 
 
 def _changes_answers(model, x, images):
-    return lambda inp: model(inp).flip(-1)
+    return [("", lambda inp: model(inp).flip(-1))]
 
 
 def test_answers_that_change_are_refused_in_one_line_with_nothing_written(trained, tmp_path, capsys, monkeypatch):

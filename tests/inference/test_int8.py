@@ -71,7 +71,9 @@ def test_openvino_int8_is_kept_where_its_answers_hold(trained_classifier):
     result = fast.report.int8["openvino-int8"]
     assert result.check.passed and result.check.kind == "classifier" and result.check.held_out == 8
     names = [name for name, _ in int8.settings("openvino-int8")]  # most quantized first
-    assert result.setting in names and len(result.tried) == names.index(result.setting)  # the first that held
+    setting = result.setting.split(int8.SEP)[0]  # "transformer / float ops in bf16"
+    assert setting in names and all(not t.startswith(setting) for t in result.tried)  # the first that held
+    assert {t.split(int8.SEP)[0].split(":")[0] for t in result.tried} == set(names[: names.index(setting)])
     assert "openvino-int8" in fast.report.img_per_s and "answers held" in fast.report.summary()
     with torch.inference_mode():
         want, got = model(x), fast(x)
@@ -82,7 +84,7 @@ def test_openvino_int8_is_kept_where_its_answers_hold(trained_classifier):
 
 def _changes_answers(model, x, images):
     """A 'quantized' model that reverses the class order: every answer changes."""
-    return lambda inp: model(inp).flip(-1)
+    return [("", lambda inp: model(inp).flip(-1))]
 
 
 def test_the_guard_refuses_a_candidate_that_changes_answers(monkeypatch):
@@ -103,13 +105,44 @@ def test_the_first_setting_that_holds_is_kept_and_the_others_said(monkeypatch):
     def fails(model, x, images):
         raise RuntimeError("No suitable implementations\nmore")
 
-    keeps = lambda model, x, images: model  # noqa: E731 - the float model: its answers hold
+    keeps = lambda model, x, images: [("", model)]  # noqa: E731 - the float model: its answers hold
     monkeypatch.setattr(int8, "settings", lambda name: [("a", fails), ("b", _changes_answers), ("c", keeps)])
     fast = optimize(classifier(), images(4, 1), candidates=["openvino-int8"], calibration=images(16), cache=False)
     result = fast.report.int8["openvino-int8"]
     assert result.setting == "c" and result.check.passed
     assert result.tried[0] == "a: failed (RuntimeError: No suitable implementations)"
     assert result.tried[1].startswith("b: top-1 agreement")
+
+
+def test_a_setting_runs_its_fastest_runner_that_holds_and_a_rebuild_takes_the_one_named(monkeypatch):
+    """One quantization compiled several ways (OpenVINO: its float ops in f32 or bf16): timed, the
+    fastest checked first; one whose answers change gives way to the next; the cache names the one kept."""
+    import time
+
+    built = []
+
+    def slow(model):
+        def run(inp):
+            time.sleep(0.01)
+            return model(inp)
+
+        return run
+
+    def variants(model, x, images):
+        built.append(1)
+        return [("slow, holds", slow(model)), ("fast, wrong", _changes_answers(model, x, images)[0][1])]
+
+    monkeypatch.setattr(int8, "settings", lambda name: [("q", variants)])
+    model, x, cal = classifier(), images(4, 1), images(16)
+    first = optimize(model, x, candidates=["openvino-int8"], calibration=cal, int8=True)
+    result = first.report.int8["openvino-int8"]
+    assert result.setting == "q / slow, holds" and result.check.passed
+    assert len(result.tried) == 1 and result.tried[0].startswith("q / fast, wrong: top-1 agreement")
+    (entry,) = json.loads(cache_file().read_text())["choices"].values()
+    assert entry["int8_settings"] == {"openvino-int8": "q / slow, holds"}
+    again = optimize(model, x, candidates=["openvino-int8"], calibration=cal, int8=True)  # rebuilt by its full name
+    assert again.report.cached and again.report.int8["openvino-int8"].setting == "q / slow, holds"
+    assert again.report.int8["openvino-int8"].tried == [] and built == [1, 1]
 
 
 @pytest.mark.slow  # a second real quantization (the first: test_openvino_int8_is_kept_where_its_answers_hold)
@@ -139,7 +172,7 @@ def test_the_choice_and_its_setting_are_remembered_per_calibration_set(monkeypat
 
     def counted(model, x, images):
         built.append(len(images))
-        return model
+        return [("", model)]
 
     monkeypatch.setattr(int8, "settings", lambda name: [("x", _changes_answers), ("y", counted)])
     model, x, cal = classifier(), images(4, 1), images(16)
@@ -263,7 +296,7 @@ def test_token_merging_and_int8_together_are_checked_against_the_unmerged_model(
 
     def records(model, x, images):
         seen.append(type(model).__name__)
-        return model
+        return [("", model)]
 
     monkeypatch.setattr(int8, "settings", lambda name: [("float", records)])
     torch.manual_seed(0)

@@ -7,7 +7,8 @@
 
 Each is built, calibrated on the calibration images, run on the images held out from them and kept
 only where the guard (guard.py) accepts its answers; for OpenVINO the first setting that holds is
-kept (`Int8Result.tried` says why the ones before it did not). `int8=True` (the caller asked for
+kept, at the faster of the precisions its float ops can run in here that holds (`Int8Result.tried`
+says why the ones before it did not). `int8=True` (the caller asked for
 int8) keeps a candidate whose check failed too, saying so; "auto" never does.
 
 Where a model cannot be quantized this way the candidate is skipped with the reason by name
@@ -19,13 +20,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
-from . import machine
+from . import machine, timing
 from .calibration import Calibration
 from .guard import Bounds, Check, check_answers
 from .outputs import Runner, model_dtype, tree_map
@@ -36,7 +37,9 @@ _NEEDS = {
     "openvino-int8": (("openvino", 'pip install "vitzoo[openvino]"'), ("nncf", 'pip install "vitzoo[int8]"')),
     "pt2e-int8": (("torchao.quantization.pt2e.quantize_pt2e", 'pip install "vitzoo[int8]" (torchao with PT2E)'),),
 }
-Build = Callable[[nn.Module, torch.Tensor, list[torch.Tensor]], Runner]
+# A setting's build: the model quantized on the calibration batches, as one or more runners that
+# differ only in how they run (e.g. the precision of the ops left in float): (label, runner).
+Build = Callable[[nn.Module, torch.Tensor, list[torch.Tensor]], list[tuple[str, Runner]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +84,7 @@ def settings(name: str) -> list[tuple[str, Build]]:
         return [(s.name, functools.partial(openvino_int8, setting=s)) for s in SETTINGS]
     from .backends.pt2e import pt2e_int8
 
-    return [("x86 inductor quantizer", pt2e_int8)]
+    return [("x86 inductor quantizer", lambda *args: [("", pt2e_int8(*args))])]
 
 
 def refusal(name: str, model: nn.Module, x: torch.Tensor) -> str | None:
@@ -118,31 +121,59 @@ def build_int8(
     report: OptimizeReport,
     only: str | None = None,
 ) -> Runner | None:
-    """Candidate `name` with the first setting (or setting `only`) whose answers hold; None, with
-    the reasons in `report.skipped`, where none does (unless int8 was asked for: then the first
-    that ran, its failed check in the report)."""
+    """Candidate `name` with the first setting (or setting `only`, as `Int8Result.setting` names
+    it) whose answers hold, the fastest of its runners that hold; None, with the reasons in
+    `report.skipped`, where none does (unless int8 was asked for: then the first that ran, its
+    failed check in the report)."""
     tried: list[str] = []
     fallback: tuple[Runner, str, Check] | None = None
-    rows, labels = request.calibration.check_rows(x.shape[0])
     for setting, build in settings(name):
-        if only is not None and setting != only:
+        if only is not None and only.split(SEP)[0] != setting:
             continue
         start = time.perf_counter()
         try:
-            runner = build(model, x, request.calibration.batches(x.shape[0]))
-            answers = answers_of(runner, rows, x.shape[0])
+            variants = build(model, x, request.calibration.batches(x.shape[0]))
         except Exception as exc:  # a setting this model or CPU cannot take: the next one
             tried.append(f"{setting}: failed ({type(exc).__name__}: {machine.first_line(exc)})")
             continue
         report.compile_s[name] = time.perf_counter() - start
-        check = request.check(reference, answers, labels)
-        if check.passed:
-            report.int8[name] = Int8Result(setting, check, tried)
-            return runner
-        tried.append(f"{setting}: {check.line()}")
-        fallback = fallback or (runner, setting, check)
+        named = [(SEP.join([setting, label]) if label else setting, runner) for label, runner in variants]
+        if only is not None and SEP in only:
+            named = [(full, runner) for full, runner in named if full == only]
+        for full, runner, check in _checked(named, x, request, reference, tried):
+            if check.passed:
+                report.int8[name] = Int8Result(full, check, tried)
+                return runner
+            fallback = fallback or (runner, full, check)
     if request.forced and fallback is not None:
         report.int8[name] = Int8Result(fallback[1], fallback[2], tried)
         return fallback[0]
     report.skipped[name] = "no setting kept the answers: " + "; ".join(tried) if tried else "no setting to try"
     return None
+
+
+# Between a setting's name and the label of one of its runners, in `Int8Result.setting`.
+SEP = " / "
+
+
+def _checked(
+    named: list[tuple[str, Runner]], x: torch.Tensor, request: Int8Request, reference: Any, tried: list[str]
+) -> Iterator[tuple[str, Runner, Check]]:
+    """The runners of one setting, the fastest first (timed on `x` where there are several), each
+    with the guard's check of its answers on the held-out rows; a failure or refusal is added to
+    `tried`."""
+    rows, labels = request.calibration.check_rows(x.shape[0])
+    if len(named) > 1:
+        with torch.inference_mode():
+            seconds = {full: timing.time_calls(functools.partial(runner, x), rounds=3) for full, runner in named}
+        named = sorted(named, key=lambda item: seconds[item[0]])
+    for full, runner in named:
+        try:
+            answers = answers_of(runner, rows, x.shape[0])
+        except Exception as exc:  # a runner this CPU cannot run: the next one
+            tried.append(f"{full}: failed ({type(exc).__name__}: {machine.first_line(exc)})")
+            continue
+        check = request.check(reference, answers, labels)
+        if not check.passed:
+            tried.append(f"{full}: {check.line()}")
+        yield full, runner, check

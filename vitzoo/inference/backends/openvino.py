@@ -23,14 +23,16 @@ def _openvino_compiled(model: nn.Module, x: torch.Tensor, hint: str) -> Any:
     return compile_converted(converted, model, hint)
 
 
-def compile_converted(converted: Any, model: nn.Module, hint: str) -> Any:
+def compile_converted(converted: Any, model: nn.Module, hint: str, precision: str | None = None) -> Any:
     """An OpenVINO model (converted from `model`, or quantized from that) compiled for this CPU at
-    `model`'s precision under performance `hint`; one output only."""
+    `precision` (OpenVINO's name: "f32", "bf16"; None: `model`'s) under performance `hint`; one
+    output only."""
     import openvino as ov
 
     from ...deploy import compile_openvino
 
-    config = {"INFERENCE_PRECISION_HINT": _openvino_precision(ov.Core(), model), "PERFORMANCE_HINT": hint}
+    precision = precision or _openvino_precision(ov.Core(), model)
+    config = {"INFERENCE_PRECISION_HINT": precision, "PERFORMANCE_HINT": hint}
     compiled = compile_openvino(converted, config)
     if len(compiled.outputs) != 1:
         raise ValueError(f"the model has {len(compiled.outputs)} outputs; the OpenVINO candidates take one")
@@ -48,6 +50,15 @@ def _openvino_precision(core: Any, model: nn.Module) -> str:
     if wanted == "f16" and "FP16" not in capabilities:
         return "f32"
     return wanted
+
+
+def float_precisions() -> list[str]:
+    """The precisions OpenVINO can run this CPU's float ops in: f32, and bf16 where the CPU computes
+    in it natively (which of them is faster differs per CPU kind: timed, never assumed)."""
+    import openvino as ov
+
+    capabilities = set(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return ["f32", "bf16"] if "BF16" in capabilities and native_bf16_flags() else ["f32"]
 
 
 def openvino(model: nn.Module, x: torch.Tensor) -> Runner:
