@@ -159,14 +159,14 @@ SEP = " / "
 def _checked(
     named: list[tuple[str, Runner]], x: torch.Tensor, request: Int8Request, reference: Any, tried: list[str]
 ) -> Iterator[tuple[str, Runner, Check]]:
-    """The runners of one setting, the fastest first (timed on `x` where there are several), each
+    """The runners of one setting, the fastest first (timed on `x`, interleaved, where there are several), each
     with the guard's check of its answers on the held-out rows; a failure or refusal is added to
     `tried`."""
     rows, labels = request.calibration.check_rows(x.shape[0])
     if len(named) > 1:
         with torch.inference_mode():
-            seconds = {full: timing.time_calls(functools.partial(runner, x), rounds=3) for full, runner in named}
-        named = sorted(named, key=lambda item: seconds[item[0]])
+            order = timing.fastest_first(dict(named), x)
+        named = sorted(named, key=lambda item: order.index(item[0]))
     for full, runner in named:
         try:
             answers = answers_of(runner, rows, x.shape[0])

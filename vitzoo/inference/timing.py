@@ -37,6 +37,16 @@ def time_calls(fn: Callable[[], Any], rounds: int) -> float:
     return statistics.median(times)
 
 
+def fastest_first(runners: dict[str, Runner], x: torch.Tensor, rounds: int = 5) -> list[str]:
+    """The names of `runners`, the fastest on `x` first: interleaved rounds (drift hits all alike),
+    the median per runner."""
+    seconds: dict[str, list[float]] = {k: [] for k in runners}
+    for r in range(rounds):
+        for name in list(runners) if r % 2 == 0 else list(reversed(runners)):
+            seconds[name].append(time_calls(functools.partial(runners[name], x), rounds=1))
+    return sorted(runners, key=lambda k: statistics.median(seconds[k]))
+
+
 def _sync_needed() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_initialized()
 
