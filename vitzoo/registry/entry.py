@@ -1,8 +1,8 @@
 """What the registry holds: an entry (`ModelEntry`: a name, its builder, its config, its pretrained
 sources and its other spellings), a name resolved once (`Resolved`), and the errors of the
-registry. Plain data, and the rules that read an entry alone (`source_kind`, `split_name`), so that
-the table (table.py), the names (names.py), `model_info` (info.py) and the listing (listing.py)
-share one definition of each."""
+registry. Plain data, and the rules that need nothing but an entry or a name (`source_kind`,
+`split_name`), so that the table (table.py), the names (names.py), `model_info` (info.py) and the
+listing (listing.py) share one definition of each."""
 
 from __future__ import annotations
 
