@@ -1,4 +1,4 @@
-"""vitzoo/data/naflex.py: random crops keep area and aspect (relative to the image's) in range; a
+"""vitzoo/data/naflex_train.py: random crops keep area and aspect (relative to the image's) in range; a
 whole-image crop is exactly `vitzoo.naflex.preprocess`; the token-budget batches hold at most the
 budget, every image once per epoch, the same order for the same seed, the ranks' shares, and a
 pass resumed at step k yields the batches an uninterrupted pass yields from k on."""
@@ -10,7 +10,7 @@ import torch
 
 import vitzoo
 from vitzoo.data import ImageTensors
-from vitzoo.data.naflex import NaFlexCrop, NaFlexTrainLoader, random_crop_box, token_schedule
+from vitzoo.data.naflex_train import NaFlexCrop, NaFlexTrainLoader, random_crop_box, token_schedule
 from vitzoo.layers.naflex import PATCH_VALID, PATCHES
 from vitzoo.naflex import NaFlexError, NaFlexSpec, preprocess
 

@@ -96,7 +96,7 @@ def test_two_processes_stream_a_folder_through_worker_processes(tmp_path: Path) 
 
 
 def test_two_processes_train_naflex_batches_in_lockstep(tmp_path: Path) -> None:
-    """NaFlex (vitzoo/data/naflex.py): each rank its share of the mixed-aspect images in batches
+    """NaFlex (vitzoo/data/naflex_train.py): each rank its share of the mixed-aspect images in batches
     of the shared token schedule; the ranks end with the same weights, rank 0 writes the run."""
     pytest.importorskip("skimage", reason="the photos are scikit-image's")
     from vitzoo.data.photo_crops import build_photo_crops

@@ -1,4 +1,4 @@
-"""vitzoo/train/naflex.py and fit with `naflex=True`: the budget a config implies, the settings
+"""vitzoo/train/naflex_run.py and fit with `naflex=True`: the budget a config implies, the settings
 refused, and a NaFlex run on a folder of mixed-aspect photo crops (Mixup, CutMix, erasing, EMA on)
 that Ctrl-C stops mid-epoch and `resume` finishes with the weights and metrics of an
 uninterrupted run, bit for bit."""
@@ -13,12 +13,12 @@ import torch
 
 import vitzoo
 from vitzoo.data import DataSplits, load_data
-from vitzoo.data.naflex import NaFlexTrainLoader
+from vitzoo.data.naflex_train import NaFlexTrainLoader
 from vitzoo.layers.naflex import PATCH_VALID, PATCHES
 from vitzoo.naflex import NaFlexError, NaFlexLoader
 from vitzoo.train import TrainConfig, fit
 from vitzoo.train.distributed import DistInfo
-from vitzoo.train.naflex import NaFlexLengths, naflex_loaders
+from vitzoo.train.naflex_run import NaFlexLengths, naflex_loaders
 
 pytest.importorskip("skimage", reason="the photos are scikit-image's")
 

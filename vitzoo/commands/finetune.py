@@ -277,7 +277,7 @@ def _add_mix_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _seq_lens_arg(value: str) -> str:
     """--seq-lens: comma-separated sequence lengths, kept as given once checked."""
-    from ..data.naflex import parse_seq_lens
+    from ..data.naflex_train import parse_seq_lens
 
     try:
         return ",".join(map(str, parse_seq_lens(value)))
@@ -650,7 +650,7 @@ def _eval_flags(config: Any, model: Any) -> str:
     """The `vitzoo eval` flags that evaluate best/ as the run did: a NaFlex run's budget."""
     if not config.naflex:
         return ""
-    from ..train.naflex import NaFlexLengths
+    from ..train.naflex_run import NaFlexLengths
 
     return f" --naflex --max-patches {NaFlexLengths.from_config(config, model).max_patches}"
 

@@ -89,7 +89,7 @@ class TrainConfig:
     lora_alpha: float | None = None  # the update is scaled by alpha / rank; None: alpha = rank
     lora_targets: str = DEFAULT_LORA_TARGETS  # q, k, v (slices of the fused qkv), qkv, proj, fc1, fc2, mlp
     lora_dropout: float = 0.0  # dropout on the adapters' input
-    # NaFlex (vitzoo/train/naflex.py): each image at its own aspect within a patch budget, token-budget batches
+    # NaFlex (vitzoo/train/naflex_run.py): each image at its own aspect within a patch budget, token-budget batches
     naflex: bool = False
     max_patches: int | None = None  # the longest sequence, also evaluation's; None: the model's square grid
     seq_lens: str | None = None  # training sequence lengths, "64,128,256"; None: max_patches / 4, / 2 and itself
@@ -149,7 +149,7 @@ def _lora_checks(config: TrainConfig) -> list[tuple[bool, str, str]]:
 
 def _naflex_checks(config: TrainConfig) -> list[tuple[bool, str, str]]:
     """The NaFlex settings: the others only with naflex; no teacher (it takes square images)."""
-    from ..data.naflex import parse_seq_lens
+    from ..data.naflex_train import parse_seq_lens
 
     on = config.naflex
     if config.seq_lens is not None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..data.naflex import NaFlexBatch
+from ..data.naflex_train import NaFlexBatch
 from ..layers.naflex import PATCH_COORD, PATCH_VALID, PATCHES
 from .mix import check_mix_settings, smooth_one_hot
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ..data import BatchLoader, DataSplits
-from ..data.naflex import NaFlexTrainLoader
+from ..data.naflex_train import NaFlexTrainLoader
 from ..data.stream import StreamLoader
 from ..naflex import NaFlexLoader
 from . import dcp, distributed, fsdp

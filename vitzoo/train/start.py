@@ -28,8 +28,8 @@ from .lock import RunLock
 from .log import logger
 from .metrics import METRICS_NAME, read_metrics
 from .mix import Mixer
-from .naflex import naflex_loaders
 from .naflex_mix import NaFlexMixer
+from .naflex_run import naflex_loaders
 from .optim import WarmupCosine, add_adapters, freeze_backbone, make_optimizer, param_groups
 from .placement import Placement, choose_bf16, resolve_device
 from .resume import check_same_model, check_same_settings

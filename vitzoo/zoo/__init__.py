@@ -1,4 +1,4 @@
-"""The built-in named models, as data: `MODELS`, read by the registry (vitzoo/registry.py) on first use.
+"""The built-in named models, as data: `MODELS`, read by the registry (vitzoo/registry/table.py) on first use.
 
 Three tables make it:
 - `curated.py`, written by hand: the MNIST models, and each family's first releases with their

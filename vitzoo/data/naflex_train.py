@@ -9,7 +9,7 @@ in batches that hold about the same number of patches (timm's NaFlex loader, NaV
 * An image becomes patches: a random crop of random area and aspect (relative to the image's own,
   timm's `RandomResizedCropToSequence`), resized keeping the crop's aspect to the largest multiple
   of the patch whose grid holds at most the batch's sequence length, flipped; then exactly what
-  evaluation does to a whole image (vitzoo/naflex.py: `NaFlexResize` for the resize, `assemble`
+  evaluation does to a whole image (naflex_patches.py: `NaFlexResize` for the resize, `assemble`
   to normalise, cut and pad), so training and `vitzoo.naflex.preprocess` differ only in the crop
   and flip.
 * Batches (timm's `NaFlexMapDatasetWrapper`): one schedule of (sequence length, batch size) is drawn
@@ -31,10 +31,10 @@ from collections.abc import Callable, Iterator, Sequence
 import torch
 from torchvision.transforms.v2 import functional as TF
 
-from ..naflex import NaFlexError, NaFlexResize, NaFlexSpec, assemble
 from .files import ImageFiles
 from .folder import UnreadableImageError
 from .loader import mix_seeds
+from .naflex_patches import NaFlexError, NaFlexResize, NaFlexSpec, assemble
 from .stream import read_listed_image
 from .tensors import ImageTensors
 

@@ -1,5 +1,5 @@
 """A NaFlex run's data: the sequence lengths and token budget its TrainConfig implies, its loaders
-(vitzoo/data/naflex.py) with patch random erasing, and its Mixup / CutMix (naflex_mix.py).
+(vitzoo/data/naflex_train.py) with patch random erasing, and its Mixup / CutMix (naflex_mix.py).
 
     lengths = NaFlexLengths.from_config(config, model, world_size)   # seq_lens, max_patches, max_tokens
     loaders = naflex_loaders(model, splits, config, dist)
@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..data import DataSplits
-from ..data.naflex import NaFlexCrop, NaFlexTrainLoader, check_budget, parse_seq_lens
+from ..data.naflex_train import NaFlexCrop, NaFlexTrainLoader, check_budget, parse_seq_lens
 from ..layers.helpers import to_2tuple
 from ..naflex import NaFlexLoader, NaFlexSpec, check_model
 from .config import TrainConfig
