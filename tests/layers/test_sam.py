@@ -16,7 +16,7 @@ from vitzoo.layers.sam import (
     Neck,
     SamBlock,
     decomposed_rel_pos_bias,
-    rel_pos_table,
+    sam_rel_pos_pairs,
     window_partition,
     window_unpartition,
 )
@@ -48,7 +48,7 @@ def test_windows_pad_and_come_back_exactly():
 def test_relative_table_and_bias_are_timms(length):
     sam = _timm_sam()
     table = torch.randn(length, 8)
-    assert torch.equal(rel_pos_table(table, 5), sam.get_rel_pos(5, 5, table))
+    assert torch.equal(sam_rel_pos_pairs(table, 5), sam.get_rel_pos(5, 5, table))
     q, rel_h, rel_w = torch.randn(2, 3, 5 * 4, 8), torch.randn(length, 8), torch.randn(7, 8)
     ours = decomposed_rel_pos_bias(q, rel_h, rel_w, (5, 4))
     theirs = sam.get_decomposed_rel_pos_bias(q.reshape(6, 20, 8), rel_h, rel_w, (5, 4), (5, 4))

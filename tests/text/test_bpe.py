@@ -12,6 +12,7 @@ import torch
 
 from vitzoo.errors import VitzooError
 from vitzoo.text import ClipTokenizer
+from vitzoo.text.bpe import EOT_ID, VOCAB_SIZE
 
 open_clip = pytest.importorskip("open_clip")
 
@@ -45,6 +46,12 @@ def test_the_shipped_vocabulary_is_open_clips_file():
     theirs = Path(open_clip.__file__).with_name("bpe_simple_vocab_16e6.txt.gz").read_bytes()
     assert hashlib.sha256(shipped).digest() == hashlib.sha256(theirs).digest()
     assert ClipTokenizer().vocab_size == 49408
+
+
+def test_the_vocabulary_constants_are_the_shipped_vocabularys():
+    """bpe.VOCAB_SIZE and EOT_ID, which the text towers' tables of defaults read, are the tokenizer's."""
+    tokenizer = ClipTokenizer()
+    assert (tokenizer.vocab_size, tokenizer.eot_token_id) == (VOCAB_SIZE, EOT_ID)
 
 
 def test_a_bad_vocabulary_file_is_one_error_naming_it(tmp_path):

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import vitzoo
-from vitzoo.model import VisionTransformer
+from vitzoo.model import VisionTransformer, ViTConfig
 from vitzoo.weights import WeightsMismatchError
-from vitzoo.weights.shapes import infer_config_fields, mlp_kind
+from vitzoo.weights.shapes import CLASSIC_FIELDS, _option_fields, infer_config_fields, mlp_kind
 
 SMALL = dict(img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=10)
 
@@ -48,6 +48,22 @@ def test_tensors_show_the_mlp_layout_its_width_and_the_norm(fields, shown):
     # the inferred fields build a model of the same shapes
     rebuilt = VisionTransformer(**{**SMALL, "num_heads": 2, **inferred})
     assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {k: v.shape for k, v in _state(**fields).items()}
+
+
+def test_classic_fields_are_vitconfigs_defaults():
+    """A classic ViT's fields are ViTConfig's defaults, field for field (read off the dataclass)."""
+    default = ViTConfig()
+    assert CLASSIC_FIELDS == {name: getattr(default, name) for name in ViTConfig.field_names()}
+
+
+def test_a_classic_vits_tensors_show_every_option_at_its_default():
+    """Each option the tensors show is a ViTConfig field; a classic ViT's show each at its default,
+    so inference leaves every one of them out."""
+    state = _state()
+    options = _option_fields(state, SMALL["embed_dim"], fc_norm=False, reg_tokens=0)
+    assert set(options) <= set(ViTConfig.field_names())
+    assert options == {name: CLASSIC_FIELDS[name] for name in options}
+    assert not set(options) & set(infer_config_fields(state))
 
 
 def test_mlp_kind_without_block_weights_is_none():

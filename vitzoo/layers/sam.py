@@ -16,7 +16,7 @@ make it affordable and give it a dense output:
 
   (`decomposed_rel_pos_bias`; the query unscaled), added before the softmax as a float bias (the
   `attn_bias` of layers/attention.py). A table sized for another grid is first resized linearly
-  along its offsets (`rel_pos_table`), as SAM's and timm's code do for another input size.
+  along its offsets (`sam_rel_pos_pairs`), as SAM's and timm's code do for another input size.
 * **A convolutional neck** (`Neck`): a 1x1 convolution to `neck_chans` (256) channels, a LayerNorm
   over channels, a 3x3 convolution and another LayerNorm: the encoder's output is a
   (B, 256, 64, 64) map. It takes the place of the final LayerNorm.
@@ -81,10 +81,12 @@ def window_weights_on_grid(
     return full[:, :, : H * W, : H * W]
 
 
-def rel_pos_table(table: torch.Tensor, size: int) -> torch.Tensor:
-    """(L, C) learned offsets -> (size, size, C): entry [i, k] is the embedding of offset i - k.
-    A table of another length than 2 * size - 1 is resized linearly along its offsets first
-    (align_corners=False), as SAM's code does for another grid."""
+def sam_rel_pos_pairs(table: torch.Tensor, size: int) -> torch.Tensor:
+    """(L, C) learned offsets -> (size, size, C), one embedding per (query, key) pair along an
+    axis: entry [i, k] is the embedding of offset i - k (SAM's and timm's `get_rel_pos`). A table
+    of another length than 2 * size - 1 is resized linearly along its offsets first
+    (align_corners=False), as SAM's code does for another grid. Not BEiT's table
+    (ViTConfig.rel_pos_table, layers/relpos_bias.py): one bias per head, not an embedding."""
     length = 2 * size - 1
     if table.shape[0] != length:
         resized = F.interpolate(table.t().unsqueeze(0).float(), size=length, mode="linear")
@@ -102,8 +104,8 @@ def decomposed_rel_pos_bias(
     B, heads, N, C = q.shape
     H, W = grid
     r_q = q.reshape(B, heads, H, W, C)
-    rel_h = torch.einsum("bnhwc,hkc->bnhwk", r_q, rel_pos_table(rel_pos_h, H))  # (.., H, W, key rows)
-    rel_w = torch.einsum("bnhwc,wkc->bnhwk", r_q, rel_pos_table(rel_pos_w, W))  # (.., H, W, key columns)
+    rel_h = torch.einsum("bnhwc,hkc->bnhwk", r_q, sam_rel_pos_pairs(rel_pos_h, H))  # (.., H, W, key rows)
+    rel_w = torch.einsum("bnhwc,wkc->bnhwk", r_q, sam_rel_pos_pairs(rel_pos_w, W))  # (.., H, W, key columns)
     bias = rel_h[..., :, None] + rel_w[..., None, :]  # (B, heads, H, W, key rows, key columns)
     return bias.reshape(B, heads, N, N)
 
@@ -222,6 +224,11 @@ def neck_params(dim: int, chans: int) -> int:
     return dim * chans + 2 * chans + 9 * chans * chans + 2 * chans
 
 
-def rel_pos_params(grid: tuple[int, int], head_dim: int) -> int:
-    """The parameter count of a RelPosAttention's two tables for a (rows, columns) grid."""
+def sam_rel_pos_params(grid: tuple[int, int], head_dim: int) -> int:
+    """The parameter count of a RelPosAttention's two tables for a (rows, columns) grid (SAM's
+    decomposed positions; BEiT's table is counted by the model)."""
     return (2 * grid[0] - 1 + 2 * grid[1] - 1) * head_dim
+
+
+# The old name, which vitzoo's model still imports until it is moved to the new one.
+rel_pos_params = sam_rel_pos_params

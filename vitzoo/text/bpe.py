@@ -31,7 +31,12 @@ from ..errors import VitzooError
 VOCAB_FILE = "bpe_simple_vocab_16e6.txt.gz"
 CONTEXT_LENGTH = 77  # every CLIP model's text context
 SOT, EOT = "<start_of_text>", "<end_of_text>"
-_MERGES = 49152 - 256 - 2  # the merges CLIP's vocabulary of 49408 ids uses (the file holds more)
+# CLIP's vocabulary: each byte alone and word-final, the merges, then <start_of_text> and
+# <end_of_text> (the last id). The text towers' tables of defaults (TextConfig, open_clip's and
+# transformers' configs) read these.
+VOCAB_SIZE = 49408
+EOT_ID = VOCAB_SIZE - 1
+_MERGES = VOCAB_SIZE - 2 * 256 - 2  # the merges it uses (the file holds more)
 
 
 class TextDependencyError(VitzooError, ImportError):

@@ -43,6 +43,7 @@ from ..weights.hub import (
     parse_hub_ref,
     timm_hub_ref,
 )
+from ..weights.norm_eps import NORM_EPS
 from ..weights.shapes import infer_config_fields
 from ..weights.verify import check_shown, check_stated
 from .bpe import ClipTokenizer, clip_tokenizer
@@ -74,7 +75,7 @@ TEXT_CONFIGS: dict[str, TextConfig] = {
         width=768,
         num_heads=12,
         embed_dim=768,
-        norm_eps=1e-6,
+        norm_eps=NORM_EPS["siglip_text"],
         causal=False,
         pool="last",
         proj_bias=True,

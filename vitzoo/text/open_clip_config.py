@@ -17,6 +17,8 @@ from typing import Any
 from ..model import ViTConfig
 from ..pretrained_cfg import CLIP_MEAN, CLIP_STD, PretrainedCfg, check_pretrained_fields
 from ..weights.errors import WeightsFileError
+from ..weights.norm_eps import NORM_EPS
+from .bpe import CONTEXT_LENGTH, VOCAB_SIZE
 from .transformer import TextConfig
 
 # Options whose open_clip default is all vitzoo implements: any other value is refused.
@@ -43,8 +45,8 @@ _VISION_DEFAULTS: dict[str, Any] = {
 }
 # open_clip's text tower sizes where text_cfg leaves them out
 _TEXT_SIZES: dict[str, Any] = {
-    "vocab_size": 49408,
-    "context_length": 77,
+    "vocab_size": VOCAB_SIZE,
+    "context_length": CONTEXT_LENGTH,
     "width": 512,
     "layers": 12,
     "heads": 8,
@@ -152,7 +154,7 @@ def _act(cfg: dict[str, Any], quick_gelu: bool) -> str:
 
 
 def _eps(cfg: dict[str, Any]) -> float:
-    return float((cfg.get("norm_kwargs") or {}).get("eps", 1e-5))
+    return float((cfg.get("norm_kwargs") or {}).get("eps", NORM_EPS["open_clip"]))
 
 
 def _text_says(text: dict[str, Any], embed_dim: int, prefix: str) -> dict[str, str]:

@@ -28,19 +28,21 @@ from torch import nn
 from ..layers import Block
 from ..layers.activations import ACTIVATIONS
 from ..layers.swiglu import mlp_hidden_dim
+from ..weights.norm_eps import NORM_EPS
+from .bpe import CONTEXT_LENGTH, VOCAB_SIZE
 
 
 @dataclass
 class TextConfig:
-    vocab_size: int = 49408
-    context_length: int = 77
+    vocab_size: int = VOCAB_SIZE  # CLIP's text tower
+    context_length: int = CONTEXT_LENGTH
     width: int = 512
     depth: int = 12
     num_heads: int = 8
     mlp_ratio: float = 4.0
     embed_dim: int = 512  # the joint image-text space
     act_layer: str = "gelu"
-    norm_eps: float = 1e-5
+    norm_eps: float = NORM_EPS["clip_text"]
     causal: bool = True  # CLIP: each token sees the ones before it; SigLIP: all tokens
     pool: Literal["argmax", "last", "eos"] = "argmax"
     eos_id: int | None = None  # the token "eos" pools at (and only then)

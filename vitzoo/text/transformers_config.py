@@ -13,18 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from ..weights.errors import WeightsFileError
+from ..weights.norm_eps import NORM_EPS
 from ..weights.transformers_files import ACTIVATIONS
+from .bpe import CONTEXT_LENGTH, EOT_ID, VOCAB_SIZE
 from .transformer import TextConfig
 
 _CLIP_TEXT = dict(
-    vocab_size=49408,
+    vocab_size=VOCAB_SIZE,
     hidden_size=512,
     intermediate_size=2048,
     num_hidden_layers=12,
     num_attention_heads=8,
-    max_position_embeddings=77,
+    max_position_embeddings=CONTEXT_LENGTH,
     hidden_act="quick_gelu",
-    layer_norm_eps=1e-5,
+    layer_norm_eps=NORM_EPS["clip_text"],
 )
 _SIGLIP_TEXT = dict(
     vocab_size=32000,
@@ -34,12 +36,10 @@ _SIGLIP_TEXT = dict(
     num_attention_heads=12,
     max_position_embeddings=64,
     hidden_act="gelu_pytorch_tanh",
-    layer_norm_eps=1e-6,
+    layer_norm_eps=NORM_EPS["siglip_text"],
 )
-_METACLIP_2_TEXT = dict(_CLIP_TEXT, eos_token_id=49407)
+_METACLIP_2_TEXT = dict(_CLIP_TEXT, eos_token_id=EOT_ID)
 TEXT_MODEL_TYPES = {"clip": _CLIP_TEXT, "metaclip_2": _METACLIP_2_TEXT, "siglip": _SIGLIP_TEXT, "siglip2": _SIGLIP_TEXT}
-# CLIP's BPE: its vocabulary size and end-of-text id
-_CLIP_VOCAB, _CLIP_EOT = 49408, 49407
 
 
 def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfig, dict[str, Any]]:
@@ -80,7 +80,7 @@ def transformers_text_config(cfg: dict[str, Any], where: str) -> tuple[TextConfi
         )
     except (TypeError, ValueError, ZeroDivisionError) as e:
         raise WeightsFileError(f"{where!r}: text_config is invalid ({e})") from e
-    if model_type == "metaclip_2" and (config.vocab_size, eos) != (_CLIP_VOCAB, _CLIP_EOT):
+    if model_type == "metaclip_2" and (config.vocab_size, eos) != (VOCAB_SIZE, EOT_ID):
         reason = (
             f"text_config vocab_size={config.vocab_size}, eos_token_id={eos}: a tokenizer other than CLIP's "
             "(MetaCLIP 2 worldwide: XLM-V), which vitzoo does not implement; the text tower takes token ids"

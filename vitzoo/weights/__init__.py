@@ -13,10 +13,11 @@ vitzoo.export.
 Modules: checkpoint (the read source, as data), sources (what a source string means; reading it),
 files (reading checkpoint files safely), keymaps (one key map per layout: where pretrained weights
 are converted), shapes (the config a state dict's shapes determine), transformers_files and
-timm_files (what those libraries' config files state; "timm:<name>" through timm), verify (a
-config checked against its tensors, a checkpoint against its model), adapt (num_classes, img_size,
-in_chans), load (into models), hub (huggingface_hub downloads; hub_verify: downloaded files
-checked; hub_logs: its log lines kept quiet), exporter (for timm), errors.
+timm_files (what those libraries' config files state; "timm:<name>" through timm), norm_eps (each
+family's norm eps, one table), verify (a config checked against its tensors, a checkpoint against
+its model), adapt (num_classes, img_size, in_chans), load (into models), hub (huggingface_hub
+downloads; hub_verify: downloaded files checked; hub_logs: its log lines kept quiet), exporter (for
+timm), errors.
 """
 
 from .checkpoint import Architecture, Checkpoint

@@ -59,12 +59,9 @@ import torch
 
 from .errors import UnknownFormatError, WeightsMismatchError
 from .files import StateDict
+from .norm_eps import NORM_EPS
 
 FORMATS = ("vitzoo", "transformers", "tips", "radio", "torchvision", "npz")
-TRANSFORMERS_EPS = 1e-12  # transformers' ViT/DeiT default LayerNorm eps (timm and Google: 1e-6)
-# The LayerNorm eps of transformers' other families, for weights files without their config.json.
-DINOV2_EPS, CLIP_EPS, SIGLIP_EPS, DINOV3_EPS, AIMV2_EPS, SAM_EPS = 1e-6, 1e-5, 1e-6, 1e-5, 1e-5, 1e-6
-SAPIENS2_EPS = 1e-6
 
 
 @dataclass
@@ -82,7 +79,7 @@ class Converted:
 def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
     """The layout of a checkpoint, from its keys."""
     keyset = set(keys)
-    if any(re.fullmatch(rf"{_TV}{_TIPS_KEY}", k) for k in keyset):
+    if any(re.fullmatch(rf"{_TIPS}{_TIPS_KEY}", k) for k in keyset):
         return "tips"
     if any(re.fullmatch(_SAPIENS2_KEY, k) for k in keyset):  # before timm's: its blocks are blocks.i too
         return "transformers"
@@ -424,7 +421,7 @@ def _from_transformers_dinov3(state: StateDict, file: str) -> Converted:
         out[key.replace(".mlp.up.", ".mlp.fc1_x." if gated else ".mlp.fc1.")] = out.pop(key)
     if "norm.weight" in out and "norm.bias" not in out:  # Sapiens2 (RMSNorm): q/k/v apart, as timm's
         return _sapiens2_projections(out)
-    return Converted(merge_qkv(_q_and_v_biases(out), file=file), "transformers", {"norm_eps": DINOV3_EPS})
+    return Converted(merge_qkv(_q_and_v_biases(out), file=file), "transformers", {"norm_eps": NORM_EPS["dinov3"]})
 
 
 def _q_and_v_biases(out: StateDict) -> StateDict:
@@ -461,7 +458,7 @@ def _from_transformers_aimv2(state: StateDict, file: str) -> Converted:
     out = _apply_rules(state, AIMV2_RULES, AIMV2_IGNORE, file=file, fmt="transformers (AIMv2)")
     if "pos_embed" in out:
         out["pos_embed"] = out["pos_embed"].unsqueeze(0)
-    return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": AIMV2_EPS})
+    return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": NORM_EPS["aimv2"]})
 
 
 def _sapiens2_projections(out: StateDict) -> Converted:
@@ -473,7 +470,7 @@ def _sapiens2_projections(out: StateDict) -> Converted:
         out[f"{block}.{part}_proj.{kind}"] = out.pop(key)
     for key in [k for k in out if ".mlp.fc1_g." in k]:
         out[key.replace(".fc1_g.", ".fc1.")] = torch.cat([out.pop(key), out.pop(key.replace(".fc1_g.", ".fc1_x."))])
-    return Converted(out, "transformers", {"norm_eps": SAPIENS2_EPS})
+    return Converted(out, "transformers", {"norm_eps": NORM_EPS["sapiens2"]})
 
 
 # Sapiens2 as transformers saves it (transformers 5 writes Meta's original names back; the Hub's
@@ -500,7 +497,7 @@ SAPIENS2_IGNORE = [rf"{_S2}mask_token", rf"{_S2}rope.*", r"decode_head\..*", r"s
 
 def _from_sapiens2(state: StateDict, file: str) -> Converted:
     out = _apply_rules(state, SAPIENS2_RULES, SAPIENS2_IGNORE, file=file, fmt="transformers (Sapiens2)")
-    return Converted(out, "transformers", {"norm_eps": SAPIENS2_EPS})
+    return Converted(out, "transformers", {"norm_eps": NORM_EPS["sapiens2"]})
 
 
 # SAM's image encoder (SamVisionModel; SamModel's vision_encoder, its prompt encoder and mask decoder
@@ -523,7 +520,7 @@ SAM_IGNORE = [r"prompt_encoder\..*", r"mask_decoder\..*", r"shared_image_embeddi
 
 def _from_transformers_sam(state: StateDict, file: str) -> Converted:
     out = _from_timm_sam(_apply_rules(state, SAM_RULES, SAM_IGNORE, file=file, fmt="transformers (SAM)"))
-    return Converted(out, "transformers", {"norm_eps": SAM_EPS})
+    return Converted(out, "transformers", {"norm_eps": NORM_EPS["sam"]})
 
 
 def _from_transformers(state: StateDict, file: str) -> Converted:
@@ -542,9 +539,9 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
         file=file,
     )
     out = _merge_gate(out, file=file)
-    hints: dict[str, Any] = {"norm_eps": TRANSFORMERS_EPS}
+    hints: dict[str, Any] = {"norm_eps": NORM_EPS["vit"]}
     if "reg_token" in out or "blocks.0.ls1.gamma" in out:  # DINOv2
-        hints["norm_eps"] = DINOV2_EPS
+        hints["norm_eps"] = NORM_EPS["dinov2"]
     if "reg_token" in out and "pos_embed" in out and "cls_token" in out:
         _fold_class_position(out, hints)
     return Converted(out, "transformers", hints)
@@ -563,23 +560,23 @@ def _fold_class_position(out: StateDict, hints: dict[str, Any]) -> None:
 # TIPS / TIPSv2 (Google's release; transformers' Tipsv2VisionModel saves these names): timm's names,
 # but registers as `register_tokens`, the MLP as `c_fc` / `c_proj` (SwiGLU: `w12`, gate then input,
 # and `w3`), and a mask token; the positions cover [cls, patches] as Dinov2WithRegisters'.
-_TV = r"(?:vision_encoder\.)?"  # the image tower of a whole Tipsv2Model
+_TIPS = r"(?:vision_encoder\.)?"  # the image tower of a whole Tipsv2Model
 _TIPS_KEY = r"register_tokens"
-_TIPS_BLOCK = rf"{_TV}blocks\.(\d+)\."
+_TIPS_BLOCK = rf"{_TIPS}blocks\.(\d+)\."
 TIPS_RULES: list[Rule] = [
-    (rf"{_TV}{_TIPS_KEY}", "reg_token"),
+    (rf"{_TIPS}{_TIPS_KEY}", "reg_token"),
     (rf"{_TIPS_BLOCK}mlp\.(?:c_fc|w12)\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),
     (rf"{_TIPS_BLOCK}mlp\.(?:c_proj|w3)\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
     (rf"{_TIPS_BLOCK}((?:norm[12]|attn\.qkv|attn\.proj)\.(?:weight|bias)|ls[12]\.gamma)", r"blocks.\1.\2"),
-    (rf"{_TV}(cls_token|pos_embed|patch_embed\.proj\.(?:weight|bias)|norm\.(?:weight|bias))", r"\1"),
+    (rf"{_TIPS}(cls_token|pos_embed|patch_embed\.proj\.(?:weight|bias)|norm\.(?:weight|bias))", r"\1"),
 ]
 # the mask token of masked pre-training; a whole Tipsv2Model's text tower and temperature
-TIPS_IGNORE = [rf"{_TV}mask_token", r"text_encoder\..*", r"temperature"]
+TIPS_IGNORE = [rf"{_TIPS}mask_token", r"text_encoder\..*", r"temperature"]
 
 
 def _from_tips(state: StateDict, file: str) -> Converted:
     out = _apply_rules(state, TIPS_RULES, TIPS_IGNORE, file=file, fmt="TIPS")
-    hints: dict[str, Any] = {"norm_eps": DINOV2_EPS}
+    hints: dict[str, Any] = {"norm_eps": NORM_EPS["tipsv2"]}
     if "pos_embed" in out and "cls_token" in out:
         _fold_class_position(out, hints)
     return Converted(out, "tips", hints)
@@ -599,7 +596,7 @@ def _from_transformers_clip(state: StateDict, file: str) -> Converted:
     patch = out.get("patch_embed.proj.weight")
     if patch is not None and patch.dim() == 2:  # SigLIP 2 NaFlex: a Linear over flattened patches
         out["patch_embed.proj.weight"] = _linear_patch_kernel(patch, file=file)
-    eps = CLIP_EPS if "cls_token" in out else SIGLIP_EPS  # SigLIP has no class token
+    eps = NORM_EPS["clip" if "cls_token" in out else "siglip"]  # SigLIP has no class token
     # NaFlex resizes its table per image, bilinear and antialiased: at load, so does vitzoo
     mode = "bilinear" if patch is not None and patch.dim() == 2 else "bicubic"
     return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": eps}, pos_mode=mode)
@@ -664,18 +661,18 @@ def _from_radio(state: StateDict, file: str) -> Converted:
 
 
 # ----------------------------------------------------------------------------- torchvision
-_TV_LAYER = r"encoder\.layers\.encoder_layer_(\d+)\."
+_TORCHVISION_LAYER = r"encoder\.layers\.encoder_layer_(\d+)\."
 TORCHVISION_RULES: list[Rule] = [
     (r"class_token", "cls_token"),
     (r"conv_proj\.(weight|bias)", r"patch_embed.proj.\1"),
     (r"encoder\.pos_embedding", "pos_embed"),
-    (rf"{_TV_LAYER}ln_1\.(weight|bias)", r"blocks.\1.norm1.\2"),
-    (rf"{_TV_LAYER}ln_2\.(weight|bias)", r"blocks.\1.norm2.\2"),
+    (rf"{_TORCHVISION_LAYER}ln_1\.(weight|bias)", r"blocks.\1.norm1.\2"),
+    (rf"{_TORCHVISION_LAYER}ln_2\.(weight|bias)", r"blocks.\1.norm2.\2"),
     # nn.MultiheadAttention packs q, k, v in one in_proj in the same order as our qkv Linear.
-    (rf"{_TV_LAYER}self_attention\.in_proj_(weight|bias)", r"blocks.\1.attn.qkv.\2"),
-    (rf"{_TV_LAYER}self_attention\.out_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
-    (rf"{_TV_LAYER}mlp\.(?:0|linear_1)\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),  # MLPBlock v2 | v1 names
-    (rf"{_TV_LAYER}mlp\.(?:3|linear_2)\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
+    (rf"{_TORCHVISION_LAYER}self_attention\.in_proj_(weight|bias)", r"blocks.\1.attn.qkv.\2"),
+    (rf"{_TORCHVISION_LAYER}self_attention\.out_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_TORCHVISION_LAYER}mlp\.(?:0|linear_1)\.(weight|bias)", r"blocks.\1.mlp.fc1.\2"),  # MLPBlock v2 | v1 names
+    (rf"{_TORCHVISION_LAYER}mlp\.(?:3|linear_2)\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
     (r"encoder\.ln\.(weight|bias)", r"norm.\1"),
     (r"heads\.pre_logits\.(weight|bias)", r"pre_logits.fc.\1"),
     (r"heads\.head\.(weight|bias)", r"head.\1"),

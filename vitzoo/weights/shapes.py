@@ -7,11 +7,13 @@ the weights, the layout (keymaps.py's hints) or a named architecture (checkpoint
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
 
 from ..layers.resnetv2_stem import resnetv2_stride
+from ..model import COCA_QUERIES, ViTConfig
 from .errors import WeightsMismatchError
 from .files import StateDict
 
@@ -255,7 +257,7 @@ def coca_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
     queries, dim = int(query.shape[0]), int(query.shape[1])
     fields: dict[str, Any] = {
         "global_pool": "coca",
-        "attn_pool_queries": None if queries == 256 else queries,
+        "attn_pool_queries": None if queries == COCA_QUERIES else queries,
         "attn_pool_dim": None if dim == embed_dim else dim,
     }
     keys = state.get("attn_pool.contrastive.ln_k.weight")
@@ -295,33 +297,16 @@ def _block_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
     return fields
 
 
-# The value of each newer option in a classic ViT (model.py's ViTConfig defaults): inferred fields
-# leave an option out when it has this value.
-CLASSIC_FIELDS: dict[str, Any] = dict(
-    init_values=None,
-    layer_scale_mlp=True,
-    qk_norm="",
-    reg_tokens=0,
-    no_embed_class=False,
-    pre_norm=False,
-    patch_bias=True,
-    embed_norm=False,
-    proj_bias=True,
-    fc_norm=False,
-    head_bias=True,
-    act_layer="gelu",
-    mlp_layer="mlp",
-    mlp_norm=False,
-    attn_norm=False,
-    norm_layer="layernorm",
-    qkv_fused=True,
-    k_bias=True,
-    rope="",
-    rel_pos=False,
-    neck_chans=0,
-    rel_pos_table=False,
-    rel_pos_mlp=0,
-    rel_pos_mlp_shared=False,
-    hybrid_stem="",
-    hybrid_layers=(),
-)
+def _classic_fields() -> dict[str, Any]:
+    """Every ViTConfig field's default (a factory's value where a field has one): a classic ViT.
+    Read off the dataclass, not copied: an option inference leaves out is one at ViTConfig's
+    default, so a copy that drifted would drop a value the tensors show."""
+    return {
+        f.name: f.default_factory() if f.default is dataclasses.MISSING and callable(f.default_factory) else f.default
+        for f in dataclasses.fields(ViTConfig)
+    }
+
+
+# A classic ViT's value of every field: inferred fields leave out a newer option that has it
+# (`_option_fields`), and verify.py compares a stated field with it where inference left it out.
+CLASSIC_FIELDS: dict[str, Any] = _classic_fields()

@@ -18,6 +18,9 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from ..layers.mci_stem import BN_EPS as MCI_BN_EPS
+from ..layers.resnetv2_stem import GROUPS, STD_EPS
+from ..layers.resnetv2_stem import NORM_EPS as RESNET_NORM_EPS
 from .errors import WeightsMismatchError
 
 
@@ -235,8 +238,13 @@ def _hybrid_embed(m: nn.Module) -> list[str]:
 
 
 def _std_conv(m: nn.Module) -> list[str]:
-    if getattr(m, "eps", None) != 1e-8 or getattr(m, "bias", None) is not None or m.groups != 1 or m.dilation != (1, 1):
-        return ["weight standardisation other than BiT's (eps 1e-8, no bias, groups, dilation)"]
+    if (
+        getattr(m, "eps", None) != STD_EPS
+        or getattr(m, "bias", None) is not None
+        or m.groups != 1
+        or m.dilation != (1, 1)
+    ):
+        return [f"weight standardisation other than BiT's (eps {STD_EPS:g}, no bias, groups, dilation)"]
     return []
 
 
@@ -244,10 +252,14 @@ def _norm_act(eps: float, acts: tuple[str, ...]) -> Callable[[nn.Module], list[s
     def check(m: nn.Module) -> list[str]:
         act = getattr(m, "act", None)
         exact = not isinstance(act, nn.GELU) or act.approximate == "none"
-        if getattr(m, "eps", None) != eps or getattr(m, "num_groups", 32) != 32 or type(act).__name__ not in acts:
+        if (
+            getattr(m, "eps", None) != eps
+            or getattr(m, "num_groups", GROUPS) != GROUPS
+            or type(act).__name__ not in acts
+        ):
             exact = False
         if not exact:
-            return [f"a norm + activation other than the stem's (eps {eps}, 32 groups, {' or '.join(acts)})"]
+            return [f"a norm + activation other than the stem's (eps {eps}, {GROUPS} groups, {' or '.join(acts)})"]
         return []
 
     return check
@@ -280,8 +292,8 @@ _SETTINGS: dict[str, Callable[[nn.Module], list[str]]] = {
     "VisionTransformerSAM": _sam,
     "HybridEmbed": _hybrid_embed,
     "StdConv2dSame": _std_conv,
-    "GroupNormAct": _norm_act(1e-5, ("ReLU", "Identity")),
-    "BatchNormAct2d": _norm_act(1e-5, ("GELU",)),
+    "GroupNormAct": _norm_act(RESNET_NORM_EPS, ("ReLU", "Identity")),  # BiT's stem (layers/resnetv2_stem.py)
+    "BatchNormAct2d": _norm_act(MCI_BN_EPS, ("GELU",)),  # MobileCLIP's (layers/mci_stem.py)
     "ConvNormAct": _conv_norm_act,
     "ResNetV2": _backbone,
     "MaxPool2dSame": _max_pool,
@@ -340,7 +352,7 @@ def _model_settings(model: nn.Module) -> dict[str, str]:
     if pool == "avg" and getattr(model, "attn_pool", None) is None and getattr(model, "pool_include_prefix", False):
         found["average pooling over the prefix tokens too (pool_include_prefix)"] = "the model"
     norms: dict[tuple[str, float], str] = {}
-    # differential attention's sub-norm is its own (RMSNorm, eps 1e-5 whatever the model's norms)
+    # differential attention's sub-norm is its own (diff_attention.py's SUB_NORM_EPS, whatever the model's norms)
     sub_norms = {f"{p}.sub_norm" for p, m in model.named_modules() if type(m).__name__ in _DIFF}
     for path, module in model.named_modules():
         if path in sub_norms:

@@ -6,7 +6,7 @@ drop the values equal to the config class's defaults), so each model type below 
 class's defaults; `tests/weights/test_families.py` checks them against transformers itself.
 
     model_type                          what vitzoo builds
-    vit, deit, vit_mae                  the plain ViT (transformers' LayerNorm eps: 1e-12)
+    vit, deit, vit_mae                  the plain ViT (at transformers' own LayerNorm eps: norm_eps.py)
     dinov2                              LayerScale (init layerscale_value), MLP width hidden * mlp_ratio;
                                         use_swiglu_ffn (giant): SwiGLU, gate and input packed (swiglu.py)
     dinov2_with_registers               + register tokens; the position embedding covers only the
@@ -74,6 +74,7 @@ from ..layers.swiglu import dinov2_swiglu_hidden_dim, packed_mlp_ratio
 from ..pretrained_cfg import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, INCEPTION_MEAN, INCEPTION_STD
 from .errors import WeightsFileError
 from .files import checked_pretrained
+from .norm_eps import NORM_EPS
 
 # transformers' activation names -> ViTConfig.act_layer. "gelu_pytorch_tanh" is GELU's tanh
 # approximation (SigLIP); "quick_gelu" is x * sigmoid(1.702 x) (OpenAI CLIP).
@@ -102,18 +103,25 @@ _VIT_DEFAULTS = dict(
     num_channels=3,
     qkv_bias=True,
     hidden_act="gelu",
-    layer_norm_eps=1e-12,  # transformers' ViT / DeiT / ViTMAE; timm and Google use 1e-6
+    layer_norm_eps=NORM_EPS["vit"],
 )
 _DINOV2_DEFAULTS = dict(
-    _VIT_DEFAULTS, patch_size=14, layer_norm_eps=1e-6, mlp_ratio=4, layerscale_value=1.0, use_swiglu_ffn=False
+    _VIT_DEFAULTS,
+    patch_size=14,
+    layer_norm_eps=NORM_EPS["dinov2"],
+    mlp_ratio=4,
+    layerscale_value=1.0,
+    use_swiglu_ffn=False,
 )
-_CLIP_DEFAULTS = dict(_VIT_DEFAULTS, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=1e-5, projection_dim=512)
+_CLIP_DEFAULTS = dict(
+    _VIT_DEFAULTS, patch_size=32, hidden_act="quick_gelu", layer_norm_eps=NORM_EPS["clip"], projection_dim=512
+)
 _RADIO_DEFAULTS = dict(
     _VIT_DEFAULTS,
     hidden_size=1280,
     num_hidden_layers=32,
     num_attention_heads=16,
-    layer_norm_eps=1e-6,
+    layer_norm_eps=NORM_EPS["radio"],
     mlp_ratio=4.0,
     use_swiglu_ffn=False,
     layerscale_value=1.0,
@@ -123,17 +131,26 @@ _RADIO_DEFAULTS = dict(
     norm_mean=list(CLIP_MEAN),
     norm_std=list(CLIP_STD),
 )
-_SIGLIP_DEFAULTS = dict(_VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6, vision_use_head=True)
+_SIGLIP_DEFAULTS = dict(
+    _VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=NORM_EPS["siglip"], vision_use_head=True
+)
 _SIGLIP2_DEFAULTS = dict({k: v for k, v in _SIGLIP_DEFAULTS.items() if k != "image_size"}, num_patches=256)
 _DPT_DEFAULTS = dict(_VIT_DEFAULTS, image_size=384, is_hybrid=False, backbone_config=None)
-_TIPSV2_DEFAULTS = dict(_DINOV2_DEFAULTS, image_size=448, patch_size=14, num_register_tokens=1, apply_layernorm=True)
+_TIPSV2_DEFAULTS = dict(
+    _DINOV2_DEFAULTS,
+    layer_norm_eps=NORM_EPS["tipsv2"],
+    image_size=448,
+    patch_size=14,
+    num_register_tokens=1,
+    apply_layernorm=True,
+)
 _INTERNVL_DEFAULTS = dict(
     {k: v for k, v in _VIT_DEFAULTS.items() if k != "qkv_bias"},
     hidden_size=1024,
     num_hidden_layers=24,
     num_attention_heads=16,
     intermediate_size=4096,
-    layer_norm_eps=1e-6,
+    layer_norm_eps=NORM_EPS["internvit"],
     image_size=[448, 448],
     patch_size=[14, 14],
     attention_bias=False,
@@ -156,7 +173,7 @@ _DINOV3_DEFAULTS = dict(
     hidden_size=384,
     num_attention_heads=6,
     intermediate_size=1536,
-    layer_norm_eps=1e-5,
+    layer_norm_eps=NORM_EPS["dinov3"],
     rope_theta=100.0,
     query_bias=True,
     key_bias=False,
@@ -175,7 +192,7 @@ _AIMV2_DEFAULTS = dict(
     intermediate_size=2816,
     patch_size=14,
     hidden_act="silu",
-    rms_norm_eps=1e-5,
+    rms_norm_eps=NORM_EPS["aimv2"],
     qkv_bias=False,
     mlp_bias=False,
     use_head=True,
@@ -192,7 +209,7 @@ _SAPIENS2_DEFAULTS = dict(
     key_bias=True,
     use_gated_mlp=True,
     num_register_tokens=8,
-    rms_norm_eps=1e-6,
+    rms_norm_eps=NORM_EPS["sapiens2"],
     use_qk_norm=True,
     num_key_value_heads_per_layer=None,
     num_key_value_attention_heads=8,
@@ -206,7 +223,7 @@ _SAPIENS2_DEFAULTS = dict(
 _SAM_DEFAULTS = dict(
     {k: v for k, v in _VIT_DEFAULTS.items() if k != "intermediate_size"},
     image_size=1024,
-    layer_norm_eps=1e-6,
+    layer_norm_eps=NORM_EPS["sam"],
     mlp_ratio=4.0,
     mlp_dim=None,
     use_abs_pos=True,
@@ -220,7 +237,7 @@ FAMILIES: dict[str, Family] = {
     "vit": Family(_VIT_DEFAULTS),
     "deit": Family(_VIT_DEFAULTS),
     "vit_mae": Family(_VIT_DEFAULTS),
-    "vit_msn": Family(dict(_VIT_DEFAULTS, layer_norm_eps=1e-6)),
+    "vit_msn": Family(dict(_VIT_DEFAULTS, layer_norm_eps=NORM_EPS["vit_msn"])),
     # no class token: IJepaForImageClassification averages every token (its optional pooler, a
     # Linear on the first patch token, is no layer of vitzoo's: the tensors refuse it)
     "ijepa": Family(_VIT_DEFAULTS, fixed=dict(class_token=False, global_pool="avg", representation_size=None)),
@@ -473,9 +490,6 @@ def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str
 
 
 # InternViT's RMSNorm (InternViT-6B) normalises in float32 and casts back: vitzoo's RMSNorm, at fp32
-_INTERNVIT_QK_EPS = 1e-6  # its q/k norms: RMSNorm over all heads at transformers' default eps
-
-
 def _internvit_norms(values: dict[str, Any], where: str) -> dict[str, Any]:
     """InternViT's norm kind (norm_type) and its qk-norm (use_qk_norm: an RMSNorm of q and of k
     over all heads at once, ViTConfig.qk_norm="full"), which vitzoo's one norm_layer / norm_eps
@@ -485,11 +499,12 @@ def _internvit_norms(values: dict[str, Any], where: str) -> dict[str, Any]:
         raise WeightsFileError(f"{where}: norm_type={norm!r} is not supported; expected 'layer_norm' or 'rms_norm'")
     fields: dict[str, Any] = {"norm_layer": "rmsnorm"} if norm == "rms_norm" else {}
     if values["use_qk_norm"]:
-        if norm != "rms_norm" or values["layer_norm_eps"] != _INTERNVIT_QK_EPS:
+        qk_eps = NORM_EPS["internvit_qk"]  # its q/k norms: RMSNorms over all heads, at their class's default
+        if norm != "rms_norm" or values["layer_norm_eps"] != qk_eps:
             raise WeightsFileError(
                 f"{where}: use_qk_norm=True with norm_type={norm!r} and layer_norm_eps={values['layer_norm_eps']!r} "
-                f"is not supported: its q/k norms are RMSNorms at eps {_INTERNVIT_QK_EPS:g}, and vitzoo has one "
-                f"norm kind and eps; expected norm_type='rms_norm' and layer_norm_eps={_INTERNVIT_QK_EPS:g} "
+                f"is not supported: its q/k norms are RMSNorms at eps {qk_eps:g}, and vitzoo has one "
+                f"norm kind and eps; expected norm_type='rms_norm' and layer_norm_eps={qk_eps:g} "
                 "(InternViT-6B's)"
             )
         fields["qk_norm"] = "full"

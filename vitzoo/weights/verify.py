@@ -110,7 +110,9 @@ def check_stated(
     for pool, tensor in (("map", "attn_pool.latent"), ("coca", COCA_QUERY)):
         if "global_pool" in stated and (stated["global_pool"] == pool) != (inferred["global_pool"] == pool):
             raise mismatch("global_pool", stated["global_pool"], tensor, inferred["global_pool"])
-    if inferred["global_pool"] == "coca":  # CoCa's pooler: its query table's rows and width (None: 256, embed_dim)
+    if (
+        inferred["global_pool"] == "coca"
+    ):  # CoCa's pooler: its query table's rows and width (None: COCA_QUERIES, embed_dim)
         for name, unset in (("attn_pool_queries", COCA_QUERIES), ("attn_pool_dim", inferred["embed_dim"])):
             if name in stated and (stated[name] or unset) != (inferred[name] or unset):
                 raise mismatch(name, stated[name], COCA_QUERY, inferred[name] or unset)
