@@ -96,9 +96,8 @@ def _settings(args: argparse.Namespace) -> Any:
     """The sweep's settings from the flags; --candidates checked against the device's candidates."""
     from ..bench import Settings
     from ..inference import candidate_names
-    from ..train.placement import resolve_device
 
-    device = resolve_device(args.device)
+    device = _device(args.device)
     candidates = [c.strip() for c in args.candidates.split(",") if c.strip()] if args.candidates else None
     if candidates is not None:
         if not args.optimize:
@@ -112,6 +111,22 @@ def _settings(args: argparse.Namespace) -> Any:
     dtype = chosen_dtype(args, device, "timing")
     batches = tuple(dict.fromkeys(args.batch_sizes or [DEFAULT_BATCH]))
     return Settings(batches, device, dtype, optimize=args.optimize, calls=args.calls, candidates=candidates)
+
+
+def _device(name: str) -> Any:
+    """--device as a torch device ("auto": CUDA when there is one); a name torch does not know is
+    a usage error. (Not vitzoo.train's resolve_device: importing the training engine costs seconds.)"""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise UsageError(f"--device {name!r}: {err}") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {name!r}: this machine has no CUDA device torch can use")
+    return device
 
 
 def _bar(total: int) -> Any:
