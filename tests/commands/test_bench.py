@@ -13,6 +13,7 @@ import pytest
 
 from vitzoo import registry
 from vitzoo.bench import COLUMNS, sweep
+from vitzoo.flops import vit_flops
 from vitzoo.inference import timing
 from vitzoo.model import ViTConfig
 from vitzoo.pretrained_cfg import PretrainedCfg
@@ -84,7 +85,8 @@ def test_two_releases_end_to_end(capsys, monkeypatch, releases, tmp_path):
     ]
     first = rows[0]
     assert first["infer_img_size"] == "32" and first["dtype"] == "fp32" and first["vitzoo"] and first["torch"]
-    assert float(first["param_count"]) == round(SMALL.num_params / 1e6, 2)
+    assert float(first["param_count"]) == pytest.approx(SMALL.num_params / 1e6, rel=1e-3)
+    assert float(first["infer_gmacs"]) == pytest.approx(vit_flops(SMALL).total / 2e9, rel=1e-3)  # MACs, per image
     assert float(first["infer_samples_per_sec"]) == pytest.approx(1e3 / float(first["infer_step_time"]), rel=1e-2)
     assert (tmp_path / "vitzoo-bench.png").read_bytes()[:8] == PNG_SIGNATURE
     assert "6 row(s) measured, 0 already there" in out and "3 release(s) drawn" in out

@@ -125,15 +125,19 @@ def draw(points: Sequence[Point], unknown: int, title: str, path: Path) -> Path:
         zorder=2,
     )
     if front:
-        ax.plot([p.img_per_s for p in front], [p.top1 for p in front], "--", color="tab:red", label="Pareto front")
+        # a staircase: faster than one release of the front, only the faster ones' accuracy is to be
+        # had; a release above or right of it would be on the front too
+        speeds, top1s = [p.img_per_s for p in front], [p.top1 for p in front]
+        ax.step(speeds, top1s, "--", where="pre", color="tab:red", label="Pareto front")
         ax.legend(loc="lower left")
     for p in points:
         ax.annotate(p.name, (p.img_per_s, p.top1), xytext=(4, 3), textcoords="offset points", fontsize=7)
     ax.set_xscale("log")
+    ax.margins(x=0.15, y=0.08)  # room for the names of the outermost points
     ax.set_xlabel("images per second (log scale; each release's best batch and runner)")
     ax.set_ylabel("ImageNet top-1 (%)")
     ax.grid(True, which="both", alpha=0.3)
-    note = f"; {unknown} release(s) with no accuracy known not drawn" if unknown else ""
+    note = f"; {unknown} release(s) not drawn: no accuracy known" if unknown else ""
     ax.set_title(f"{title}{note}", fontsize=9)
     if not points:
         ax.text(0.5, 0.5, "no release with a known accuracy", ha="center", va="center", transform=ax.transAxes)

@@ -118,8 +118,8 @@ def row(target: Target, batch: int, runner: str, seconds: float, machine: Row) -
         "infer_samples_per_sec": f"{batch / seconds:.2f}",
         "infer_step_time": f"{seconds * 1e3:.3f}",
         "infer_batch_size": str(batch),
-        "param_count": f"{target.params / 1e6:.2f}",
-        "infer_gmacs": "" if target.gmacs is None else f"{target.gmacs:.2f}",
+        "param_count": f"{target.params / 1e6:.4g}",  # significant digits: timm's fixed decimals write an MNIST model's count as 0
+        "infer_gmacs": "" if target.gmacs is None else f"{target.gmacs:.4g}",
         "infer_macts": "",  # activation counts need fvcore's counter, which vitzoo does not use
         "runner": runner,
         **machine,
@@ -194,12 +194,13 @@ def _sweep_target(sweep: Sweep, target: Target, batches: list[tuple[int, tuple[s
     from ..inference.machine import first_line
 
     left = len(batches)
+    if bar is not None and batches:  # named before it is timed: optimize may compile for minutes
+        bar.set_postfix_str(target.name)
     try:
         for batch, times in _timings(target, batches, sweep.settings, sweep):
             sweep.record(target, batch, times)
             left -= 1
             if bar is not None:
-                bar.set_postfix_str(f"{target.name} batch {batch}", refresh=False)
                 bar.update(1)
     except OSError:
         raise
