@@ -20,7 +20,8 @@ from pathlib import Path
 from ..atomic import atomic_path
 
 # timm's results/benchmark-infer-*.csv columns first (param_count in millions, infer_step_time in
-# ms per batch, infer_gmacs per image), then vitzoo's: how the model ran and on what.
+# ms per batch, infer_gmacs per image), then vitzoo's: how the model ran and on what (a CPU's
+# speed depends on the threads torch uses as much as on the CPU).
 TIMM_COLUMNS = (
     "model",
     "infer_img_size",
@@ -31,10 +32,20 @@ TIMM_COLUMNS = (
     "infer_gmacs",
     "infer_macts",
 )
-COLUMNS = (*TIMM_COLUMNS, "runner", "dtype", "device", "torch", "vitzoo")
+COLUMNS = (*TIMM_COLUMNS, "runner", "dtype", "device", "threads", "torch", "vitzoo")
 
 # A row is the same measurement as another (and is not measured again) when these agree.
-KEY_COLUMNS = ("model", "infer_img_size", "infer_batch_size", "runner", "dtype", "device", "torch", "vitzoo")
+KEY_COLUMNS = (
+    "model",
+    "infer_img_size",
+    "infer_batch_size",
+    "runner",
+    "dtype",
+    "device",
+    "threads",
+    "torch",
+    "vitzoo",
+)
 
 Row = dict[str, str]
 

@@ -106,7 +106,13 @@ def machine_columns(device: torch.device, dtype: torch.dtype) -> Row:
     from ..precision import name_of
     from ..version import __version__
 
-    return {"dtype": name_of(dtype), "device": device_name(device), "torch": torch.__version__, "vitzoo": __version__}
+    return {
+        "dtype": name_of(dtype),
+        "device": device_name(device),
+        "threads": str(torch.get_num_threads()),
+        "torch": torch.__version__,
+        "vitzoo": __version__,
+    }
 
 
 def row(target: Target, batch: int, runner: str, seconds: float, machine: Row) -> Row:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import UsageError, add_dtype_option, bounded_int, chosen_dtype, describe, emit, number, table
+
+if TYPE_CHECKING:
+    from ..bench import BenchResult
 
 DEFAULT_BATCH = 32
 
@@ -20,7 +23,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         parser,
         "Time releases on this machine: each at each batch size eager and the way vitzoo.optimize runs it "
         "(its fastest candidate here), written as vitzoo-bench.csv (timm's benchmark columns plus runner, dtype, "
-        "device and versions) and vitzoo-bench.png (ImageNet top-1 against img/s, the Pareto front marked). "
+        "device, threads and versions) and vitzoo-bench.png (ImageNet top-1 against img/s, the Pareto front marked). "
         "Models are built with random weights (speed does not depend on their values): nothing is downloaded. "
         "Rows are appended as they are measured; run it again after a kill and it measures only what is missing.",
     )
@@ -135,7 +138,7 @@ def _bar(total: int) -> Any:
     return tqdm(total=total, desc="vitzoo bench", unit="run", file=sys.stderr)
 
 
-def _json(done: Any) -> dict[str, Any]:
+def _json(done: BenchResult) -> dict[str, Any]:
     from ..bench import pareto
 
     return {
@@ -150,7 +153,7 @@ def _json(done: Any) -> dict[str, Any]:
     }
 
 
-def _text(done: Any) -> str:
+def _text(done: BenchResult) -> str:
     """The rows measured now, then where everything went."""
     from ..bench import pareto
 
