@@ -30,6 +30,7 @@ def releases(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[t
     """bench_tiny_a (two releases, .one and .two, of one architecture) and the larger bench_tiny_b
     (no weights); timing one call a round; yields the (release, batch, modes) each time_modes
     call measured."""
+    registry.list_models()  # the built-in zoo imported before the snapshot, or restoring would empty it
     saved = registry.snapshot()
     registry.register("bench_tiny_a", base=SMALL, pretrained={"one": RELEASE, "two": RELEASE})
     registry.register("bench_tiny_b", base=SMALL, embed_dim=96)
