@@ -32,6 +32,7 @@ SUBCOMMANDS = [
     "features",
     "probe",
     "viz",
+    "bench",
 ]
 
 

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "probe": ("vitzoo.commands.probe", "kNN, linear, few-shot and retrieval evaluation of cached features"),
     "segment": ("vitzoo.commands.segment", "a linear segmentation probe of a frozen backbone: mIoU, pixel accuracy"),
     "viz": ("vitzoo.commands.viz", "draw patches, embeddings and attention as PNGs"),
+    "bench": ("vitzoo.commands.bench", "time releases here, eager and optimized: a CSV and an accuracy-speed PNG"),
     "push": ("vitzoo.commands.push", "upload a run's best model or saved weights to the Hugging Face Hub"),
 }
 

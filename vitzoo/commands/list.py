@@ -47,15 +47,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _pattern(p: str) -> str:
-    # A bare word is a substring search ("deit" finds every DeiT); shell wildcards are used as given.
+def as_pattern(p: str) -> str:
+    """A PATTERN argument as list_models takes it (`vitzoo list` and `vitzoo bench` alike): a bare
+    word is a substring search ("deit" finds every DeiT); shell wildcards are used as given."""
     return p if any(ch in p for ch in "*?[") else f"*{p}*"
 
 
 def run(args: argparse.Namespace) -> int:
     from ..registry import list_models
 
-    patterns = [_pattern(p) for p in args.patterns] or ["*"]
+    patterns = [as_pattern(p) for p in args.patterns] or ["*"]
     names = list_models(
         patterns,
         pretrained=True if args.pretrained else None,
