@@ -430,13 +430,11 @@ def check_dynamic_size(model: nn.Module, dynamic_size: bool) -> None:
             "dynamic_size=True needs a model built with dynamic_img_size=True (positions for any grid); expected "
             "vitzoo.create(name, dynamic_img_size=True)"
         )
-    config = getattr(model, "config", None)
-    if dynamic_size and (getattr(config, "window_size", None) or getattr(config, "rel_pos", None)):
-        raise ValueError(
-            "dynamic_size=True is not available for SAM's image encoder (window_size, rel_pos: layers/sam.py): its "
-            "window padding and relative-position tables follow the grid, which the exported graph would pin to the "
-            "example's size; export at a fixed input_size instead (one file per size)"
-        )
+    # A part of a vitzoo model that follows one grid refuses (ViTConfig.refusal, vitzoo/model/).
+    refusal = getattr(getattr(model, "config", None), "refusal", None)
+    why = refusal("dynamic_export") if dynamic_size and callable(refusal) else None
+    if why is not None:
+        raise ValueError(why)
 
 
 def dynamic_shapes(model: nn.Module, dynamic_size: bool) -> dict[int, Any]:

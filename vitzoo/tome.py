@@ -271,21 +271,7 @@ def tome_refusal(model: nn.Module) -> str | None:
         )
     if type(model) not in (VisionTransformer, TokenMergingViT):
         return f"{type(model).__name__} subclasses VisionTransformer: token merging would replace its forward"
-    c = model.config
-    lack = "which merged tokens no longer have"
-    refusals = (
-        (c.rope, f"rotary position embeddings (rope={c.rope!r}) rotate each token by its grid position, {lack}"),
-        (
-            c.window_size or c.rel_pos or c.neck_chans,
-            "SAM's windows, relative positions, neck (window_size, rel_pos, neck_chans) need the grid",
-        ),
-        (c.rel_pos_table, f"BEiT's relative position table (rel_pos_table=True) needs grid positions, {lack}"),
-        (c.rel_pos_mlp, f"a relative position MLP (rel_pos_mlp={c.rel_pos_mlp}) needs grid positions, {lack}"),
-        (c.block_type == "parallel", "parallel blocks (block_type='parallel') have no point between attention and MLP"),
-        (c.attn_layer == "diff", "differential attention (attn_layer='diff') takes no log-size attention bias"),
-        (c.global_pool == "", "no pooling (global_pool=''): the output would be the token sequence merging reorders"),
-    )
-    reason = next((why for refused, why in refusals if refused), None)
+    reason = model.config.refusal("token_merging")  # the model's parts say which of them need the grid
     return None if reason is None else f"token merging does not apply: {reason}"
 
 

@@ -25,7 +25,7 @@ Parameter names: `caption.{query, ln_q, ln_k, q, kv, proj}`, `contrastive.*`, `n
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,7 @@ from .norm import make_norm
 from .pool import init_queries
 
 CocaPoolType = Literal["", "parallel", "cascade"]
-COCA_POOL_TYPES: tuple[str, ...] = ("", "parallel", "cascade")
+COCA_POOL_TYPES: tuple[str, ...] = get_args(CocaPoolType)
 
 
 class AttentionalPooler(nn.Module):

@@ -173,8 +173,14 @@ class PostNormBlock(Block):
 BLOCKS: dict[str, type[nn.Module]] = {"prenorm": Block, "postnorm": PostNormBlock, "parallel": ParallelBlock}
 
 
-def make_block(block_type: str, **kwargs: object) -> nn.Module:
-    """The encoder block of kind `block_type` (a key of BLOCKS) built from Block's keyword arguments."""
+def check_block_type(block_type: str) -> None:
+    """ValueError unless `block_type` is a key of BLOCKS: the one check of the name (ViTConfig's
+    block_type is checked here too)."""
     if block_type not in BLOCKS:
         raise ValueError(f"block_type={block_type!r} is invalid; expected one of {', '.join(map(repr, BLOCKS))}")
+
+
+def make_block(block_type: str, **kwargs: object) -> nn.Module:
+    """The encoder block of kind `block_type` (a key of BLOCKS) built from Block's keyword arguments."""
+    check_block_type(block_type)
     return BLOCKS[block_type](**kwargs)

@@ -10,7 +10,7 @@ Siglip2ImageProcessor gives, renamed:
     PATCH_VALID  (B, L) bool, False for padding
 
 Other keys are ignored. An image's grid is (largest valid row + 1, largest valid column + 1).
-What the model does with such a batch (vitzoo/model.py dispatches here):
+What the model does with such a batch (vitzoo/model/vision_transformer.py dispatches here):
 
     tokens     Linear(patches) with the patch convolution's kernel, reordered to (row, column,
                channel) (`linear_patch_weight`): the same map as the convolution

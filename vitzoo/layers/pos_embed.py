@@ -1,7 +1,7 @@
 """Position embeddings.
 
 Self-attention is permutation invariant, so each token gets a vector that says where it came from.
-ViT's ImageNet models *learn* one vector per position (an nn.Parameter, see model.py); the
+ViT's ImageNet models *learn* one vector per position (an nn.Parameter, see vitzoo/model/positions.py); the
 MNIST tutorial uses the fixed sinusoids of "Attention Is All You Need", computed here.
 
 A learned table belongs to one grid of patches. For another input size, `resample_abs_pos_embed`

@@ -71,6 +71,6 @@ def factorized_for_image(
     pos_y: torch.Tensor, pos_x: torch.Tensor, image_size: torch.Size, patch_size: tuple[int, int], rule: str
 ) -> torch.Tensor:
     """`dynamic_img_size`: the (1, N, D) table for an image of `image_size` (whole patches). A leaf of
-    torch.fx graphs (model.py wraps it), so a traced model adapts to each input's size."""
+    torch.fx graphs (vitzoo/model/vision_transformer.py wraps it), so a traced model adapts to each input's size."""
     grid = (image_size[0] // patch_size[0], image_size[1] // patch_size[1])
     return factorized_table(pos_y, pos_x, grid, rule)

@@ -19,7 +19,7 @@ row and the column axis. Three variants, each numerically timm's (timm/layers/po
 Training-time coordinate augmentation (DINOv3's shift / jitter / rescale, any kind) draws one
 transform per forward in training mode only; in eval the embedding is deterministic.
 
-API (what vitzoo/model.py and vitzoo/layers/attention.py use):
+API (what vitzoo/model/ and vitzoo/layers/attention.py use):
 
     rope = RotaryEmbedding2d("cat", head_dim=64, num_heads=12, depth=12, grid=(14, 14),
                              num_prefix_tokens=1, temperature=10000.0, ...)
@@ -40,16 +40,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 RopeKind = Literal["cat", "mixed", "dinov3"]
-ROPE_KINDS: tuple[str, ...] = ("cat", "mixed", "dinov3")
-GRID_INDEXINGS = ("ij", "xy")
-NORMALIZE_COORDS = ("separate", "min", "max")
+ROPE_KINDS: tuple[str, ...] = get_args(RopeKind)
+GridIndexing = Literal["ij", "xy"]
+GRID_INDEXINGS: tuple[str, ...] = get_args(GridIndexing)
+NormalizeCoords = Literal["separate", "min", "max"]
+NORMALIZE_COORDS: tuple[str, ...] = get_args(NormalizeCoords)
 
 
 def rope_coords(
@@ -304,17 +306,15 @@ class RotaryEmbedding2d(nn.Module):
         return f"{self.kind}, head_dim={self.head_dim}, grid={self.grid}, temperature={self.temperature:g}"
 
 
-def check_rope_args(kind: str, head_dim: int, rotate_half: bool, grid_indexing: str, normalize_coords: str) -> None:
-    """The combinations RotaryEmbedding2d cannot build, each one clear ValueError."""
-    if kind not in ROPE_KINDS:
-        raise ValueError(f"rope={kind!r} is invalid; expected one of {', '.join(map(repr, ROPE_KINDS))}")
-    if head_dim % 4:
-        raise ValueError(
-            f"rope={kind!r} needs a head width (embed_dim / num_heads) divisible by 4, got {head_dim}; "
-            "expected embed_dim and num_heads that give one"
-        )
-    if kind == "mixed" and rotate_half:
-        raise ValueError("rope='mixed' cannot be combined with rope_rotate_half=True; expected rope_rotate_half=False")
+def check_rope_args(
+    kind: str, head_dim: int, rotate_half: bool, grid_indexing: str, normalize_coords: str, *, optional: bool = False
+) -> None:
+    """The combinations RotaryEmbedding2d cannot build, each one clear ValueError; the one home of
+    these rules (ViTConfig's rope fields are checked here too). `optional`: kind "" (no rotary
+    embedding, the config's default) is valid as well, its layout fields still checked."""
+    if kind not in ROPE_KINDS and not (optional and kind == ""):
+        expected = ("'' (none) or " if optional else "") + "one of " + ", ".join(map(repr, ROPE_KINDS))
+        raise ValueError(f"rope={kind!r} is invalid; expected {expected}")
     if grid_indexing not in GRID_INDEXINGS:
         raise ValueError(f"rope_grid_indexing={grid_indexing!r} is invalid; expected 'ij' or 'xy'")
     if normalize_coords not in NORMALIZE_COORDS:
@@ -322,3 +322,12 @@ def check_rope_args(kind: str, head_dim: int, rotate_half: bool, grid_indexing: 
             f"rope_normalize_coords={normalize_coords!r} is invalid; expected one of "
             + ", ".join(map(repr, NORMALIZE_COORDS))
         )
+    if not kind:
+        return
+    if head_dim % 4:
+        raise ValueError(
+            f"rope={kind!r} needs a head width (embed_dim / num_heads) divisible by 4, got {head_dim}; "
+            "expected embed_dim and num_heads that give one"
+        )
+    if kind == "mixed" and rotate_half:
+        raise ValueError("rope='mixed' cannot be combined with rope_rotate_half=True; expected rope_rotate_half=False")

@@ -10,7 +10,7 @@ A frozen teacher predicts every training batch; the student learns
 
 A student with a distillation token (`distilled=True`, deit_*_distilled) returns (class logits,
 dist logits) in training mode: its class head learns the labels and its distillation head the
-teacher; evaluation averages the two heads (vitzoo/model.py). A student without one distils
+teacher; evaluation averages the two heads (vitzoo/model/). A student without one distils
 through its class head, which then learns both.
 
 The soft KL is averaged over images (reduction "batchmean", the KL divergence of each image's two

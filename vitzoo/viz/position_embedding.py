@@ -38,7 +38,7 @@ def _patch_positions(model: nn.Module) -> tuple[torch.Tensor, tuple[int, int]]:
     if table.shape[0] < n:
         raise ValueError(f"pos_embed has {table.shape[0]} rows but the model has {n} patches; expected at least {n}")
     gh, gw = patch_embed.grid_size
-    return table[table.shape[0] - n :].float().cpu(), (gh, gw)  # prefix tokens come first (model.py)
+    return table[table.shape[0] - n :].float().cpu(), (gh, gw)  # prefix tokens come first (vitzoo/model/)
 
 
 def position_similarity(model: nn.Module) -> torch.Tensor:
