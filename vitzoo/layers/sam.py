@@ -229,6 +229,3 @@ def sam_rel_pos_params(grid: tuple[int, int], head_dim: int) -> int:
     decomposed positions; BEiT's table is counted by the model)."""
     return (2 * grid[0] - 1 + 2 * grid[1] - 1) * head_dim
 
-
-# The old name, which vitzoo's model still imports until it is moved to the new one.
-rel_pos_params = sam_rel_pos_params

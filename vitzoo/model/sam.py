@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..checks import MAX_TOKENS, check_fields
-from ..layers.sam import Neck, SamBlock, neck_params, rel_pos_params
+from ..layers.sam import Neck, SamBlock, neck_params, sam_rel_pos_params
 from .part import Part, Refusal, head_dim, set_fields
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Sam(Part):
         total = neck_params(c.embed_dim, c.neck_chans) if c.neck_chans else 0
         if c.rel_pos:
             for i in range(c.depth):
-                total += rel_pos_params(block_grid(c, i), head_dim(c))
+                total += sam_rel_pos_params(block_grid(c, i), head_dim(c))
         return total
 
     def flops(self, config: ViTFields) -> dict[str, int]:

@@ -1,6 +1,6 @@
 """Checkpoint layouts -> vitzoo's parameter names, one explicit key map per layout.
 
-vitzoo's names are timm's (see model.py), so "timm" and "vitzoo" checkpoints need no renaming.
+vitzoo's names are timm's (see vitzoo/model/), so "timm" and "vitzoo" checkpoints need no renaming.
 Every other layout is a table of (pattern, our name) rules plus the few tensor reshapes it needs:
 
     layout        detected by the key                                   source
