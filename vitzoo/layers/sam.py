@@ -228,4 +228,3 @@ def sam_rel_pos_params(grid: tuple[int, int], head_dim: int) -> int:
     """The parameter count of a RelPosAttention's two tables for a (rows, columns) grid (SAM's
     decomposed positions; BEiT's table is counted by the model)."""
     return (2 * grid[0] - 1 + 2 * grid[1] - 1) * head_dim
-
