@@ -143,4 +143,4 @@ def test_info_says_what_dinov3_pools_and_how_to_ask_for_the_authors(capsys):
     assert "  its authors  global_pool='token': the class token after the final norm" in out
     assert "      ask      vitzoo.create('dinov3_b16.lvd1689m', pretrained=True, global_pool='token')" in out
     assert "  licence      dinov3-license: allows commercial use; gated on the Hub" in out
-    assert "not stated   top1: not an ImageNet-1k classifier" in out
+    assert "  not stated   top1, top5: not an ImageNet-1k classifier: timm's results score only those" in out

@@ -129,7 +129,8 @@ def _card(card: dict[str, Any]) -> list[str]:
             f"{accuracy['img_size']} px, crop_pct {accuracy['crop_pct']}, {accuracy['interpolation']})"
         )
         others = [f"{d} {v['top1']:.2f}" for d, v in accuracy.items() if isinstance(v, dict) and d != "imagenet"]
-        lines += [f"  also top-1   {', '.join(others)} (timm's sibling files, same size and crop)"] if others else []
+        siblings = "timm's sibling files at the same size and crop; imagenet-r and -a over their 200 classes"
+        lines += [f"  also top-1   {', '.join(others)} ({siblings})"] if others else []
     if "license" in card:
         gated = "" if "gated" not in card else "; gated on the Hub" if card["gated"] else "; not gated"
         allowed = "allows" if card["commercial_use"] else "does not allow"
@@ -140,5 +141,8 @@ def _card(card: dict[str, Any]) -> list[str]:
         if "authors" in pooling:
             lines.append(f"  its authors  global_pool={pooling['authors']!r}: {pooling['authors_computes']}")
         lines += [f"      ask      {pooling['ask']}"] if "ask" in pooling else []
-    lines += [f"  not stated   {field}: {why}" for field, why in card["not_stated"].items()]
+    by_why: dict[str, list[str]] = {}  # top1 and top5 share their reason: one line
+    for field, why in card["not_stated"].items():
+        by_why.setdefault(why, []).append(field)
+    lines += [f"  not stated   {', '.join(fields)}: {why}" for why, fields in by_why.items()]
     return lines
