@@ -7,7 +7,7 @@ The package's layers import downwards only (tests/test_layering.py checks it):
 
     atomic, checks, errors, jsonio, precision, pretrained_cfg, layers/   import nothing of vitzoo above them
     layout, model, flops, deploy, inference                    the model, its saved layout, its export, fast inference
-    zoo, plugins                                               the built-in table, entry-point loading
+    zoo, plugins, cards                                        the built-in table, entry-point loading, release cards
     registry                                                   names -> builders, configs, sources
     weights/                                                   checkpoints: read, convert, adapt, export
     builder                                                    create / from_pretrained: registry + weights

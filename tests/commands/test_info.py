@@ -120,3 +120,27 @@ def test_an_unknown_name_is_named_as_typed(capsys, command, typed):
     assert f"unknown model {typed!r}" in err or f"unknown model 'vit_b17' (in {typed!r})" in err
     assert "unknown model ''" not in err
     assert ("looks like a path" in err) == ("/" in typed)
+
+
+def test_info_shows_the_releases_card(capsys):
+    code, out, _ = run(capsys, "info", "vit_base_patch16_224.augreg2_in21k_ft_in1k")
+    assert code == 0 and "card (vit_b16.augreg2_in21k_ft_in1k)" in out
+    assert (
+        "  ImageNet     top-1 85.108, top-5 97.530 (timm's results-imagenet.csv at aa4b5850, 2026-08-08; "
+        "224 px, crop_pct 0.9, bicubic)"
+    ) in out
+    assert "  licence      apache-2.0: allows commercial use; not gated" in out
+    assert "  not stated   weights_size: no source the zoo reads states the size of the weights' files" in out
+    code, out, _ = run(capsys, "info", "vit_b16", "--json")
+    info = json.loads(out)
+    assert info["card"]["top1"] == 85.108 and info["card"]["accuracy"]["imagenet"]["file"] == "results-imagenet.csv"
+
+
+def test_info_says_what_dinov3_pools_and_how_to_ask_for_the_authors(capsys):
+    code, out, _ = run(capsys, "info", "dinov3_b16")
+    assert code == 0
+    assert "  pools        global_pool='avg': the mean of the patch tokens" in out
+    assert "  its authors  global_pool='token': the class token after the final norm" in out
+    assert "      ask      vitzoo.create('dinov3_b16.lvd1689m', pretrained=True, global_pool='token')" in out
+    assert "  licence      dinov3-license: allows commercial use; gated on the Hub" in out
+    assert "  not stated   top1, top5: not an ImageNet-1k classifier: timm's results score only those" in out

@@ -98,3 +98,46 @@ def test_list_matches_timms_names_and_filters(capsys):
     assert code == 1 and "no no-such-family model from open_clip matches '*'" in err
     code, _, err = run(capsys, "list", "--source", "torchvision")
     assert code == 2 and "invalid choice: 'torchvision'" in err
+
+
+def test_list_sorts_by_the_cards_top1_with_their_columns(capsys):
+    """The issue's proof: `vitzoo list --sort top1 --columns top1,params,gflops,license` over the zoo;
+    a name without an ImageNet top-1 comes last, its cell blank (null in JSON)."""
+    from vitzoo.cards import card
+
+    argv = ["list", "--sort", "top1", "--columns", "top1,params,gflops,license"]
+    code, out, _ = run(capsys, *argv)
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["NAME", "TOP1", "PARAMS", "GFLOPS", "LICENSE"]
+    code, out, _ = run(capsys, *argv, "--json")
+    rows = json.loads(out)
+    assert sorted(r["name"] for r in rows) == vitzoo.list_models()
+    top1 = [r["top1"] for r in rows]
+    known = [t for t in top1 if t is not None]
+    assert known == sorted(known, reverse=True) and top1 == known + [None] * (len(top1) - len(known))
+    b16 = next(r for r in rows if r["name"] == "vit_b16")
+    want = card(vitzoo.registry.resolve("vit_b16"))  # a name's card: its default release's
+    assert (b16["top1"], b16["params"], b16["gflops"], b16["license"]) == (
+        want["top1"], want["num_params"], want["gflops"], want["license"],
+    )  # fmt: skip
+    assert b16["top1"] == 85.108  # timm's results-imagenet.csv for vit_base_patch16_224.augreg2_in21k_ft_in1k
+    assert f"vit_b16 {85.108:.2f} 86.57M 35.1 apache-2.0" in [" ".join(line.split()) for line in lines]
+
+
+def test_list_releases_sorted_by_params_with_accuracy_columns(capsys):
+    code, out, _ = run(capsys, "list", "deit_*", "--pretrained", "--sort", "params", "--columns", "params,top1,top1_real,commercial", "--json")  # fmt: skip
+    rows = json.loads(out)
+    assert code == 0 and [r["params"] for r in rows] == sorted(r["params"] for r in rows)
+    tiny = next(r for r in rows if r["name"] == "deit_ti16_distilled.fb_in1k")
+    assert (tiny["top1"], tiny["commercial"]) == (74.538, True) and tiny["top1_real"] is not None
+    assert {"name", "default", "source", "license", "params", "top1"} <= set(tiny)  # the listing's keys kept
+    code, out, _ = run(capsys, "list", "dinov3_b16", "--pretrained", "--columns", "top1,gated,pooling")
+    assert out.splitlines()[1].split() == ["dinov3_b16.lvd1689m", "yes", "'avg'"]  # no top-1: blank
+
+
+def test_list_refuses_an_unknown_column_or_sort_key_naming_the_choices(capsys):
+    code, _, err = run(capsys, "list", "--columns", "top1,speed")
+    assert code == 2 and "unknown column 'speed'; choose from top1, top5," in err
+    code, _, err = run(capsys, "list", "--sort", "speed")
+    choices = err.split("invalid choice: 'speed' (choose from ")[1].replace("'", "")  # quoted from Python 3.12.8
+    assert code == 2 and choices.startswith("name, top1, top5, params, gflops)")

@@ -1,4 +1,5 @@
-"""`vitzoo info NAME[.TAG]`: config, parameters, GFLOPs, sources, preprocessing and origin."""
+"""`vitzoo info NAME[.TAG]`: config, parameters, GFLOPs, sources, preprocessing, origin and the
+release's card (vitzoo/cards.py: ImageNet accuracy, licence, pooled output, what no source states)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     describe(
         parser,
         "Describe one model: its config, parameter count, GFLOPs at its input size, "
-        "pretrained sources, preprocessing and origin (built-in, plugin or user code).",
+        "pretrained sources, preprocessing and origin (built-in, plugin or user code), and the card of "
+        "the release it names (its default one without a tag): timm's published ImageNet accuracy, "
+        "licence and commercial use, what its pooled output is.",
     )
     parser.add_argument(
         "name",
@@ -42,11 +45,13 @@ def gflops_of(name: str, config: ViTConfig | None, input_size: Sequence[int]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..cards import card
     from ..model import ViTConfig
     from ..registry import model_info, resolve
 
     resolved = resolve(args.name)  # once: the spelling given (timm's, open_clip's) names one entry and tag
     info = model_info(resolved)
+    info.setdefault("card", card(resolved))  # model_info's own once the registry includes it
     pre = info["preprocessing"]
     config = ViTConfig.from_dict(info["config"]) if info["config"] is not None else None
     info["gflops"] = gflops_of(args.name, config, pre["input_size"])
@@ -69,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         lines += [f"  {key:<20} {value}" for key, value in info["config"].items()]
     lines += _sources(info)
     lines += _preprocessing(info)
+    lines += _card(info["card"])
     emit(args, info, "\n".join(lines))
     return 0
 
@@ -108,3 +114,35 @@ def _preprocessing(info: dict[str, Any]) -> list[str]:
         f"  interpolation  {pre['interpolation']}, crop_pct {pre['crop_pct']}",
         f"  classes        {pre['num_classes']} ({label_text})",
     ]
+
+
+def _card(card: dict[str, Any]) -> list[str]:
+    """The card's lines: accuracy with its source, licence, pooled output, and what no source states."""
+    lines = [f"card ({card['name']})"]
+    accuracy = card.get("accuracy")
+    if accuracy:
+        source = (
+            f"timm's {accuracy['imagenet']['file']} at {accuracy['timm_commit'][:8]}, {accuracy['timm_commit_date']}"
+        )
+        lines.append(
+            f"  ImageNet     top-1 {card['top1']:.3f}, top-5 {card['top5']:.3f} ({source}; "
+            f"{accuracy['img_size']} px, crop_pct {accuracy['crop_pct']}, {accuracy['interpolation']})"
+        )
+        others = [f"{d} {v['top1']:.2f}" for d, v in accuracy.items() if isinstance(v, dict) and d != "imagenet"]
+        siblings = "timm's sibling files at the same size and crop; imagenet-r and -a over their 200 classes"
+        lines += [f"  also top-1   {', '.join(others)} ({siblings})"] if others else []
+    if "license" in card:
+        gated = "" if "gated" not in card else "; gated on the Hub" if card["gated"] else "; not gated"
+        allowed = "allows" if card["commercial_use"] else "does not allow"
+        lines.append(f"  licence      {card['license']}: {allowed} commercial use{gated}")
+    pooling = card.get("pooling")
+    if pooling:
+        lines.append(f"  pools        global_pool={pooling['global_pool']!r}: {pooling['computes']}")
+        if "authors" in pooling:
+            lines.append(f"  its authors  global_pool={pooling['authors']!r}: {pooling['authors_computes']}")
+        lines += [f"      ask      {pooling['ask']}"] if "ask" in pooling else []
+    by_why: dict[str, list[str]] = {}  # top1 and top5 share their reason: one line
+    for field, why in card["not_stated"].items():
+        by_why.setdefault(why, []).append(field)
+    lines += [f"  not stated   {', '.join(fields)}: {why}" for why, fields in by_why.items()]
+    return lines

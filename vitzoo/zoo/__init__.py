@@ -17,6 +17,9 @@ activation); the other architectures become models of their own, named by `short
 release joins the model the generator names (one of equal config, or a new one named from open_clip's
 model), its `model_args` again what its tower has beyond that model's config.
 Loading a source is vitzoo.weights' job: this package imports only the model config and `PretrainedCfg`.
+`timm_results.py`, generated from timm's results/ folder by tools/cards_from_timm_results.py, is no
+part of `MODELS`: it holds timm's published ImageNet accuracy of the timm releases, which the cards
+read (vitzoo/cards.py).
 """
 
 from __future__ import annotations
