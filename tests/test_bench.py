@@ -3,15 +3,15 @@ front, accuracy from --accuracy and from the release cards, the speeds of one ma
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
+from vitzoo import registry
 from vitzoo.bench import COLUMNS, Point, ResultsFileError, pareto
 from vitzoo.bench.picture import accuracy_of, best_speeds, card_top1
 from vitzoo.bench.results import append_row, read_results, row_key, start_file
+from vitzoo.cards import card
 
 
 def a_row(model: str, speed: str = "10.0", runner: str = "eager", device: str = "cpu0") -> dict[str, str]:
@@ -71,21 +71,15 @@ def test_pareto_front():
     assert pareto([]) == []
 
 
-def test_accuracy_from_the_file_then_from_the_cards(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setitem(sys.modules, "vitzoo.cards", None)  # no cards module: nothing known, no error
-    assert card_top1("vit_b16.augreg2_in21k_ft_in1k") is None
-    cards = types.ModuleType("vitzoo.cards")
-
-    def card(name: str) -> dict[str, object]:
-        if name == "unknown":
-            raise KeyError(name)
-        return {"top1": 81.5} if name == "carded" else {"top5": 95.0}
-
-    cards.card = card  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "vitzoo.cards", cards)
-    names = ["carded", "in_file", "unknown", "no_top1"]
-    assert accuracy_of(names, {"in_file": 60.0, "carded": 1.0}) == {"carded": 1.0, "in_file": 60.0}
-    assert accuracy_of(names, None) == {"carded": 81.5}
+def test_accuracy_from_the_file_then_from_the_cards():
+    """--accuracy's file first, then the release's card (timm's published top-1), else nothing."""
+    carded = "vit_b16.augreg2_in21k_ft_in1k"
+    top1 = card(registry.resolve(carded))["top1"]
+    assert card_top1(carded) == top1 and card_top1("vit_mnist") is None  # no published accuracy
+    names = [carded, "vit_mnist", "vit_s16.augreg_in21k_ft_in1k"]
+    table = {"vit_mnist": 60.0, "vit_s16.augreg_in21k_ft_in1k": 1.0}
+    assert accuracy_of(names, table) == {carded: top1, "vit_mnist": 60.0, "vit_s16.augreg_in21k_ft_in1k": 1.0}
+    assert accuracy_of(names, None) == {carded: top1, "vit_s16.augreg_in21k_ft_in1k": card_top1(names[2])}
 
 
 def test_best_speeds_are_of_this_machine_only():

@@ -156,3 +156,7 @@ def clean_registry():
     saved = registry.snapshot()
     yield
     registry.restore(saved)
+
+
+def test_model_info_carries_the_card():
+    assert vitzoo.model_info("vit_b16")["card"] == card(registry.resolve("vit_b16"))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -60,14 +59,13 @@ def _top1(text: str | None, where: str) -> float:
 
 
 def card_top1(name: str) -> float | None:
-    """The release card's ImageNet top-1 of `name` (percent), None where there is no card module,
-    no card or no top-1. The cards are another module's (imported by name: it may be absent)."""
-    try:
-        cards = importlib.import_module("vitzoo.cards")
-        value = cards.card(name).get("top1")
-        return float(value) if value is not None else None
-    except Exception:  # no cards module, no card for this name, a card without a number
-        return None
+    """The ImageNet top-1 (percent) that the card of release `name` states (vitzoo/cards.py), None
+    where its source states none (a backbone, a release timm published no results for)."""
+    from ..cards import card
+    from ..registry import resolve
+
+    value = card(resolve(name)).get("top1")
+    return float(value) if value is not None else None
 
 
 def accuracy_of(names: Iterable[str], table: Mapping[str, float] | None) -> dict[str, float]:

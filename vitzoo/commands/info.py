@@ -45,13 +45,11 @@ def gflops_of(name: str, config: ViTConfig | None, input_size: Sequence[int]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cards import card
     from ..model import ViTConfig
     from ..registry import model_info, resolve
 
     resolved = resolve(args.name)  # once: the spelling given (timm's, open_clip's) names one entry and tag
     info = model_info(resolved)
-    info.setdefault("card", card(resolved))  # model_info's own once the registry includes it
     pre = info["preprocessing"]
     config = ViTConfig.from_dict(info["config"]) if info["config"] is not None else None
     info["gflops"] = gflops_of(args.name, config, pre["input_size"])

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..cards import card
 from ..model import ViTConfig, fit_pretrained_cfg, timm_default_cfg
 from ..pretrained_cfg import PretrainedCfg, pretrained_cfg_of
 from .entry import ModelEntry, Resolved
@@ -81,6 +82,7 @@ def model_info(name: str | Resolved) -> dict[str, Any]:
         "default_pretrained": pcfg.tag if pcfg else None,
         "pretrained": {tag: cfg.to_dict() for tag, cfg in entry.pretrained.items()},
         "preprocessing": timm_pretrained_cfg(resolved),
+        "card": card(resolved),  # accuracy, licence, pooling, ... (vitzoo/cards.py)
     }
 
 
