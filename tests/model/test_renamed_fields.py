@@ -6,6 +6,7 @@ both names at once with different values is one error naming both; files are wri
 
 from __future__ import annotations
 
+import inspect
 import json
 import warnings
 from pathlib import Path
@@ -158,6 +159,10 @@ def test_init_values_and_postnorm_init_each_refuse_the_other_block():
     assert config.to_dict()["postnorm_init"] == 1e-5 and config.to_dict()["init_values"] is None
 
 
-def test_unknown_names_are_still_refused():
+def test_unknown_names_are_still_refused_and_the_signature_is_the_fields():
     with pytest.raises(TypeError, match="unknown config field"):
         ViTConfig().replace(rel_pos_enabled=True)
+    with pytest.raises(TypeError, match="rel_pos_enabled"):
+        ViTConfig(rel_pos_enabled=True)  # type: ignore[call-arg]
+    parameters = inspect.signature(ViTConfig).parameters
+    assert list(parameters) == ViTConfig.field_names() and parameters["use_rel_pos"].default is False

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ class ViTConfig(ViTFields):
             names postnorm_init); `replace` and `from_dict` still read it as postnorm_init."""
             ViTFields.__init__(self, *args, **renamed_fields(fields))
             self.__post_init__()
+
+        __init__.__signature__ = inspect.signature(ViTFields.__init__)  # help() and IDEs: the fields
 
     def __post_init__(self) -> None:
         # Normalise lists (from JSON) to tuples so configs compare and hash by value.

@@ -32,9 +32,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
     qkv_fused, k_bias  EVA's attention layouts: separate q/k/v projections, no bias on k
     block_type       "prenorm" (the block above), "postnorm": each norm after its residual branch
                      (timm's ResPostBlock, EVA-02-CLIP-E; layers/block.py; postnorm_init the norms'
-                     initial weight), or "parallel": attention and
-                     MLP side by side from one norm, their input projections fused (ViT-22B;
-                     layers/parallel_block.py)
+                     initial weight), or "parallel": attention and MLP side by side from one norm,
+                     their input projections fused (ViT-22B; layers/parallel_block.py)
     attn_layer       "attn" or "diff": differential attention, two softmax maps subtracted
                      (layers/diff_attention.py)
     attn_norm        the attention's sub-LN before its output projection (BEiT-3, EVA-02-CLIP B/L;
