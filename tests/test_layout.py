@@ -71,7 +71,7 @@ def test_predict_reads_a_saved_post_norm_model(tmp_path, capsys):
     command builds the named architecture at its size: the smallest post-norm one, whole)."""
     torch.manual_seed(0)
     model = vitzoo.create("vit_relpos_medium16_rpn", num_classes=5).eval()
-    assert model.config.init_values is not None  # the norms' starting weight, shown by no tensor
+    assert model.config.postnorm_init is not None  # the norms' starting weight, shown by no tensor
     model.save_pretrained(tmp_path / "run")
     image = tmp_path / "photo.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8)).save(image)

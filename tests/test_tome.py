@@ -145,7 +145,7 @@ EXACT_CASES = {
     "distilled": dict(distilled=True),
     "registers, avg": dict(reg_tokens=4, global_pool="avg"),
     "map": dict(class_token=False, global_pool="map"),
-    "coca": dict(global_pool="coca", attn_pool_queries=4, pool_include_prefix=True),
+    "coca": dict(global_pool="coca", coca_queries=4, pool_include_prefix=True),
     "layer scale, swiglu": dict(init_values=0.1, mlp_layer="swiglu"),
 }
 
@@ -238,7 +238,7 @@ def test_dense_outputs_patch_batches_and_no_pooling_are_refused_on_a_merged_mode
 # ----------------------------------------------------------------------------- which models merge
 REFUSED = {
     "rope": dict(rope="cat", pos_embed="none"),
-    "window_size": dict(class_token=False, global_pool="avg", window_size=4, rel_pos=True),
+    "window_size": dict(class_token=False, global_pool="avg", window_size=4, use_rel_pos=True),
     "rel_pos_table": dict(rel_pos_table=True, pos_embed="none"),
     "rel_pos_mlp": dict(rel_pos_mlp=16, pos_embed="none"),
     "block_type='parallel'": dict(block_type="parallel"),

@@ -33,6 +33,7 @@ from .features import feature_model
 from .layout import CONFIG_NAME, WEIGHTS_NAME, attach_architecture, save_pretrained
 from .memory import human_bytes, model_bytes, require_memory
 from .model import VisionTransformer, ViTConfig
+from .model.fields import renamed_fields
 from .precision import cast_model, check_castable, name_of, parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .weights import (
@@ -114,6 +115,8 @@ def create(
     `text=True` returns the whole image-text model instead (vitzoo.text.ImageTextModel: this
     image tower, its text tower, tokenizer and logit scale), read from an open_clip or transformers
     layout (`weights`, or the name's default source)."""
+    # a field's old name (model/fields.py RENAMED_FIELDS) as its new one, before any key is compared
+    overrides = renamed_fields(overrides)
     if text:
         return _create_image_text(name, pretrained, weights, dtype, features_only, pretrained_cfg_overlay, overrides)
     if not features_only and (out_indices is not None or feature_cls is not None):

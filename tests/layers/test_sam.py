@@ -23,7 +23,7 @@ from vitzoo.layers.sam import (
 from vitzoo.model import VisionTransformer, ViTConfig
 from vitzoo.weights import WeightsError
 
-SAM = dict(class_token=False, global_pool="avg", final_norm=False, window_size=3, rel_pos=True, neck_chans=16)
+SAM = dict(class_token=False, global_pool="avg", final_norm=False, window_size=3, use_rel_pos=True, neck_chans=16)
 TINY = dict(img_size=80, patch_size=16, embed_dim=32, depth=3, num_heads=2, global_attn_indexes=(1,), **SAM)
 
 
@@ -60,7 +60,7 @@ def test_block_is_timms(window):
     sam = _timm_sam()
     torch.manual_seed(0)
     theirs = sam.Block(dim=32, num_heads=2, use_rel_pos=True, window_size=window, input_size=(5, 4)).eval()
-    ours = SamBlock(dim=32, num_heads=2, norm_eps=1e-5, window_size=window, rel_pos=True, grid=(5, 4)).eval()
+    ours = SamBlock(dim=32, num_heads=2, norm_eps=1e-5, window_size=window, use_rel_pos=True, grid=(5, 4)).eval()
     with torch.no_grad():
         for p in theirs.parameters():
             p.normal_(0, 0.2)
@@ -122,12 +122,12 @@ def test_parameter_count_and_flops_are_exact():
     ("fields", "message"),
     [
         (dict(window_size=3, class_token=True, global_pool="token"), "class, distillation or register tokens"),
-        (dict(rel_pos=True, class_token=False, global_pool="avg", reg_tokens=2), "register tokens"),
+        (dict(use_rel_pos=True, class_token=False, global_pool="avg", reg_tokens=2), "register tokens"),
         (dict(global_attn_indexes=(1,)), "needs window_size > 0"),
         (dict(window_size=-1, class_token=False, global_pool="avg"), "window_size"),
         (dict(window_size=2, global_attn_indexes=(1, 1), class_token=False, global_pool="avg"), "global_attn_indexes"),
         (dict(neck_chans=8, class_token=False, global_pool="avg"), "final_norm=False"),
-        (dict(rel_pos=True, rope="cat", class_token=False, global_pool="avg"), "rope"),
+        (dict(use_rel_pos=True, rope="cat", class_token=False, global_pool="avg"), "rope"),
     ],
 )
 def test_config_refuses_what_sam_cannot_mean(fields, message):
@@ -139,7 +139,7 @@ def test_config_refuses_what_sam_cannot_mean(fields, message):
 def test_a_window_no_tensor_shows_is_bounded_by_the_grid(tmp_path, window):
     """C4: without relative positions no tensor states the window; a saved config stating a huge one
     loaded, then its forward asked for terabytes. Refused on loading, naming the field."""
-    fields = {**TINY, "rel_pos": False}
+    fields = {**TINY, "use_rel_pos": False}
     vitzoo.create("samvit_b16", **fields).save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     config["config"]["window_size"] = window

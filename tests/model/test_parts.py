@@ -45,7 +45,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "norm_layer": NORMS,
     "pos_embed": POS_EMBEDS,
     "global_pool": GLOBAL_POOLS,
-    "attn_pool_type": COCA_POOL_TYPES,
+    "coca_pool_type": COCA_POOL_TYPES,
     "pos_resample": POS_RESAMPLE,
     "rope": ("", *ROPE_KINDS),
     "rope_grid_indexing": GRID_INDEXINGS,
@@ -154,10 +154,10 @@ def test_each_coca_arrangement_is_counted(pool_type):
         num_heads=2,
         num_classes=6,
         global_pool="coca",
-        attn_pool_queries=5,
-        attn_pool_dim=24,
+        coca_queries=5,
+        coca_dim=24,
         attn_pool_num_heads=2,
-        attn_pool_type=pool_type,
+        coca_pool_type=pool_type,
         pool_include_prefix=True,
     )
     model = _built(config)
@@ -167,7 +167,7 @@ def test_each_coca_arrangement_is_counted(pool_type):
 
 def test_refusals_are_the_parts():
     sam = ViTConfig(
-        img_size=64, class_token=False, global_pool="avg", window_size=2, rel_pos=True, dynamic_img_size=True
+        img_size=64, class_token=False, global_pool="avg", window_size=2, use_rel_pos=True, dynamic_img_size=True
     )
     assert "SAM's image encoder" in (sam.refusal("patch_sequence") or "")
     assert VisionTransformer(sam, depth=1, embed_dim=16, num_heads=2).patch_sequence_refusal() == sam.refusal(

@@ -36,7 +36,7 @@ RELEASES = {"coca_ViT-B-32": "coca_ViT-B-32.laion2b_s13b_b90k", "coca_ViT-L-14":
 # open_clip's vision_cfg at reduced size; its pooler 16 wide (embed_dim) over 64-wide tokens, 8 heads
 VISION = {"layers": 2, "width": 64, "head_width": 32, "patch_size": 8, "image_size": 32}
 SIZES = {"depth": 2, "embed_dim": 64, "num_heads": 2, "patch_size": 8, "img_size": 32, "num_classes": 16}
-SIZES_WITH_POOL = {**SIZES, "attn_pool_dim": 16}
+SIZES_WITH_POOL = {**SIZES, "coca_dim": 16}
 
 
 def _reduced_coca(model: str, folder: Path, **vision: Any) -> torch.nn.Module:
@@ -88,7 +88,7 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_registered_release_computes_open_clips_embedding_and_caption_tokens(model, tmp_path):
     theirs = _reduced_coca(model, tmp_path / "ckpt")
     ours = _through_the_name(model, tmp_path / "ckpt")
-    assert ours.config.global_pool == "coca" and ours.config.attn_pool_type == ""
+    assert ours.config.global_pool == "coca" and ours.config.coca_pool_type == ""
     x = _image()
     with torch.no_grad():
         embedding, tokens = _theirs(theirs, x)
@@ -103,8 +103,8 @@ def test_pooler_as_wide_as_the_tokens_reads_open_clips_packed_in_proj(tmp_path):
     """width == embed_dim: nn.MultiheadAttention keeps one in_proj_weight, split into q and kv."""
     theirs = _reduced_coca("coca_ViT-B-32", tmp_path / "ckpt", width=16, head_width=8)
     assert "visual.attn_pool.attn.in_proj_weight" in theirs.state_dict()
-    ours = _through_the_name("coca_ViT-B-32", tmp_path / "ckpt", **{**SIZES, "embed_dim": 16, "attn_pool_dim": None})
-    assert ours.config.attn_pool_dim is None
+    ours = _through_the_name("coca_ViT-B-32", tmp_path / "ckpt", **{**SIZES, "embed_dim": 16, "coca_dim": None})
+    assert ours.config.coca_dim is None
     x = _image()
     with torch.no_grad():
         embedding, tokens = _theirs(theirs, x)
@@ -120,7 +120,7 @@ def test_the_papers_arrangements_compute_open_clips(kind, tmp_path):
     if getattr(theirs.visual, "attn_pool_contrastive", None) is None:
         pytest.skip(f"open_clip {OPEN_CLIP_VERSION} has no attentional_pool={kind!r} (one pooler for any value)")
     ckpt = read_open_clip_tower(tmp_path / "ckpt")
-    assert ckpt.config["attn_pool_type"] == kind and "norm.weight" in ckpt.state
+    assert ckpt.config["coca_pool_type"] == kind and "norm.weight" in ckpt.state
     ours = vitzoo.VisionTransformer(ViTConfig(**ckpt.config)).eval()
     ours.load_state_dict(ckpt.state, strict=True)
     x = _image()
@@ -176,7 +176,7 @@ def test_a_mismatched_pooler_is_named(tmp_path):
     state = split_open_clip({k: v for k, v in whole.items() if k.startswith("visual.")}, file="f").visual
     stated = ViTConfig(**ckpt.config).to_dict()
     with pytest.raises(
-        VitzooError, match=r"attn_pool_queries=128, but .* attn_pool_queries=256 \(from attn_pool\.caption\.query\)"
+        VitzooError, match=r"coca_queries=128, but .* coca_queries=256 \(from attn_pool\.caption\.query\)"
     ):
         check_stated(stated, infer_config_fields(state), state, config="open_clip_config.json", weights="f")
 
@@ -218,16 +218,16 @@ def test_pruning_and_reset_classifier(tmp_path):
     assert isinstance(pruned.attn_pool.norm, torch.nn.Identity) and not pruned.config.final_norm
     pruned.prune_intermediate_layers(indices=1)
     c = pruned.config
-    assert pruned.attn_pool is None and (c.global_pool, c.attn_pool_dim, c.num_classes) == ("", None, 0)
+    assert pruned.attn_pool is None and (c.global_pool, c.coca_dim, c.num_classes) == ("", None, 0)
 
 
 def test_config_fields_validate_together():
-    with pytest.raises(ValueError, match="attn_pool_queries=8 with global_pool='token' is invalid"):
-        ViTConfig(attn_pool_queries=8)
-    with pytest.raises(ValueError, match="attn_pool_type="):
-        ViTConfig(global_pool="coca", attn_pool_type="serial")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="coca_queries=8 with global_pool='token' is invalid"):
+        ViTConfig(coca_queries=8)
+    with pytest.raises(ValueError, match="coca_pool_type="):
+        ViTConfig(global_pool="coca", coca_pool_type="serial")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="attn_pool_num_heads"):
-        ViTConfig(global_pool="coca", attn_pool_dim=20, attn_pool_num_heads=8)
+        ViTConfig(global_pool="coca", coca_dim=20, attn_pool_num_heads=8)
     with pytest.raises(ValueError, match="cannot be combined with fc_norm=True"):
         ViTConfig(global_pool="coca", fc_norm=True)
     with pytest.raises(ValueError, match="distilled=True cannot be combined with global_pool='coca'"):
@@ -236,7 +236,7 @@ def test_config_fields_validate_together():
 
 def _tiny_model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return vitzoo.create(RELEASES["coca_ViT-B-32"], pretrained=False, **SIZES_WITH_POOL, attn_pool_queries=4).eval()
+    return vitzoo.create(RELEASES["coca_ViT-B-32"], pretrained=False, **SIZES_WITH_POOL, coca_queries=4).eval()
 
 
 def test_patch_sequence_batch_computes_the_image():
@@ -273,7 +273,7 @@ def test_exported_program_and_onnx_compute_the_model(tmp_path):
 def tiny_coca():
     vitzoo.register(
         "test_tiny_coca", base="openclip_coca_vit_b32", override=True, img_size=32, patch_size=8, embed_dim=16,
-        depth=2, num_heads=2, attn_pool_dim=16, attn_pool_num_heads=2, attn_pool_queries=4,
+        depth=2, num_heads=2, coca_dim=16, attn_pool_num_heads=2, coca_queries=4,
     )  # fmt: skip
     yield "test_tiny_coca"
     registry.unregister("test_tiny_coca")

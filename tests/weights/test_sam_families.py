@@ -193,7 +193,7 @@ def test_transformers_sam_image_encoder_from_its_own_layout(tmp_path, whole):
     reference, directory = _transformers_sam(tmp_path, whole)
     ours = vitzoo.from_pretrained(directory).eval()
     c = ours.config
-    assert (c.window_size, c.global_attn_indexes, c.rel_pos, c.neck_chans, c.norm_eps) == (3, (1,), True, 32, 1e-6)
+    assert (c.window_size, c.global_attn_indexes, c.use_rel_pos, c.neck_chans, c.norm_eps) == (3, (1,), True, 32, 1e-6)
     x = _image(128, 128, batch=1)
     with torch.no_grad():
         encoder = reference.get_image_embeddings(x) if whole else reference(x).last_hidden_state

@@ -8,7 +8,7 @@ its own, and there is no MLP (unlike the MAP pool, layers/pool.py):
     k, v    = Linear_kv(LayerNorm_k(tokens))          every token (width D) is a key and a value
     out     = Linear_proj(softmax(q k^T / sqrt(d / heads)) v)          (B, N, d)
 
-`CocaPool` arranges one or two poolers as open_clip's image tower does (`attn_pool_type`):
+`CocaPool` arranges one or two poolers as open_clip's image tower does (`coca_pool_type`):
 
     ""          open_clip's released CoCa (vision_cfg.attentional_pool=True): one pooler of N queries
                 over the un-normed tokens, then the norm (open_clip's ln_post, `norm` here) of every

@@ -27,7 +27,8 @@ x = x + DropPath(LayerNorm(Attention(x)))
 x = x + DropPath(LayerNorm(Mlp(x)))
 
 It holds the same parameters under the same names (norm1, attn, norm2, mlp) and no LayerScale:
-`init_values` is there the norms' initial weight instead (timm's init), which a checkpoint replaces.
+`init_values` (timm's argument name) is there the norms' initial weight instead (timm's init;
+ViTConfig.postnorm_init), which a checkpoint replaces.
 
 The kinds of block, chosen by ViTConfig.block_type, are the table BLOCKS (name -> class), each
 class built with the same keyword arguments (`make_block`): "prenorm" Block, "postnorm"

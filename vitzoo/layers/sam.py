@@ -143,13 +143,13 @@ class RelPosAttention(Attention):
 
 class SamBlock(Block):
     """The pre-norm block of SAM's encoder: its attention within windows of `window_size` tokens
-    (0: over the whole grid), with decomposed relative positions when `rel_pos` (sized for the
+    (0: over the whole grid), with decomposed relative positions when `use_rel_pos` (timm's name; sized for the
     window, or for `grid`, the model's grid of patches, in a global block)."""
 
-    def __init__(self, *, window_size: int, rel_pos: bool, grid: tuple[int, int], **options: Any) -> None:
+    def __init__(self, *, window_size: int, use_rel_pos: bool, grid: tuple[int, int], **options: Any) -> None:
         super().__init__(**options)
         self.window_size = window_size
-        if rel_pos:  # the same projections, with the two tables beside them
+        if use_rel_pos:  # the same projections, with the two tables beside them
             self.attn = RelPosAttention(
                 dim=options["dim"],
                 num_heads=options["num_heads"],

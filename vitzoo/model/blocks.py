@@ -38,11 +38,13 @@ class Blocks(Part):
                 (c.mlp_layer in MLPS, "mlp_layer", one_of(MLPS)),
                 (c.mlp_align >= 0, "mlp_align", "an int >= 0"),
                 (c.init_values is None or c.init_values > 0, "init_values", "None or a positive number"),
+                (c.postnorm_init is None or c.postnorm_init > 0, "postnorm_init", "None or a positive number"),
                 (c.qk_norm in QK_NORMS, "qk_norm", one_of(QK_NORMS)),
                 (c.attn_layer in ATTN_LAYERS, "attn_layer", one_of(ATTN_LAYERS)),
             ],
         )
         check_block_type(c.block_type)
+        _check_postnorm(c)
         _check_attention(c)
         _check_mlp(c)
         _check_fused(c)
@@ -80,6 +82,20 @@ class Blocks(Part):
 
 
 BLOCKS = Blocks()
+
+
+def _check_postnorm(config: ViTFields) -> None:
+    """init_values is LayerScale's start, which a post-norm block has none of; postnorm_init its norms'."""
+    if config.block_type == "postnorm" and config.init_values is not None:
+        raise ValueError(
+            f"init_values={config.init_values!r} with block_type='postnorm' is invalid: a post-norm block has no "
+            f"LayerScale; expected postnorm_init={config.init_values!r} for its norms' initial weight"
+        )
+    if config.block_type != "postnorm" and config.postnorm_init is not None:
+        raise ValueError(
+            f"postnorm_init={config.postnorm_init!r} with block_type={config.block_type!r} is invalid: it is the "
+            "post-norm block's norms' initial weight; expected block_type='postnorm' (LayerScale's start is init_values)"
+        )
 
 
 def _check_attention(config: ViTFields) -> None:
@@ -164,8 +180,7 @@ def _block_params(config: ViTFields, kv_heads: int) -> int:
     inputs = 1 if c.mlp_layer == "mlp" else 2  # a gated MLP projects to gate and input
     mlp = inputs * (d * hidden + bias * hidden) + hidden * d + bias * d
     mlp += norm_params(c, hidden) if c.mlp_norm else 0
-    # LayerScale (a post-norm block has none: init_values is its norms' initial weight)
-    scales = (1 + int(c.layer_scale_mlp)) * d if c.init_values and c.block_type != "postnorm" else 0
+    scales = (1 + int(c.layer_scale_mlp)) * d if c.init_values else 0  # LayerScale (none post-norm)
     return attn + mlp + 2 * norm_params(c, d) + scales + diff
 
 
@@ -193,7 +208,8 @@ def new_blocks(config: ViTFields, grid: tuple[int, int]) -> nn.Sequential:
             attn_drop=c.attn_drop_rate,
             drop_path=dpr[i],
             norm_eps=c.norm_eps,
-            init_values=c.init_values,
+            # LayerScale's start, or a post-norm block's norms' initial weight (timm's names both init_values)
+            init_values=c.postnorm_init if c.block_type == "postnorm" else c.init_values,
             act_layer=c.act_layer,
             mlp_layer=c.mlp_layer,
             mlp_norm=c.mlp_norm,

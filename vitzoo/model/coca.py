@@ -1,6 +1,6 @@
 """CoCa's attentional pooler as the pool (`global_pool="coca"`, layers/attn_pooler.py): learned caption
-queries (`attn_pool_queries`, open_clip's 256 where None) of its own width (`attn_pool_dim`, open_clip's
-embed_dim, what its proj takes), arranged by `attn_pool_type`: "" open_clip's released CoCa (one
+queries (`coca_queries`, open_clip's 256 where None) of its own width (`coca_dim`, open_clip's
+embed_dim, what its proj takes), arranged by `coca_pool_type`: "" open_clip's released CoCa (one
 pooler, its first output pooled, the final norm after it), "parallel" / "cascade" the paper's (a
 one-query contrastive pooler beside / after the caption one). Its caption tokens come from
 `VisionTransformer.pool_with_tokens`."""
@@ -17,9 +17,9 @@ from .pools import pool_keys
 if TYPE_CHECKING:
     from .fields import ViTFields
 
-COCA_QUERIES = 256  # open_clip's attn_pooler_queries, where attn_pool_queries is None
+COCA_QUERIES = 256  # open_clip's attn_pooler_queries, where coca_queries is None
 # The "coca" pool's own fields, and their values without it (prune_intermediate_layers resets them).
-COCA_POOL_OFF: dict[str, Any] = {"attn_pool_queries": None, "attn_pool_dim": None, "attn_pool_type": ""}
+COCA_POOL_OFF: dict[str, Any] = {"coca_queries": None, "coca_dim": None, "coca_pool_type": ""}
 
 
 class Coca(Part):
@@ -30,9 +30,9 @@ class Coca(Part):
         check_fields(
             c,
             [
-                (c.attn_pool_queries is None or c.attn_pool_queries >= 1, "attn_pool_queries", "None or an int >= 1"),
-                (c.attn_pool_dim is None or c.attn_pool_dim >= 1, "attn_pool_dim", "None or an int >= 1"),
-                (c.attn_pool_type in COCA_POOL_TYPES, "attn_pool_type", one_of(COCA_POOL_TYPES)),
+                (c.coca_queries is None or c.coca_queries >= 1, "coca_queries", "None or an int >= 1"),
+                (c.coca_dim is None or c.coca_dim >= 1, "coca_dim", "None or an int >= 1"),
+                (c.coca_pool_type in COCA_POOL_TYPES, "coca_pool_type", one_of(COCA_POOL_TYPES)),
             ],
         )
         if c.global_pool != "coca":
@@ -55,7 +55,7 @@ class Coca(Part):
         if clash:
             raise ValueError(
                 f"global_pool='coca' cannot be combined with {', '.join(clash)}: CoCa's pooler has no MLP, its "
-                "outputs go to the head (open_clip's proj) as they are, and its final norm sits where attn_pool_type "
+                "outputs go to the head (open_clip's proj) as they are, and its final norm sits where coca_pool_type "
                 "says ('': after the pooler; 'parallel' / 'cascade': on the tokens); expected them unset"
             )
 
@@ -65,7 +65,7 @@ class Coca(Part):
         if c.global_pool != "coca":
             return 0
         dim = c.pool_dim
-        return coca_pool_params(dim, c.embed_dim, queries(c), c.attn_pool_type, c.norm_in_pool, norm_params(c, dim))
+        return coca_pool_params(dim, c.embed_dim, queries(c), c.coca_pool_type, c.norm_in_pool, norm_params(c, dim))
 
     def flops(self, config: ViTFields) -> dict[str, int]:
         """What `model(x)` runs: the caption pooler ("" and "cascade", its first output pooled) and the
@@ -74,10 +74,10 @@ class Coca(Part):
         if c.global_pool != "coca":
             return {}
         keys, n = pool_keys(c), queries(c)
-        if c.attn_pool_type == "parallel":
+        if c.coca_pool_type == "parallel":
             return {"pool": _pooler_flops(c, 1, keys, c.embed_dim)}
         caption = _pooler_flops(c, n, keys, c.embed_dim)
-        if c.attn_pool_type == "cascade":
+        if c.coca_pool_type == "cascade":
             caption += _pooler_flops(c, 1, n, c.pool_dim)
         return {"pool": caption}
 
@@ -86,7 +86,7 @@ COCA = Coca()
 
 
 def queries(config: ViTFields) -> int:
-    return config.attn_pool_queries or COCA_QUERIES
+    return config.coca_queries or COCA_QUERIES
 
 
 def _pooler_flops(config: ViTFields, n: int, keys: int, inputs: int) -> int:
@@ -104,7 +104,7 @@ def new_coca_pool(config: ViTFields) -> CocaPool:
         context_dim=c.embed_dim,
         num_heads=c.attn_pool_num_heads or c.num_heads,
         num_queries=queries(c),
-        pool_type=c.attn_pool_type,
+        pool_type=c.coca_pool_type,
         post_norm=c.norm_in_pool,
         norm_eps=c.norm_eps,
         norm_layer=c.norm_layer,

@@ -1,21 +1,23 @@
 """`ViTConfig`: the fields (fields.py) checked, the core checks, and the loops over the parts
 (part.py) that own the rest: `validate`, `num_params` and `refusal`. Saved config.json files hold
-its fields as they are (`to_dict`, `from_dict`).
+its fields as they are (`to_dict`, `from_dict`); the names fields had before (fields.RENAMED_FIELDS)
+are still read, by the constructor, `replace` and `from_dict`, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checks import check_fields, check_heads, check_types
 from ..layers.norm import NORMS
 from .blocks import BLOCKS
 from .coca import COCA
-from .fields import ViTFields
+from .fields import RENAMED_FIELDS, ViTFields, renamed_fields
 from .head import HEAD
 from .part import Part, Refusal, one_of
 from .pools import POOL
@@ -33,6 +35,17 @@ PARTS: tuple[Part, ...] = (STEM, POSITIONS, ROPE, POOL, COCA, BLOCKS, HEAD, SAM,
 @dataclass(frozen=True)
 class ViTConfig(ViTFields):
     """Every architecture field of a VisionTransformer, checked. Overrides go through `replace`."""
+
+    if not TYPE_CHECKING:  # type checkers see the dataclass's own __init__, today's names alone
+
+        def __init__(self, *args: Any, **fields: Any) -> None:
+            """The dataclass's fields, an old name (RENAMED_FIELDS) read as its new one. Not init_values
+            with block_type="postnorm": here init_values is LayerScale's alone (`validate` refuses it and
+            names postnorm_init); `replace` and `from_dict` still read it as postnorm_init."""
+            ViTFields.__init__(self, *args, **renamed_fields(fields))
+            self.__post_init__()
+
+        __init__.__signature__ = inspect.signature(ViTFields.__init__)  # help() and IDEs: the fields
 
     def __post_init__(self) -> None:
         # Normalise lists (from JSON) to tuples so configs compare and hash by value.
@@ -93,12 +106,15 @@ class ViTConfig(ViTFields):
         return _field_types()
 
     def replace(self, **overrides: Any) -> ViTConfig:
-        unknown = sorted(set(overrides) - set(self.field_names()))
+        """This config with `overrides`: old names (RENAMED_FIELDS) read as the new ones, and init_values
+        with block_type="postnorm" (given, or this config's) as postnorm_init, each with a DeprecationWarning."""
+        unknown = sorted(set(overrides) - set(self.field_names()) - set(RENAMED_FIELDS))
         if unknown:
             raise TypeError(
                 f"unknown config field(s) {', '.join(map(repr, unknown))}; valid fields: {', '.join(self.field_names())}"
             )
-        return dataclasses.replace(self, **overrides)
+        postnorm = overrides.get("block_type", self.block_type) == "postnorm"
+        return dataclasses.replace(self, **renamed_fields(overrides, postnorm=postnorm))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -19,7 +19,7 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
     global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none);
                      attn_pool_num_heads, pool_include_prefix: PE's pool (8 heads, over every token);
                      attn_pool_mlp_ratio: its MLP's own width (PE-Core-G); "coca": CoCa's attentional
-                     pooler (layers/attn_pooler.py; attn_pool_queries, attn_pool_dim, attn_pool_type),
+                     pooler (layers/attn_pooler.py; coca_queries, coca_dim, coca_pool_type),
                      its caption tokens from pool_with_tokens(forward_features(x))
     fc_norm          MAE fine-tuning: the final LayerNorm moves after the pooling
     head_bias        CLIP's visual projection has no bias
@@ -31,16 +31,16 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      learned table or alone (pos_embed="none"); class and register tokens not rotated
     qkv_fused, k_bias  EVA's attention layouts: separate q/k/v projections, no bias on k
     block_type       "prenorm" (the block above), "postnorm": each norm after its residual branch
-                     (timm's ResPostBlock, EVA-02-CLIP-E; layers/block.py), or "parallel": attention and
-                     MLP side by side from one norm, their input projections fused (ViT-22B;
-                     layers/parallel_block.py)
+                     (timm's ResPostBlock, EVA-02-CLIP-E; layers/block.py; postnorm_init the norms'
+                     initial weight), or "parallel": attention and MLP side by side from one norm,
+                     their input projections fused (ViT-22B; layers/parallel_block.py)
     attn_layer       "attn" or "diff": differential attention, two softmax maps subtracted
                      (layers/diff_attention.py)
     attn_norm        the attention's sub-LN before its output projection (BEiT-3, EVA-02-CLIP B/L;
                      layers/attention.py)
     num_kv_heads     grouped-query attention (layers/gqa.py): fewer key/value heads, per block (Sapiens2)
     qk_norm          a norm of q and k per head or over all heads (layers/qk_norm.py; ViT-22B, Sapiens2)
-    window_size, global_attn_indexes, rel_pos, neck_chans   SAM's image encoder (layers/sam.py):
+    window_size, global_attn_indexes, use_rel_pos, neck_chans   SAM's image encoder (layers/sam.py):
                      windowed attention but in a few global blocks, decomposed relative positions,
                      a conv neck in the final norm's place; no prefix tokens
     rel_pos_table    BEiT: a learned relative position bias per block, added to the attention logits
@@ -51,8 +51,11 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
 
 from __future__ import annotations
 
+import sys
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ..layers import to_2tuple
 from ..layers.activations import ActName
@@ -63,6 +66,9 @@ from ..layers.qk_norm import QKNormName
 from ..layers.rope import GridIndexing, NormalizeCoords, RopeKind
 from ..layers.swiglu import MlpName
 
+if TYPE_CHECKING:
+    from types import FrameType
+
 HybridStem = Literal["", "resnetv2", "mci"]  # "" and layers/hybrid_embed.py's HYBRID_STEMS (a test holds them equal)
 BlockType = Literal["prenorm", "postnorm", "parallel"]  # layers/block.py's BLOCKS (a test holds them equal)
 AttnLayer = Literal["attn", "diff"]
@@ -71,6 +77,55 @@ PosEmbed = Literal["learned", "sincos", "none", "factorized"]
 POS_EMBEDS: tuple[str, ...] = get_args(PosEmbed)
 GlobalPool = Literal["token", "avg", "map", "coca", ""]
 GLOBAL_POOLS: tuple[str, ...] = get_args(GlobalPool)
+
+# Fields renamed (issue 52): the old name -> the new. config.json files saved before, and overrides
+# written before, still give the old names: `renamed_fields` reads them as the new ones, with a
+# DeprecationWarning; `ViTConfig.to_dict` writes only the new names.
+RENAMED_FIELDS: dict[str, str] = {
+    "rel_pos": "use_rel_pos",  # SAM's flag (timm's and transformers' name), not a block's bias module
+    "attn_pool_queries": "coca_queries",  # CoCa's pooler alone, not the "map" pool's attn_pool_*
+    "attn_pool_dim": "coca_dim",
+    "attn_pool_type": "coca_pool_type",
+}
+# And one field whose post-norm meaning moved: init_values with block_type="postnorm" was the
+# blocks' norms' initial weight, now postnorm_init (init_values is LayerScale's start alone).
+POSTNORM_INIT_WAS = "init_values"
+
+
+def renamed_fields(fields: Mapping[str, Any], *, postnorm: bool = False) -> dict[str, Any]:
+    """`fields` in today's names: each old name (RENAMED_FIELDS) as its new one and, where the config
+    is a post-norm one (`postnorm`), a given init_values as postnorm_init; a DeprecationWarning names
+    both. ValueError where the old name and the new are both given, with different values."""
+    out = dict(fields)
+    moves = [(old, new) for old, new in RENAMED_FIELDS.items() if old in out]
+    if postnorm and out.get(POSTNORM_INIT_WAS) is not None:
+        moves.append((POSTNORM_INIT_WAS, "postnorm_init"))
+    for old, new in moves:
+        value = out.pop(old)
+        where = ' with block_type="postnorm"' if new == "postnorm_init" else ""
+        if new in out and out[new] != value:
+            raise ValueError(
+                f"{old}={value!r} and {new}={out[new]!r} are both given; {old}{where} is {new}'s old name: "
+                f"give {new} alone"
+            )
+        out[new] = value
+        warnings.warn(
+            f"ViTConfig field {old!r}{where} is now {new!r}; {old}={value!r} is read as {new}={value!r}",
+            DeprecationWarning,
+            stacklevel=_caller_outside_vitzoo(),
+        )
+    return out
+
+
+def _caller_outside_vitzoo() -> int:
+    """The stacklevel of the first caller outside vitzoo: a DeprecationWarning is shown where it is
+    attributed to the user's script, and hidden (Python's default filter) where attributed to vitzoo."""
+    package = __name__.split(".")[0]
+    frame: FrameType | None = sys._getframe(1)  # renamed_fields' frame: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__", "").split(".")[0] == package:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 @dataclass(frozen=True)
@@ -104,10 +159,12 @@ class ViTFields:
     k_bias: bool = True  # False (with qkv_bias): q and v have a bias, k none (EVA's attention)
     proj_bias: bool = True  # biases of the attention's output projection and of the MLP's layers (AIMv2: none)
     # The encoder block (layers/block.py BLOCKS): "prenorm"; "postnorm" (each norm after its residual
-    # branch, no LayerScale: init_values is the norms' initial weight; timm's ResPostBlock); or
-    # "parallel" (attention and MLP from one norm, one fused input projection: timm's
-    # ParallelScalingBlock; layers/parallel_block.py).
+    # branch, no LayerScale; timm's ResPostBlock); or "parallel" (attention and MLP from one norm,
+    # one fused input projection: timm's ParallelScalingBlock; layers/parallel_block.py).
     block_type: BlockType = "prenorm"
+    # "postnorm" only: the initial weight of the blocks' norms (timm's ResPostBlock's init_values,
+    # which a checkpoint replaces); None: 1.
+    postnorm_init: float | None = None
     # "attn" (softmax attention) or "diff": differential attention (layers/diff_attention.py);
     # with block_type="parallel", timm's DiffParallelScalingBlock (one fused output projection).
     attn_layer: AttnLayer = "attn"
@@ -125,7 +182,7 @@ class ViTFields:
     attn_norm: bool = False  # a norm of the attention's heads before its proj (sub-LN: BEiT-3, EVA-02-CLIP)
     mlp_align: int = 0  # "swiglu": round the hidden width up to a multiple of this (DINOv3); 0: none
     norm_layer: NormName = "layernorm"  # every norm of the model: "layernorm" or "rmsnorm" (layers/norm.py)
-    init_values: float | None = None  # LayerScale on both residual branches, gamma starting here
+    init_values: float | None = None  # LayerScale on both residual branches, gamma starting here (not "postnorm")
     layer_scale_mlp: bool = True  # False (with init_values): LayerScale on the attention branch only (Sapiens2)
     class_token: bool = True
     reg_tokens: int = 0  # register tokens after the class token (DINOv2 with registers)
@@ -147,9 +204,9 @@ class ViTFields:
     # (open_clip's embed_dim, what its proj takes; None: embed_dim), and how its poolers are arranged:
     # "" open_clip's released CoCa (one pooler, its first output pooled, the final norm after it),
     # "parallel" / "cascade" the paper's (a one-query contrastive pooler beside / after the caption one).
-    attn_pool_queries: int | None = None
-    attn_pool_dim: int | None = None
-    attn_pool_type: CocaPoolType = ""
+    coca_queries: int | None = None
+    coca_dim: int | None = None
+    coca_pool_type: CocaPoolType = ""
     representation_size: int | None = None  # Linear + Tanh before the head (ImageNet-21k ViT)
     final_norm: bool = True  # LayerNorm after the last block (the MNIST tutorial has none)
     fc_norm: bool = False  # move the final LayerNorm after the pooling (timm's MAE fine-tuning)
@@ -176,11 +233,11 @@ class ViTFields:
     rope_rescale_coords: float | None = None
     # SAM's image encoder (layers/sam.py), on the grid of patches alone (no prefix tokens): attention
     # within windows of window_size x window_size patches (0: global) except in the blocks of
-    # global_attn_indexes; decomposed relative positions in every block (rel_pos); a convolutional
+    # global_attn_indexes; decomposed relative positions in every block (use_rel_pos); a convolutional
     # neck to neck_chans channels in place of the final norm (0: none).
     window_size: int = 0
     global_attn_indexes: tuple[int, ...] = ()
-    rel_pos: bool = False
+    use_rel_pos: bool = False
     neck_chans: int = 0
     # BEiT: each block learns a bias per head for every relative offset of two patches (and the class
     # token's three rows), added to its attention logits (layers/relpos_bias.py). Needs the class token alone.
@@ -199,13 +256,13 @@ class ViTFields:
         """The width of the pooled feature (what the representation layer or the head takes): CoCa's
         pooler's own width, SAM's neck's, else embed_dim."""
         if self.global_pool == "coca":
-            return self.attn_pool_dim or self.embed_dim
+            return self.coca_dim or self.embed_dim
         return self.neck_chans or self.embed_dim
 
     @property
     def norm_in_pool(self) -> bool:
         """Whether the final norm is the pool's (open_clip's released CoCa: ln_post after its pooler)."""
-        return self.final_norm and self.global_pool == "coca" and not self.attn_pool_type
+        return self.final_norm and self.global_pool == "coca" and not self.coca_pool_type
 
     @property
     def kv_heads(self) -> tuple[int, ...]:

@@ -31,7 +31,7 @@ class Pool(Part):
                     c.attn_pool_num_heads is None
                     or (c.attn_pool_num_heads > 0 and heads_of % c.attn_pool_num_heads == 0),
                     "attn_pool_num_heads",
-                    f"None or a divisor of {'attn_pool_dim' if coca else 'embed_dim'} {heads_of}",
+                    f"None or a divisor of {'coca_dim' if coca else 'embed_dim'} {heads_of}",
                 ),
                 (
                     c.attn_pool_mlp_ratio is None or c.attn_pool_mlp_ratio > 0,

@@ -87,7 +87,7 @@ def _check_mlp(config: ViTFields) -> None:
             "rel_pos_mlp_shared=True describes a relative position bias MLP, but rel_pos_mlp=0; expected "
             "rel_pos_mlp > 0 (its hidden width) or rel_pos_mlp_shared=False"
         )
-    other = set_fields(c, ("rel_pos_table", "rel_pos", "window_size"))
+    other = set_fields(c, ("rel_pos_table", "use_rel_pos", "window_size"))
     if c.rel_pos_mlp and other:
         raise ValueError(
             f"rel_pos_mlp={c.rel_pos_mlp} cannot be combined with {', '.join(other)}: it is a relative "

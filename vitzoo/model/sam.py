@@ -1,6 +1,6 @@
 """SAM's image encoder (layers/sam.py), on the grid of patches alone (no prefix tokens): attention
 within windows of window_size x window_size patches (0: global) except in the blocks of
-global_attn_indexes; decomposed relative positions in every block (rel_pos); a convolutional neck
+global_attn_indexes; decomposed relative positions in every block (use_rel_pos); a convolutional neck
 to neck_chans channels in place of the final norm (0: none). All of it follows one image's grid."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Sam(Part):
                 f"global_attn_indexes={c.global_attn_indexes} needs window_size > 0: without windows every "
                 "block attends globally; expected window_size (SAM: 14) or global_attn_indexes=()"
             )
-        named = ", ".join(set_fields(c, ("window_size", "rel_pos", "neck_chans")))
+        named = ", ".join(set_fields(c, ("window_size", "use_rel_pos", "neck_chans")))
         if named:
             _check_refused(c, named)
 
@@ -48,14 +48,14 @@ class Sam(Part):
         """SAM's relative position tables (a window's, or the grid's in a global block) and neck."""
         c = config
         total = neck_params(c.embed_dim, c.neck_chans) if c.neck_chans else 0
-        if c.rel_pos:
+        if c.use_rel_pos:
             for i in range(c.depth):
                 total += sam_rel_pos_params(block_grid(c, i), head_dim(c))
         return total
 
     def flops(self, config: ViTFields) -> dict[str, int]:
         """(projections, attention) of SAM's blocks: a windowed block projects and attends over its
-        windows, the grid padded to whole windows; with rel_pos each query also meets the
+        windows, the grid padded to whole windows; with use_rel_pos each query also meets the
         relative-position rows of its window's (or grid's) rows and columns (two products, q . table).
         The neck: a 1x1 (D -> C) and a 3x3 (C -> C) convolution at every patch."""
         c, d = config, config.embed_dim
@@ -69,22 +69,22 @@ class Sam(Part):
             tokens = -(-gh // rows) * rows * -(-gw // cols) * cols
             qkv_proj += 2 * tokens * d * 4 * d
             attention += 2 * (2 * tokens * rows * cols * d)
-            if c.rel_pos:
+            if c.use_rel_pos:
                 attention += 2 * tokens * (rows + cols) * d
         return {**counts, "qkv_proj": qkv_proj, "attention": attention}
 
     def refusal(self, config: ViTFields, what: Refusal) -> str | None:
         if what == "patch_sequence" and (grid_blocks(config) or config.neck_chans):
             return (
-                "this model is SAM's image encoder (window_size, rel_pos, neck_chans: layers/sam.py): its blocks "
+                "this model is SAM's image encoder (window_size, use_rel_pos, neck_chans: layers/sam.py): its blocks "
                 "and neck work on one image's grid of patches, so it cannot take a patch-sequence batch; "
                 "expected a (B, C, H, W) image"
             )
         if what == "token_merging" and (grid_blocks(config) or config.neck_chans):
-            return "SAM's windows, relative positions, neck (window_size, rel_pos, neck_chans) need the grid"
+            return "SAM's windows, relative positions, neck (window_size, use_rel_pos, neck_chans) need the grid"
         if what == "dynamic_export" and grid_blocks(config):
             return (
-                "dynamic_size=True is not available for SAM's image encoder (window_size, rel_pos: layers/sam.py): "
+                "dynamic_size=True is not available for SAM's image encoder (window_size, use_rel_pos: layers/sam.py): "
                 "its window padding and relative-position tables follow the grid, which the exported graph would "
                 "pin to the example's size; export at a fixed input_size instead (one file per size)"
             )
@@ -96,7 +96,7 @@ SAM = Sam()
 
 def grid_blocks(config: ViTFields) -> bool:
     """Whether the blocks need the (rows, columns) grid of their tokens (SAM's: layers/sam.py)."""
-    return bool(config.window_size or config.rel_pos)
+    return bool(config.window_size or config.use_rel_pos)
 
 
 def block_grid(config: ViTFields, i: int) -> tuple[int, int]:
@@ -146,9 +146,9 @@ def _check_refused(config: ViTFields, named: str) -> None:
 
 
 def new_block(config: ViTFields, i: int, grid: tuple[int, int], **options: Any) -> SamBlock:
-    """Block i: windowed (but in the global ones), with relative positions if rel_pos."""
+    """Block i: windowed (but in the global ones), with relative positions if use_rel_pos."""
     window = 0 if i in config.global_attn_indexes else config.window_size
-    return SamBlock(window_size=window, rel_pos=config.rel_pos, grid=grid, **options)
+    return SamBlock(window_size=window, use_rel_pos=config.use_rel_pos, grid=grid, **options)
 
 
 def new_neck(config: ViTFields) -> Neck | None:

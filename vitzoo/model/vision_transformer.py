@@ -471,7 +471,7 @@ class VisionTransformer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, tokens, D) as `forward_features` gives them -> (the pooled feature `pool` gives, the
         pool's other outputs), in one pass: CoCa's caption tokens (open_clip's `tokens`: (B, queries - 1,
-        attn_pool_dim) for attn_pool_type "", (B, queries, attn_pool_dim) otherwise). The image
+        coca_dim) for coca_pool_type "", (B, queries, coca_dim) otherwise). The image
         embedding is `head(pooled)`. A model whose pool has no other outputs refuses."""
         forward_tokens = getattr(self.attn_pool, "forward_tokens", None)
         if forward_tokens is None:

@@ -270,9 +270,9 @@ def _coca_fields(vision: dict[str, Any], embed_dim: int, where: str) -> dict[str
             )
     return {
         "global_pool": "coca",
-        "attn_pool_type": "" if kind is True else kind,
-        "attn_pool_queries": None if queries == 256 else queries,  # ViTConfig's None is open_clip's 256
-        "attn_pool_dim": None if embed_dim == vision.get("width", 768) else embed_dim,
+        "coca_pool_type": "" if kind is True else kind,
+        "coca_queries": None if queries == 256 else queries,  # ViTConfig's None is open_clip's 256
+        "coca_dim": None if embed_dim == vision.get("width", 768) else embed_dim,
         "attn_pool_num_heads": heads,
         "pool_include_prefix": True,
         "fc_norm": False,  # final_ln_after_pool is ignored beside the attentional pooler

@@ -46,7 +46,7 @@ UNSHOWN_FIELDS = (
     *ROPE_SETTINGS,
     "attn_pool_num_heads",
     "pool_include_prefix",
-    "attn_pool_type",
+    "coca_pool_type",
     "block_type",
 )
 # What no tensor shows and a named architecture tells: the head count, the LayerNorm eps, the

@@ -127,7 +127,7 @@ def _option_fields(state: StateDict, embed_dim: int, fc_norm: bool, reg_tokens: 
             or ("blocks.0.attn.q_proj.bias" in state and "blocks.0.attn.k_proj.bias" not in state)
         ),
         rope="mixed" if "rope.freqs" in state else "",  # RoPE-Mixed's learned frequencies
-        rel_pos="blocks.0.attn.rel_pos_h" in state,  # SAM's relative position tables, its conv neck's width
+        use_rel_pos="blocks.0.attn.rel_pos_h" in state,  # SAM's relative position tables, its conv neck's width
         neck_chans=int(state["neck.0.weight"].shape[0]) if "neck.0.weight" in state else 0,
         rel_pos_table=_REL_POS_KEY in state,  # BEiT's relative position bias
         **_rel_pos_mlp_fields(state),  # timm's relpos ViT
@@ -257,12 +257,12 @@ def coca_fields(state: StateDict, embed_dim: int) -> dict[str, Any]:
     queries, dim = int(query.shape[0]), int(query.shape[1])
     fields: dict[str, Any] = {
         "global_pool": "coca",
-        "attn_pool_queries": None if queries == COCA_QUERIES else queries,
-        "attn_pool_dim": None if dim == embed_dim else dim,
+        "coca_queries": None if queries == COCA_QUERIES else queries,
+        "coca_dim": None if dim == embed_dim else dim,
     }
     keys = state.get("attn_pool.contrastive.ln_k.weight")
     if keys is not None:
-        fields["attn_pool_type"] = "cascade" if keys.shape[-1] == dim != embed_dim else "parallel"
+        fields["coca_pool_type"] = "cascade" if keys.shape[-1] == dim != embed_dim else "parallel"
     return fields
 
 

@@ -357,7 +357,7 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
         if type(block).__name__ in POST_NORM_BLOCKS:
             fields["block_type"] = "postnorm"
             if getattr(block, "init_values", None) is not None:  # ResPostBlock: its norms' initial weight
-                fields["init_values"] = float(block.init_values)
+                fields["postnorm_init"] = float(block.init_values)
     fields["global_pool"] = getattr(model, "global_pool", "token") or "token"
     fields["no_embed_class"] = bool(getattr(model, "no_embed_class", False))
     unshown = timm_position_and_pool_fields(model, label)
@@ -374,7 +374,16 @@ def timm_model_fields(model: Any, label: str) -> tuple[dict[str, torch.Tensor], 
     fields.update(unshown)
     declared: set[str] = {
         k
-        for k in ("num_heads", "norm_eps", "act_layer", "num_kv_heads", "qk_norm", "init_values", "block_type")
+        for k in (
+            "num_heads",
+            "norm_eps",
+            "act_layer",
+            "num_kv_heads",
+            "qk_norm",
+            "init_values",
+            "postnorm_init",
+            "block_type",
+        )
         if k in fields
     }
     declared |= {"global_pool", "no_embed_class", "img_size", *unshown} | ({"drop_remainder"} & set(fields))

@@ -589,7 +589,7 @@ def _sam_fields(values: dict[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = dict(
         window_size=values["window_size"],
         global_attn_indexes=tuple(values["global_attn_indexes"]) if values["window_size"] else (),
-        rel_pos=values["use_rel_pos"],
+        use_rel_pos=values["use_rel_pos"],
         neck_chans=values["output_channels"],
     )
     if values["mlp_dim"] is not None:

@@ -97,7 +97,9 @@ def check_stated(
         stated_by = {**_STATED_BY, "in_chans": "patch_embed.backbone.*", "patch_size": "patch_embed.backbone.*"}
     values = {k: v for k, v in stated.items() if k in shown}
     check_shown(values, shown, stated_by, config=config, weights=weights, same={"patch_size": _same_patch})
-    # A post-norm block's init_values is its norms' starting weight, shown by no tensor (no LayerScale)
+    # init_values is LayerScale's start (blocks.0.ls1.gamma). A post-norm block has no LayerScale: its
+    # norms' starting weight (postnorm_init) is shown by no tensor, and an init_values stated with it is
+    # that weight under its old name (timm's too; ViTConfig.from_dict reads it as postnorm_init).
     layer_scale = stated.get("block_type") != "postnorm"
     if (
         "init_values" in stated
@@ -113,7 +115,7 @@ def check_stated(
     if (
         inferred["global_pool"] == "coca"
     ):  # CoCa's pooler: its query table's rows and width (None: COCA_QUERIES, embed_dim)
-        for name, unset in (("attn_pool_queries", COCA_QUERIES), ("attn_pool_dim", inferred["embed_dim"])):
+        for name, unset in (("coca_queries", COCA_QUERIES), ("coca_dim", inferred["embed_dim"])):
             if name in stated and (stated[name] or unset) != (inferred[name] or unset):
                 raise mismatch(name, stated[name], COCA_QUERY, inferred[name] or unset)
     if "norm_eps" in stated and not stated["norm_eps"] > 0:

@@ -103,8 +103,9 @@ def _release(row: tuple[Any, ...], config: ViTConfig) -> PretrainedCfg:
 def _model_args(wanted: ViTConfig, config: ViTConfig) -> dict[str, Any]:
     """The fields a release's architecture `wanted` has beyond its model's `config`."""
     want, have = wanted.to_dict(), config.to_dict()
-    if want["init_values"] is not None and have["init_values"] is not None:
-        want["init_values"] = have["init_values"]  # LayerScale's initial value: the weights replace it
+    for name in ("init_values", "postnorm_init"):  # LayerScale's, post-norm's initial value: the weights replace it
+        if want[name] is not None and have[name] is not None:
+            want[name] = have[name]
     return {k: _tuples(v) for k, v in want.items() if _tuples(v) != _tuples(have[k])}
 
 
