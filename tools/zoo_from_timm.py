@@ -50,6 +50,14 @@ NORMS = {
 }
 SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h", "giant": "g", "gigantic": "bigg"}
 _DEFAULTS = ViTConfig().to_dict()
+# Releases whose weights timm fetches from no Hub repository, and the Hub repository holding the same
+# checkpoint in another layout vitzoo reads (transformers' `ijepa`: Meta's I-JEPA, converted by its authors).
+HUB_COPIES = {
+    "vit_huge_patch14_gap_224.in1k_ijepa": "facebook/ijepa_vith14_1k",
+    "vit_huge_patch14_gap_224.in22k_ijepa": "facebook/ijepa_vith14_22k",
+    "vit_huge_patch16_gap_448.in1k_ijepa": "facebook/ijepa_vith16_1k",
+    "vit_giant_patch16_gap_224.in22k_ijepa": "facebook/ijepa_vitg16_22k",
+}
 
 
 def short_name(arch: str) -> str:
@@ -103,7 +111,7 @@ def release_row(arch: str, tag: str) -> tuple[Any, ...] | str:
     """(arch, tag, classes, size, norm, crop_pct, crop_mode, interpolation, licence[, hub repository
     where it is not timm/<arch>.<tag>]), or why it is left out."""
     cfg = timm.models.get_pretrained_cfg(f"{arch}.{tag}").to_dict()
-    repo = cfg.get("hf_hub_id") or ""
+    repo = HUB_COPIES.get(f"{arch}.{tag}") or cfg.get("hf_hub_id") or ""
     if repo in ("", "timm/") or "/" not in repo.strip("/") or repo.startswith(("http:", "https:")):
         if repo != "timm/":
             return f"weights on no Hub repository ({repo or cfg.get('url') or 'none'})"

@@ -452,7 +452,8 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         fields.update(mlp_layer="swiglu_packed", act_layer="silu", mlp_ratio=packed_mlp_ratio(hidden, hidden_units))
     if any(s % p for s, p in zip(_pair(fields["img_size"]), _pair(fields["patch_size"]))):
         fields["drop_remainder"] = True  # the patch conv ignores the pixels past the last whole patch
-    if "layerscale_value" in values:
+    # RADIO: the tensors decide; C-RADIOv4-H's file has no LayerScale, which RadioModel fills with 1.0 (the identity)
+    if "layerscale_value" in values and name != "radio":
         fields["init_values"] = float(values["layerscale_value"])
     if "num_register_tokens" in values:
         fields["reg_tokens"] = values["num_register_tokens"]

@@ -232,6 +232,15 @@ def _radio(timm_name: str, version: str) -> dict[str, PretrainedCfg]:
     }
 
 
+def _nvidia_radio(repo: str, version: str) -> PretrainedCfg:
+    """NVIDIA's own release of C-RADIO (`nvidia/<repo>`: transformers' `radio` type, NVIDIA's tensor
+    names; the adaptor heads left out), the same weights as timm's `c_radio` tag, preprocessed as it."""
+    return _radio(repo, version)["c_radio"].replace(
+        source=f"hf-hub:nvidia/{repo}",
+        description=f"C-RADIO{version} (NVIDIA, Heinrich et al.) as NVIDIA publishes it (nvidia/{repo}); NVIDIA Open Model License",
+    )
+
+
 _SIGLIP = ViTConfig(class_token=False, global_pool="map", num_classes=0)  # SigLIP B/16
 _SO400M = _SIGLIP.replace(embed_dim=1152, depth=27, num_heads=16, mlp_ratio=3.7362)  # SigLIP's shape-optimised width
 _DINOV2_L = ViTConfig(
@@ -1034,5 +1043,12 @@ CURATED: tuple[ZooModel, ...] = (
         "vit_so400m_patch16_radio_v4",
         _radio("vit_so400m_patch16_radio_v4", "v4"),
         "C-RADIOv4 So400m/16 backbone at 512 px (9 summary tokens, no final norm)",
+    ),
+    _released(
+        "vit_h16_radio_v4",
+        _RADIO.replace(embed_dim=1280, depth=32, num_heads=16, reg_tokens=9),
+        "vit_huge_patch16_radio_v4",
+        {**_radio("vit_huge_patch16_radio_v4", "v4"), "nvidia": _nvidia_radio("C-RADIOv4-H", "v4")},
+        "C-RADIOv4 ViT-H/16 backbone at 512 px (10 summary tokens, no final norm)",
     ),
 )
