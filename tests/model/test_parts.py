@@ -19,7 +19,7 @@ from commands.helpers import run
 
 import vitzoo
 from vitzoo.deploy import check_dynamic_size
-from vitzoo.flops import count_flops, vit_flops
+from vitzoo.flops import measure_flops, vit_flops
 from vitzoo.layers.activations import ACTIVATIONS
 from vitzoo.layers.attn_pooler import COCA_POOL_TYPES
 from vitzoo.layers.block import BLOCKS
@@ -99,7 +99,7 @@ def _counted(model: VisionTransformer) -> int:
     attention kernels counted by their shapes where this torch's counter misses them (count_flops).
     Not under capture_attention: its explicit differential attention multiplies v once by the
     difference of the maps, where the fused path (and the formula) multiplies it by each map."""
-    return count_flops(model, torch.empty(1, *model.config.input_size, device="meta"))
+    return measure_flops(model, model.config.input_size)
 
 
 def test_the_distinct_architectures_cover_every_family():
