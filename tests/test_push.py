@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -19,6 +22,7 @@ from vitzoo.layers.lora import add_lora
 from vitzoo.model_card import CardValueError
 from vitzoo.pretrained_cfg import attach_pretrained_cfg
 from vitzoo.push import PUSH_TIMEOUT_ENV, HubPushError, push_to_hub, timm_counterpart
+from vitzoo.upload import NO_ARCHITECTURE
 
 timm = pytest.importorskip("timm")
 skimage_data = pytest.importorskip("skimage.data")
@@ -144,6 +148,29 @@ def test_a_model_without_timm_counterpart_is_pushed_in_vitzoo_layout_saying_so_o
     x = torch.randn(2, 1, 32, 32)
     assert torch.equal(_logits(back, x), _logits(model, x))
     assert back.pretrained_cfg.license == "mit" and back.pretrained_cfg.label_names == model.pretrained_cfg.label_names
+
+
+def test_a_model_made_by_hand_pushes_in_vitzoo_layout_with_no_other_module_loaded(hub):
+    """`VisionTransformer(...).push_to_hub` needs nothing above the model's layer: in a fresh
+    interpreter that imports only vitzoo.model, neither vitzoo.push nor the registry is loaded."""
+    script = (
+        "import sys, torch\n"
+        "from vitzoo.model import VisionTransformer, ViTConfig\n"
+        "torch.manual_seed(0)\n"
+        "m = VisionTransformer(ViTConfig(img_size=32, patch_size=16, embed_dim=32, depth=1, num_heads=2, num_classes=3))\n"
+        "info = m.push_to_hub('vitzoo-test/by-hand', license='mit')\n"
+        "print(info.repo.layout, '|', info.repo.why_not_timm)\n"
+        "print(sorted(k for k in sys.modules if k in ('vitzoo.push', 'vitzoo.registry', 'vitzoo.builder')))\n"
+    )
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_TOKEN": TOKEN}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    layout, modules = done.stdout.strip().splitlines()
+    assert layout == f"vitzoo | {NO_ARCHITECTURE}" and modules == "[]"
+    files = hub.files("vitzoo-test/by-hand")
+    assert json.loads(files["config.json"])["format"] == "vitzoo"
+    back = vitzoo.create("hf-hub:vitzoo-test/by-hand").eval()
+    assert back.config.embed_dim == 32 and back.pretrained_cfg.license == "mit"
 
 
 @pytest.mark.parametrize("layout", ["timm", "vitzoo"])

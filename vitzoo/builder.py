@@ -26,7 +26,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import push as _push  # noqa: F401  (installs VisionTransformer.push_to_hub's implementation)
 from . import registry
 from .atomic import write_safetensors
 from .features import feature_model
@@ -36,6 +35,8 @@ from .model import VisionTransformer, ViTConfig
 from .model.fields import renamed_fields
 from .precision import cast_model, check_castable, name_of, parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
+from .push import write_repo
+from .upload import attach_repo_writer
 from .weights import (
     Architecture,
     Checkpoint,
@@ -201,8 +202,15 @@ def _create(
     cfg = registry.weightless_cfg(entry, config, named) if isinstance(config, ViTConfig) else entry.default_cfg
     if cfg is not None and hasattr(model, "pretrained_cfg"):
         attach_pretrained_cfg(model, cfg)
-    attach_architecture(model, entry.name)  # saved and pushed models name it (push: timm's counterpart)
+    name_model(model, entry.name)
     return model
+
+
+def name_model(model: nn.Module, name: str) -> None:
+    """Record the registered architecture `model` was built as, which saved and pushed models
+    name, and hand it the writer that pushes it in timm's layout where timm has the architecture."""
+    attach_architecture(model, name)
+    attach_repo_writer(model, write_repo)
 
 
 def require_weights_memory(name: str, meta: nn.Module, dtype: torch.dtype | None, *, loading: bool) -> None:
@@ -263,7 +271,7 @@ def _build_pretrained(
         check_named_args(model, ckpt, named, f"{entry.name}.{tag}")
     _fill(model, ckpt, dtype)
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, base_cfg, describes=True if tag is not None else None))
-    attach_architecture(model, entry.name)
+    name_model(model, entry.name)
     return model
 
 
@@ -305,7 +313,7 @@ def from_pretrained(source: Source, dtype: str | torch.dtype | None = None) -> n
     if torch_dtype is not None:
         cast_model(model, torch_dtype)  # the buffers loading rebuilt in fp32
     if ckpt.architecture:
-        attach_architecture(model, ckpt.architecture)
+        name_model(model, ckpt.architecture)
     attach_pretrained_cfg(model, pretrained_cfg_for(ckpt, model, arch.default_cfg if arch is not None else None))
     return model
 

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from torch import nn
 
@@ -85,22 +83,3 @@ def attach_architecture(model: object, name: str) -> None:
     save_pretrained writes into config.json. A plain attribute, set this way because builders may
     return any nn.Module, whose typed `__setattr__` only takes tensors and modules."""
     setattr(model, _ARCHITECTURE, name)
-
-
-# `model.push_to_hub` writes timm's layout where timm has the architecture, which takes the
-# registry and vitzoo.weights, both above this layer: vitzoo/push.py installs its implementation
-# here when it is imported (vitzoo.builder imports it, so every model vitzoo.create or
-# from_pretrained made can push).
-HubPusher = Callable[..., Any]
-_hub_pusher: list[HubPusher] = []
-
-
-def set_hub_pusher(push: HubPusher) -> None:
-    """Install the implementation of `VisionTransformer.push_to_hub` (vitzoo/push.py's)."""
-    _hub_pusher[:] = [push]
-
-
-def hub_pusher() -> HubPusher:
-    if not _hub_pusher:
-        raise RuntimeError("push_to_hub needs vitzoo.push: `import vitzoo.push` (vitzoo.create does) and call it again")
-    return _hub_pusher[0]

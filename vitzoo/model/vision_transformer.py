@@ -62,8 +62,9 @@ from ..layers.pool import AttentionPool
 from ..layers.pos_factorized import factorized_for_image, factorized_sum
 from ..layers.relpos_bias import RelPosBiasTable
 from ..layers.relpos_mlp import RelPosMlp
-from ..layout import hub_pusher, save_pretrained
+from ..layout import save_pretrained
 from ..pretrained_cfg import PretrainedCfg
+from ..upload import push_to_hub
 from ..weight_shards import DEFAULT_MAX_SHARD_SIZE
 from . import relpos, stem
 from .blocks import new_blocks
@@ -210,13 +211,13 @@ class VisionTransformer(nn.Module):
 
     def push_to_hub(self, repo_id: str, **options: Any) -> str:
         """Upload this model to the Hugging Face Hub as one commit and return the commit's URL: the
-        layout timm and transformers load where timm has the architecture (else vitzoo's), and a
-        model card. The keywords are `vitzoo.push.push_to_hub`'s: private=False, revision=None,
+        layout timm and transformers load where timm has the architecture (for a model that
+        vitzoo.create or from_pretrained made; else vitzoo's), and a model card. The keywords are
+        `vitzoo.upload.push_to_hub`'s: private=False, revision=None,
         commit_message, token=None (else HF_TOKEN or the cached login), license=None (replaces the
         weights' own), run=None (the record of the training run, for the card), max_shard_size="5GB"
         (larger weights go up as shards and their index)."""
-        pushed: str = hub_pusher()(self, repo_id, **options)
-        return pushed
+        return push_to_hub(self, repo_id, **options)
 
     def no_weight_decay(self) -> set[str]:
         """Parameter names that an optimizer should not decay (tokens and position embedding), as

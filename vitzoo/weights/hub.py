@@ -38,30 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..hub_refs import HF_PREFIX, NETWORK_ERRORS, HubRef, parse_hub_ref
 from ..weight_shards import index_name, is_index
 from .errors import WeightsDownloadError, WeightsError, WeightsNotCachedError, WeightsNotFoundError
 from .files import read_index, weight_files
 from .hub_logs import quiet_hub_logs
 from .hub_verify import KIND, content_problem, remove_cached
 
-
-def _network_errors() -> tuple[type[BaseException], ...]:
-    """What a failed transfer raises: OSError, plus the HTTP client's own errors where
-    huggingface_hub uses one that does not derive from OSError (httpx2 from 1.x, httpx before;
-    huggingface_hub < 1.0 uses requests, whose errors are OSErrors)."""
-    import importlib
-
-    for name in ("httpx2", "httpx"):
-        try:
-            return (OSError, importlib.import_module(name).HTTPError)
-        except ImportError:
-            continue
-    return (OSError,)
-
-
-NETWORK_ERRORS = _network_errors()
-
-HF_PREFIX = "hf-hub:"
 TIMM_PREFIX = "timm:"
 # In order of preference (safetensors first); an index stands for its shards.
 WEIGHT_FILES = ("model.safetensors", index_name("model.safetensors"), "pytorch_model.bin")
@@ -75,28 +58,6 @@ MODERN_HUB = (1, 18)
 HUB_ATTEMPTS = 2  # metadata requests per file when the Hub fails transiently
 HUB_RETRY_WAIT_S = 0.5  # pause before each further attempt
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-
-@dataclass(frozen=True)
-class HubRef:
-    """`hf-hub:org/repo[@revision]`."""
-
-    repo_id: str
-    revision: str | None = None
-
-    def __str__(self) -> str:
-        return f"{HF_PREFIX}{self.repo_id}" + (f"@{self.revision}" if self.revision else "")
-
-
-def parse_hub_ref(source: str) -> HubRef:
-    body = source[len(HF_PREFIX) :] if source.startswith(HF_PREFIX) else source
-    repo_id, _, revision = body.partition("@")
-    parts = repo_id.split("/")
-    if len(parts) != 2 or not all(parts) or any(c.isspace() for c in repo_id):
-        raise ValueError(
-            f"hub source {source!r} is malformed: expected 'hf-hub:org/repo' or 'hf-hub:org/repo@revision'"
-        )
-    return HubRef(repo_id, revision or None)
 
 
 def is_offline() -> bool:
