@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 import vitzoo
 from vitzoo import deploy
@@ -189,6 +190,21 @@ def test_transformers_layouts_compute_what_transformers_computes(cls, config, ch
             assert _max_diff(model.forward_features(x), out.last_hidden_state) <= ATOL
             assert not model.config.final_norm and model.config.global_pool == "avg"
     assert model.config.rel_pos_table and not model.config.k_bias
+
+
+def test_a_bare_transformers_weights_file_keeps_beits_eps_under_a_registered_name(tmp_path):
+    """Without config.json the tensors imply the eps: BEiT's LayerScale must not pass for DINOv2's
+    (transformers' BeitConfig.layer_norm_eps, not Dinov2Config's)."""
+    hf = _hf_model("BeitModel", "BeitConfig", **{**TINY, "use_mean_pooling": False})
+    save_file({k: v.contiguous() for k, v in hf.state_dict().items()}, tmp_path / "model.safetensors")
+    shrink = dict(depth=2, embed_dim=64, num_heads=4, img_size=32, patch_size=8, mlp_ratio=2.0)
+    model = vitzoo.create(
+        "beit_b16", **shrink, global_pool="token", fc_norm=False, weights=tmp_path / "model.safetensors"
+    )
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert _max_diff(model.eval().forward_features(x), hf(pixel_values=x).last_hidden_state) <= ATOL
+    assert model.config.norm_eps == transformers.BeitConfig().layer_norm_eps
 
 
 def test_transformers_shared_table_is_refused_by_name(tmp_path):

@@ -540,11 +540,20 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
     )
     out = _merge_gate(out, file=file)
     hints: dict[str, Any] = {"norm_eps": NORM_EPS["vit"]}
-    if "reg_token" in out or "blocks.0.ls1.gamma" in out:  # DINOv2
+    if ("reg_token" in out or "blocks.0.ls1.gamma" in out) and not _is_beit(state):  # DINOv2, not BEiT's LayerScale
         hints["norm_eps"] = NORM_EPS["dinov2"]
     if "reg_token" in out and "pos_embed" in out and "cls_token" in out:
         _fold_class_position(out, hints)
     return Converted(out, "transformers", hints)
+
+
+def _is_beit(state: StateDict) -> bool:
+    """A transformers BEiT or data2vec-vision state dict (whose norms keep ViT's eps): its model
+    prefix, a relative position table or its mean pooling's norm; its LayerScale (`lambda_1`) alone
+    is InternViT's too."""
+    return any(
+        k.startswith(("beit.", "data2vec_vision.", "pooler.layernorm.")) or "relative_position_bias" in k for k in state
+    )
 
 
 def _fold_class_position(out: StateDict, hints: dict[str, Any]) -> None:
