@@ -26,7 +26,7 @@ from .files import checked_pretrained
 from .hub import TIMM_PREFIX, require_timm
 from .keymaps import to_vitzoo
 from .shapes import infer_config_fields
-from .timm_modules import POST_NORM_BLOCKS, TIMM_ROPES, check_timm_model, timm_on_meta
+from .timm_modules import POST_NORM_BLOCKS, TIMM_POOLS, TIMM_ROPES, check_timm_model, timm_on_meta
 
 logger = logging.getLogger("vitzoo.weights")
 
@@ -83,7 +83,7 @@ def timm_config(cfg: dict[str, Any], where: str) -> tuple[dict[str, Any], dict[s
                 + ", ".join(map(repr, _TIMM_ACTIVATIONS))
             )
         fields["act_layer"] = _TIMM_ACTIVATIONS[act]
-    if cfg.get("global_pool") in ("token", "avg", "map"):
+    if cfg.get("global_pool") in TIMM_POOLS and cfg["global_pool"]:
         fields["global_pool"] = cfg["global_pool"]
     if name.startswith("naflexvit_"):
         fields.update(naflex_model_args(args, where))

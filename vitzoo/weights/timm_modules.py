@@ -137,7 +137,8 @@ _UNEXPRESSED = {
 POST_NORM_BLOCKS = ("ResPostBlock", "ResPostRelPosBlock", "EvaBlockPostNorm")
 _NORMS = {"LayerNorm": "LayerNorm", "RmsNorm": "RMSNorm"}
 _DIFF = ("DiffAttention", "DiffParallelScalingBlock")
-_POOLS = ("", "token", "avg", "map")
+# timm's global_pool values vitzoo computes ("": none); timm's "max" / "avgmax" are not among them
+TIMM_POOLS = ("", "token", "avg", "map")
 
 
 def _absent(module: object) -> bool:
@@ -347,8 +348,8 @@ def _model_settings(model: nn.Module) -> dict[str, str]:
     kind or eps (vitzoo has one norm_layer and one norm_eps)."""
     found: dict[str, str] = {}
     pool = getattr(model, "global_pool", "token")
-    if pool not in _POOLS:
-        found[f"global_pool {pool!r}; vitzoo pools by {', '.join(map(repr, _POOLS))}"] = "the model"
+    if pool not in TIMM_POOLS:
+        found[f"global_pool {pool!r}; vitzoo pools by {', '.join(map(repr, TIMM_POOLS))}"] = "the model"
     if pool == "avg" and getattr(model, "attn_pool", None) is None and getattr(model, "pool_include_prefix", False):
         found["average pooling over the prefix tokens too (pool_include_prefix)"] = "the model"
     norms: dict[tuple[str, float], str] = {}
