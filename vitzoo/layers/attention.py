@@ -47,7 +47,7 @@ from torch import nn
 from ..checks import check_heads
 from .gqa import check_kv_heads, expand_kv
 from .linear import linear, linear_module
-from .norm import make_norm
+from .norm import DEFAULT_NORM_EPS, make_norm
 from .qk_norm import apply_qk_norm, make_qk_norm
 from .rope import apply_rope
 
@@ -79,7 +79,7 @@ class Attention(nn.Module):
         num_kv_heads: int | None = None,
         qk_norm: str = "",
         qk_norm_layer: str = "layernorm",
-        norm_eps: float = 1e-6,
+        norm_eps: float = DEFAULT_NORM_EPS,
     ) -> None:
         """`norm_layer`: "layernorm" or "rmsnorm" for the sub-LN before `proj` (None: none);
         `qk_norm_layer`: the kind of the q / k norms (qk_norm.py)."""

@@ -47,7 +47,7 @@ from .attention import Attention
 from .diff_attention import DiffAttention
 from .drop_path import DropPath
 from .layer_scale import LayerScale
-from .norm import make_norm
+from .norm import DEFAULT_NORM_EPS, make_norm
 from .parallel_block import ParallelBlock
 from .swiglu import make_mlp
 
@@ -63,7 +63,7 @@ class Block(nn.Module):
         drop: float = 0.0,
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
-        norm_eps: float = 1e-6,
+        norm_eps: float = DEFAULT_NORM_EPS,
         init_values: float | None = None,
         act_layer: str = "gelu",
         mlp_layer: str = "mlp",

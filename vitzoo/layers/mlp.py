@@ -14,7 +14,7 @@ from torch import nn
 
 from .activations import make_activation
 from .linear import linear_module
-from .norm import make_norm
+from .norm import DEFAULT_NORM_EPS, make_norm
 
 
 class Mlp(nn.Module):
@@ -26,7 +26,7 @@ class Mlp(nn.Module):
         drop: float = 0.0,
         act_layer: str = "gelu",
         norm_layer: str | None = None,
-        norm_eps: float = 1e-6,
+        norm_eps: float = DEFAULT_NORM_EPS,
         bias: bool = True,
     ) -> None:
         super().__init__()

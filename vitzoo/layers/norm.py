@@ -18,12 +18,14 @@ from torch import nn
 
 NormName = Literal["layernorm", "rmsnorm"]
 NORMS: tuple[str, ...] = get_args(NormName)
+# timm's ViT norms' eps (its LayerNorm partial): every layer's default and ViTConfig.norm_eps's
+DEFAULT_NORM_EPS = 1e-6
 
 
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * weight over the last dimension."""
 
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+    def __init__(self, dim: int, eps: float = DEFAULT_NORM_EPS) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))

@@ -37,7 +37,7 @@ from .diff_attention import (
 from .drop_path import DropPath
 from .layer_scale import LayerScale
 from .linear import linear_module
-from .norm import RMSNorm, make_norm
+from .norm import DEFAULT_NORM_EPS, RMSNorm, make_norm
 
 
 class ParallelBlock(nn.Module):
@@ -53,7 +53,7 @@ class ParallelBlock(nn.Module):
         drop: float = 0.0,
         attn_drop: float = 0.0,
         drop_path: float = 0.0,
-        norm_eps: float = 1e-6,
+        norm_eps: float = DEFAULT_NORM_EPS,
         init_values: float | None = None,
         act_layer: str = "gelu",
         norm_layer: str = "layernorm",

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..checks import check_heads
 from .mlp import Mlp
-from .norm import make_norm
+from .norm import DEFAULT_NORM_EPS, make_norm
 
 
 @torch.no_grad()
@@ -42,7 +42,7 @@ class AttentionPool(nn.Module):
         dim: int,
         num_heads: int,
         mlp_ratio: float = 4.0,
-        norm_eps: float = 1e-6,
+        norm_eps: float = DEFAULT_NORM_EPS,
         act_layer: str = "gelu",
         norm_layer: str = "layernorm",
     ) -> None:

@@ -29,7 +29,7 @@ from torch import nn
 
 from .activations import make_activation
 from .mlp import Mlp
-from .norm import make_norm
+from .norm import DEFAULT_NORM_EPS, make_norm
 
 MlpName = Literal["mlp", "swiglu", "swiglu_packed"]
 MLPS: tuple[str, ...] = get_args(MlpName)
@@ -68,7 +68,7 @@ class _GatedMlp(nn.Module):
         drop: float = 0.0,
         act_layer: str = "silu",
         norm_layer: str | None = None,
-        norm_eps: float = 1e-6,
+        norm_eps: float = DEFAULT_NORM_EPS,
         bias: bool = True,
     ) -> None:
         super().__init__()
@@ -116,7 +116,7 @@ def make_mlp(
     drop: float = 0.0,
     act_layer: str = "gelu",
     norm_layer: str | None = None,
-    norm_eps: float = 1e-6,
+    norm_eps: float = DEFAULT_NORM_EPS,
     align: int = 0,
     bias: bool = True,
 ) -> nn.Module:

@@ -61,7 +61,7 @@ from ..layers import to_2tuple
 from ..layers.activations import ActName
 from ..layers.attn_pooler import CocaPoolType
 from ..layers.naflex import PosResample
-from ..layers.norm import NormName
+from ..layers.norm import DEFAULT_NORM_EPS, NormName
 from ..layers.qk_norm import QKNormName
 from ..layers.rope import GridIndexing, NormalizeCoords, RopeKind
 from ..layers.swiglu import MlpName
@@ -211,7 +211,9 @@ class ViTFields:
     final_norm: bool = True  # LayerNorm after the last block (the MNIST tutorial has none)
     fc_norm: bool = False  # move the final LayerNorm after the pooling (timm's MAE fine-tuning)
     head_bias: bool = True  # bias of the classifier / projection head
-    norm_eps: float = 1e-6  # transformers' ViT checkpoints use 1e-12, CLIP 1e-5
+    norm_eps: float = (
+        DEFAULT_NORM_EPS  # timm's; transformers' ViT checkpoints use 1e-12, CLIP 1e-5 (weights/norm_eps.py)
+    )
     dynamic_img_size: bool = False  # any input size, multiples of the patch; positions resampled per call
     # How the learned table is resized to another grid (each image's of a patch-sequence batch,
     # dynamic_img_size, set_input_size; layers/naflex.py): "timm" (bicubic), "timm_square" (NaFlexVit's
