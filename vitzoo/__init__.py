@@ -44,6 +44,7 @@ _EXPORTS = {
     "from_pretrained": "builder",
     "load_weights": "builder",
     "download": "builder",
+    "weights_size": "builder",
     "convert": "builder",
     "save_pretrained": "layout",
     "push_to_hub": "push",
@@ -80,10 +81,11 @@ __all__ = [
     "register_alias",
     "register_model",
     "save_pretrained",
+    "weights_size",
 ]
 
 if TYPE_CHECKING:
-    from .builder import convert, create, download, from_pretrained, load_weights
+    from .builder import convert, create, download, from_pretrained, load_weights, weights_size
     from .dense import dense_features, load_dense_image
     from .features import FeatureGetterNet, FeatureInfo
     from .inference import OptimizedModule, optimize

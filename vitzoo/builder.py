@@ -37,6 +37,7 @@ from .precision import cast_model, check_castable, name_of, parse_dtype
 from .pretrained_cfg import PretrainedCfg, attach_pretrained_cfg, check_pretrained_fields, pretrained_cfg_of
 from .push import write_repo
 from .upload import attach_repo_writer
+from .weight_shards import is_index
 from .weights import (
     Architecture,
     Checkpoint,
@@ -52,8 +53,9 @@ from .weights import (
 )
 from .weights.adapt import FitReport
 from .weights.exporter import EXPORT_FORMATS
-from .weights.files import reading_partially
-from .weights.hub import HF_PREFIX, TIMM_PREFIX, fetch_source
+from .weights.files import reading_partially, weight_files
+from .weights.hub import HF_PREFIX, TIMM_PREFIX, WEIGHT_FILES, fetch_source, parse_hub_ref, timm_hub_ref
+from .weights.hub_sizes import StoredSize, stored_size
 from .weights.sources import check_local_source
 from .weights.timm_files import check_timm_architecture
 
@@ -323,18 +325,44 @@ def download(name_or_source: str) -> list[Path]:
     and return the cached files. Takes a registered name in any spelling ("vit_b16",
     "vit_b16.augreg_in21k_ft_in1k", timm's "vit_base_patch16_224.augreg_in21k_ft_in1k"),
     "hf-hub:org/repo[@rev]" or "timm:<timm name>"."""
-    source = name_or_source
-    if not (source.startswith(HF_PREFIX) or source.startswith(TIMM_PREFIX)):
-        resolved = registry.resolve(source)
-        if resolved.source is None:
-            raise WeightsError(f"model {resolved.entry.name!r} has no pretrained weights to download")
-        source = resolved.source
+    source = _weights_source(name_or_source)
     if source.startswith(HF_PREFIX) or source.startswith(TIMM_PREFIX):
         return fetch_source(source)
     path = Path(source)
     if not path.exists():
         raise WeightsNotFoundError(f"{name_or_source!r}: its weights source {source!r} does not exist")
     return [path]
+
+
+def weights_size(name_or_source: str) -> StoredSize:
+    """How large a release's weights are as its Hub repository stores them (bytes, and the files
+    counted), asked of the Hub without downloading them, or read off the local cache
+    (vitzoo/weights/hub_sizes.py). Takes what `download` takes; a local source is sized on disk."""
+    source = _weights_source(name_or_source)
+    if source.startswith(TIMM_PREFIX):
+        return stored_size(timm_hub_ref(source[len(TIMM_PREFIX) :]))
+    if source.startswith(HF_PREFIX):
+        names = WEIGHT_FILES
+        if not name_or_source.startswith(HF_PREFIX) and registry.resolve(name_or_source).source_kind == "open_clip":
+            from .text.load import OPEN_CLIP_WEIGHTS  # text/ sits beside the builder, which calls into it
+
+            names = OPEN_CLIP_WEIGHTS
+        return stored_size(parse_hub_ref(source), names)
+    path = Path(source)
+    if not path.is_file():
+        raise WeightsNotFoundError(f"{name_or_source!r}: its weights source {source!r} is no file")
+    files = [f for f in weight_files(path) if not is_index(f.name)]
+    return StoredSize(sum(f.stat().st_size for f in files), tuple(f.name for f in files), source)
+
+
+def _weights_source(name_or_source: str) -> str:
+    """A registered name's weights source ("hf-hub:...", "timm:..." or a path); a source as given."""
+    if name_or_source.startswith(HF_PREFIX) or name_or_source.startswith(TIMM_PREFIX):
+        return name_or_source
+    resolved = registry.resolve(name_or_source)
+    if resolved.source is None:
+        raise WeightsError(f"model {resolved.entry.name!r} has no pretrained weights to download")
+    return resolved.source
 
 
 def convert(src: Source, dst: Source, *, to: str = "vitzoo", model: str | nn.Module | None = None) -> Path:

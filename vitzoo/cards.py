@@ -14,7 +14,8 @@ Every field comes from a source, or it is absent (and `not_stated` says why); no
 - origin: the registry entry (built-in, plugin, user code), its description and the source's;
 - pooling: the config's `global_pool`, and for a family whose authors pool otherwise (DINOv3: timm
   averages the patch tokens, its authors take the class token) theirs and how to ask for it.
-The weights' size as stored is never stated: no source the zoo reads says how large a file is.
+The weights' size as stored is not in the zoo's tables: the Hub states it, asked on request
+(`vitzoo info NAME --weights-size`, vitzoo.weights_size: vitzoo/weights/hub_sizes.py).
 
 This module reads a resolved name (the registry's `Resolved`, by its attributes), never the registry
 itself, so that the registry's `model_info` can include the card without an import cycle.
@@ -71,6 +72,7 @@ CARD_FIELDS = (
     "input_size",
     "num_params",
     "gflops",
+    "weights_size",
     "top1",
     "top5",
     "accuracy",
@@ -82,7 +84,8 @@ CARD_FIELDS = (
     "not_stated",
 )
 IMAGENET_CLASSES = 1000
-WEIGHTS_SIZE_WHY = "no source the zoo reads states the size of the weights' files"
+# The zoo's tables hold no file sizes; the Hub (or the local cache) states them when asked.
+WEIGHTS_SIZE_WHY = "not asked: `vitzoo info NAME --weights-size` (vitzoo.weights_size) asks the Hub or the local cache"
 
 
 class _Entry(Protocol):

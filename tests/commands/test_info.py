@@ -8,6 +8,7 @@ import pytest
 
 import vitzoo
 from vitzoo import registry
+from vitzoo.cards import WEIGHTS_SIZE_WHY
 
 from .helpers import run
 
@@ -130,7 +131,7 @@ def test_info_shows_the_releases_card(capsys):
         "224 px, crop_pct 0.9, bicubic)"
     ) in out
     assert "  licence      apache-2.0: allows commercial use; not gated" in out
-    assert "  not stated   weights_size: no source the zoo reads states the size of the weights' files" in out
+    assert f"  not stated   weights_size: {WEIGHTS_SIZE_WHY}" in out
     code, out, _ = run(capsys, "info", "vit_b16", "--json")
     info = json.loads(out)
     assert info["card"]["top1"] == 85.108 and info["card"]["accuracy"]["imagenet"]["file"] == "results-imagenet.csv"
@@ -144,3 +145,20 @@ def test_info_says_what_dinov3_pools_and_how_to_ask_for_the_authors(capsys):
     assert "      ask      vitzoo.create('dinov3_b16.lvd1689m', pretrained=True, global_pool='token')" in out
     assert "  licence      dinov3-license: allows commercial use; gated on the Hub" in out
     assert "  not stated   top1, top5: not an ImageNet-1k classifier: timm's results score only those" in out
+
+
+def test_info_weights_size_asks_the_hub_for_the_release_it_names(fake_hub, hf_cache, capsys):
+    name = "vit_ti16.augreg_in21k_ft_in1k"
+    repo = registry.resolve(name).source.removeprefix("hf-hub:")
+    fake_hub.publish(repo, {"model.safetensors": b"w" * 5_000_000, "config.json": b"{}"})
+    code, out, _ = run(capsys, "info", name, "--weights-size")
+    assert code == 0
+    assert f"  weights      5,000,000 bytes (5.0 MB; model.safetensors of hf-hub:{repo})" in out
+    assert "not stated   weights_size" not in out
+    code, out, _ = run(capsys, "info", name, "--weights-size", "--json")
+    card = json.loads(out)["card"]
+    assert card["weights_size"] == {"bytes": 5_000_000, "files": ["model.safetensors"], "source": f"hf-hub:{repo}"}
+    assert "weights_size" not in card["not_stated"]
+    fake_hub.reset()  # the Hub has no such repository now: the card says so, the rest is shown
+    code, out, _ = run(capsys, "info", name, "--weights-size")
+    assert code == 0 and "  not stated   weights_size: the Hub could not say: " in out and "  licence " in out

@@ -26,6 +26,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         metavar="NAME[.TAG]",
         help="a registered model, optionally with a pretrained tag; timm's and open_clip's names too",
     )
+    parser.add_argument(
+        "--weights-size",
+        action="store_true",
+        help="ask the Hub how large the release's weights are as stored (one metadata request per file, "
+        "nothing downloaded; a release in the local cache is sized there, offline too)",
+    )
 
 
 def gflops_of(name: str, config: ViTConfig | None, input_size: Sequence[int]) -> float | None:
@@ -53,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     pre = info["preprocessing"]
     config = ViTConfig.from_dict(info["config"]) if info["config"] is not None else None
     info["gflops"] = gflops_of(args.name, config, pre["input_size"])
+    if args.weights_size:
+        _ask_weights_size(resolved.name, info["card"])
     lines = [info["name"] + (f" — {info['description']}" if info["description"] else "")]
     flops = (
         "unknown (this model cannot run on the meta device)"
@@ -75,6 +83,20 @@ def run(args: argparse.Namespace) -> int:
     lines += _card(info["card"])
     emit(args, info, "\n".join(lines))
     return 0
+
+
+def _ask_weights_size(name: str, card: dict[str, Any]) -> None:
+    """The card's `weights_size` as the Hub or the local cache states it; when neither can say,
+    `not_stated` says why (the rest of the card is still shown)."""
+    from ..builder import weights_size
+    from ..weights import WeightsError
+
+    try:
+        card["weights_size"] = weights_size(name).to_dict()
+    except WeightsError as e:
+        card["not_stated"]["weights_size"] = f"the Hub could not say: {e}"
+    else:
+        card["not_stated"].pop("weights_size", None)
 
 
 def _sources(info: dict[str, Any]) -> list[str]:
@@ -129,6 +151,15 @@ def _card(card: dict[str, Any]) -> list[str]:
         others = [f"{d} {v['top1']:.2f}" for d, v in accuracy.items() if isinstance(v, dict) and d != "imagenet"]
         siblings = "timm's sibling files at the same size and crop; imagenet-r and -a over their 200 classes"
         lines += [f"  also top-1   {', '.join(others)} ({siblings})"] if others else []
+    stored = card.get("weights_size")
+    if stored:
+        from ..memory import human_bytes
+
+        files = stored["files"]
+        what = files[0] if len(files) == 1 else f"{len(files)} shards"
+        lines.append(
+            f"  weights      {stored['bytes']:,} bytes ({human_bytes(stored['bytes'])}; {what} of {stored['source']})"
+        )
     if "license" in card:
         gated = "" if "gated" not in card else "; gated on the Hub" if card["gated"] else "; not gated"
         allowed = "allows" if card["commercial_use"] else "does not allow"

@@ -78,18 +78,20 @@ def cache_dir() -> Path:
     return Path(constants.HF_HUB_CACHE)
 
 
-def _endpoint() -> str | None:
+def endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
-def hub_file(ref: HubRef, filename: str, *, optional: bool = False, tried: tuple[str, ...] = ()) -> Path | None:
+def hub_file(
+    ref: HubRef, filename: str, *, optional: bool = False, tried: tuple[str, ...] = (), shards: bool = True
+) -> Path | None:
     """Download one file of a repo into the cache (or find it there) and return its path.
 
     `optional=True` returns None when the repo has no such file, or offline when it is not cached
     (but still raises when the repo itself is missing or the server fails). `tried` names the
     files looked for before this one, for the error message. A safetensors index brings the
-    shards it names (`_fetch_shards`)."""
-    return _hub_file(ref, filename, optional=optional, tried=tried, link=_Link())
+    shards it names (`_fetch_shards`) unless `shards=False`."""
+    return _hub_file(ref, filename, optional=optional, tried=tried, link=_Link(), shards=shards)
 
 
 @dataclass
@@ -102,7 +104,7 @@ class _Link:
     etags: dict[str, str] = field(default_factory=dict)  # file name -> its ETag: the blob it downloads to
 
 
-def _hub_errors() -> tuple[Any, Any, Any, Any, Any]:
+def hub_errors() -> tuple[Any, Any, Any, Any, Any]:
     """huggingface_hub's error classes: in huggingface_hub.errors from 0.25, in .utils before."""
     import importlib
 
@@ -120,9 +122,11 @@ def _hub_errors() -> tuple[Any, Any, Any, Any, Any]:
     )
 
 
-def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, ...], link: _Link) -> Path | None:
+def _hub_file(
+    ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, ...], link: _Link, shards: bool = True
+) -> Path | None:
     EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError = (
-        _hub_errors()
+        hub_errors()
     )
 
     offline = is_offline()
@@ -132,7 +136,7 @@ def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, .
             path = Path(_download(ref, filename, offline=offline, link=link, http_error=HfHubHTTPError))
     except RepositoryNotFoundError as e:
         raise WeightsNotFoundError(
-            f"{where}: the Hub at {_endpoint() or 'huggingface.co'} has no repository {ref.repo_id!r} "
+            f"{where}: the Hub at {endpoint() or 'huggingface.co'} has no repository {ref.repo_id!r} "
             f"(HTTP {_status(e)}); check the name, or pass a local file or directory instead"
         ) from None
     except RevisionNotFoundError:
@@ -169,12 +173,12 @@ def _hub_file(ref: HubRef, filename: str, *, optional: bool, tried: tuple[str, .
         raise WeightsNotFoundError(f"{where}: the repository has no file {filename!r}") from None
     except HfHubHTTPError as e:
         _remove_partial(ref, link.etags.get(filename))
-        raise WeightsDownloadError(f"{where}: download failed with HTTP {_status(e)} ({_first_line(e)})") from None
+        raise WeightsDownloadError(f"{where}: download failed with HTTP {_status(e)} ({first_line(e)})") from None
     except NETWORK_ERRORS as e:  # connection broken mid-transfer, disk full, ...
         _remove_partial(ref, link.etags.get(filename))
-        raise WeightsDownloadError(f"{where}: download failed ({type(e).__name__}: {_first_line(e)})") from None
+        raise WeightsDownloadError(f"{where}: download failed ({type(e).__name__}: {first_line(e)})") from None
     _verify_download(ref, filename, path)
-    if is_index(filename):
+    if shards and is_index(filename):
         _fetch_shards(ref, filename, path, link)
     return path
 
@@ -209,7 +213,7 @@ def _download(ref: HubRef, filename: str, *, offline: bool, link: _Link, http_er
                 filename,
                 revision=ref.revision,
                 cache_dir=cache_dir(),
-                endpoint=_endpoint(),
+                endpoint=endpoint(),
                 local_files_only=local_files_only,
                 library_name="vitzoo",
                 library_version=_vitzoo_version(),
@@ -229,7 +233,7 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
     says why). Definite answers (no such repo, revision or file, no access) are raised at once."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
 
-    url = hf_hub_url(ref.repo_id, filename, revision=ref.revision, endpoint=_endpoint())
+    url = hf_hub_url(ref.repo_id, filename, revision=ref.revision, endpoint=endpoint())
     timeout = float(getattr(constants, "HF_HUB_ETAG_TIMEOUT", 10))
     for attempt in range(HUB_ATTEMPTS):
         if attempt:
@@ -243,7 +247,7 @@ def _probe(ref: HubRef, filename: str, link: _Link, http_error: type[Exception])
                 raise
             link.down, link.server_error = f"HTTP {_status(e)}", True
         except NETWORK_ERRORS as e:
-            link.down, link.server_error = f"{type(e).__name__}: {_first_line(e)}", False
+            link.down, link.server_error = f"{type(e).__name__}: {first_line(e)}", False
         else:
             link.down, link.server_error = None, False
             if metadata.etag:
@@ -351,7 +355,7 @@ def _status_code(e: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else type(e).__name__
 
@@ -403,6 +407,6 @@ def _verify_download(ref: HubRef, filename: str, path: Path) -> None:
     remove_cached(path)
     raise WeightsDownloadError(
         f"{filename!r} of {ref} is not a valid {KIND.get(Path(filename).suffix, 'file')}: {problem} "
-        f"(a proxy, captive portal or wrong HF_ENDPOINT ({_endpoint() or 'huggingface.co'}) may have served it); "
+        f"(a proxy, captive portal or wrong HF_ENDPOINT ({endpoint() or 'huggingface.co'}) may have served it); "
         "it was deleted from the cache, so the next attempt downloads it again"
     )
