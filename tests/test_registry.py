@@ -331,6 +331,21 @@ def test_a_bare_timm_architecture_is_its_first_entry_with_the_default_tag():
     assert registry.resolve("vit_base_patch16_224.augreg2_in21k_ft_in1k").name == "vit_b16.augreg2_in21k_ft_in1k"
 
 
+def test_timm_architecture_config_is_the_architecture_timm_builds():
+    """What open_clip's timm towers are read as: a generated release of the architecture before a
+    curated model that computes otherwise (OpenAI's CLIP in QuickGELU), a release of that name where
+    no model has it as its counterpart (SigLIP 2's size tags), None for an architecture not held."""
+    assert registry.get_entry("clip_l14").config.act_layer == "quick_gelu"
+    clip = registry.timm_architecture_config("vit_large_patch14_clip_224")
+    dfn = registry.resolve("vit_large_patch14_clip_224.dfn2b").config
+    assert clip.replace(num_classes=0) == dfn.replace(num_classes=0) and clip.act_layer == "gelu"  # a tag's classes
+    assert registry.timm_architecture_config("vit_base_patch16_siglip_224") == registry.get_entry("siglip_b16").config
+    large = registry.timm_architecture_config("vit_large_patch16_siglip_512")
+    assert large == registry.resolve("siglip2_l16.v2_webli_512").config
+    assert (large.img_size, large.act_layer) == (512, "gelu_tanh")  # timm's L/16 at 512 px, unlike at 256 and 384
+    assert registry.timm_architecture_config("vit_large_patch16_siglip_1024") is None
+
+
 def test_resolved_record_carries_config_source_and_licence():
     resolved = registry.resolve("vit_base_patch16_clip_224.openai")
     pcfg = resolved.pretrained_cfg

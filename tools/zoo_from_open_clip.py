@@ -36,8 +36,10 @@ _DEFAULTS = ViTConfig().to_dict()
 # Image towers that are no ViT, by open_clip's vision_cfg (a timm model's name prefix).
 NOT_VIT = {"convnext": "ConvNeXt", "fastvit": "FastViT", "vitamin": "ViTamin (MBConv stages)"}
 # open_clip states no licence: the one timm states for other releases of the same publisher's
-# weights (its CLIP / SigLIP / DFN / MetaCLIP tags), matched on the repository or tag; else "unknown".
+# weights (its CLIP / SigLIP / DFN / MetaCLIP / MobileCLIP tags), matched on the repository or tag; else
+# "unknown". MobileCLIP before DFN: MobileCLIP 2's tag names its DFN data (timm's apple_mclip2_dfndr2b).
 LICENCES = (
+    ("MobileCLIP", "apple-amlr"),
     ("metaclip", "cc-by-nc-4.0"),
     ("apple/DFN", "apple-ascl"),
     ("dfn", "apple-ascl"),

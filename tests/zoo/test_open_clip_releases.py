@@ -31,6 +31,11 @@ EVERY_MODEL = [pytest.param(m, marks=pytest.mark.slow) if m not in SAMPLED else 
 # Reduced towers of open_clip's own ViT for the forward check: plain, QuickGELU, CLIPA's options.
 REDUCED = {"layers": 2, "width": 64, "head_width": 32, "patch_size": 8, "image_size": 32}
 FORWARD = ("ViT-B-32", "ViT-B-16-quickgelu", "ViT-H-14-CLIPA-336")
+# Releases whose image tower is a timm trunk (open_clip's TimmModel builds it by name): SigLIP 2's
+# L/16 at 512 px (tanh GELU, unlike L/16's other sizes), So400m/16 at 384 and 512 px, and MobileCLIP 2's
+# L/14 (timm's GELU CLIP: open_clip's quick_gelu never reaches a timm trunk), their trunks reduced.
+TIMM_FORWARD = ("ViT-L-16-SigLIP2-512", "ViT-SO400M-16-SigLIP2-384", "ViT-SO400M-16-SigLIP2-512", "MobileCLIP2-L-14")
+TIMM_TRUNK = {"depth": 2, "embed_dim": 64}  # the head count (16) is the architecture's: 4 wide each
 
 
 def _require(name: str) -> None:
@@ -112,14 +117,18 @@ def test_parameter_count_equals_open_clips_image_tower(model):
 
 def _reduced_open_clip(model: str, folder: Path) -> torch.nn.Module:
     """open_clip's model at REDUCED sizes with random weights, saved in open_clip's layout."""
-    from safetensors.torch import save_file
-
     cfg = json.loads(json.dumps(open_clip.get_model_config(model)))
     cfg["vision_cfg"].update(REDUCED)
     cfg["text_cfg"].update(layers=1, width=32, heads=2)
     cfg["embed_dim"] = 16
     torch.manual_seed(0)
-    clip = open_clip.model.CLIP(**cfg).eval()
+    return _saved(open_clip.model.CLIP(**cfg).eval(), cfg, folder)
+
+
+def _saved(clip: torch.nn.Module, cfg: dict[str, Any], folder: Path) -> torch.nn.Module:
+    """`clip` with random weights, saved in open_clip's layout with its config."""
+    from safetensors.torch import save_file
+
     with torch.no_grad():
         for p in clip.parameters():
             p.normal_(0, 0.1)
@@ -145,6 +154,49 @@ def test_reduced_release_computes_open_clips_image_features(model, tmp_path):
         expected = theirs.encode_image(x)
         torch.testing.assert_close(whole.visual(x), expected, rtol=0, atol=1e-5)
         torch.testing.assert_close(ours(x), expected, rtol=0, atol=1e-5)
+
+
+def _reduced_timm_tower_clip(model: str, size: int, folder: Path, monkeypatch: pytest.MonkeyPatch) -> torch.nn.Module:
+    """open_clip's model of `model`'s own config (its custom text tower reduced) whose timm trunk
+    open_clip builds at TIMM_TRUNK and `size` px, random weights, saved in open_clip's layout."""
+    timm = pytest.importorskip("timm")
+    cfg = json.loads(json.dumps(open_clip.get_model_config(model)))
+    del cfg["custom_text"]
+    cfg["vision_cfg"]["image_size"] = size
+    cfg["text_cfg"].update(layers=1, width=32, heads=2)
+    if "hf_tokenizer_name" in cfg["text_cfg"]:  # SigLIP's vocabulary, not found offline (CLIP's BPE is vitzoo's)
+        cfg["text_cfg"]["vocab_size"] = 64
+    cfg["embed_dim"] = 16
+    create_model = timm.create_model  # open_clip's TimmModel names the trunk only: its sizes added here
+    monkeypatch.setattr(timm, "create_model", lambda name, **kw: create_model(name, **kw, **TIMM_TRUNK, img_size=size))
+    torch.manual_seed(0)
+    clip = open_clip.model.CustomTextCLIP(**cfg).eval()
+    monkeypatch.undo()
+    assert type(clip.visual).__name__ == "TimmModel" and len(clip.visual.trunk.blocks) == TIMM_TRUNK["depth"]
+    return _saved(clip, cfg, folder)
+
+
+@pytest.mark.parametrize("model", TIMM_FORWARD)
+def test_reduced_timm_tower_release_computes_open_clips_image_features(model, tmp_path, monkeypatch):
+    """open_clip's model of the release's config, its timm trunk reduced, read whole (text=True) and
+    built through the registered name at the same size: the image features agree (fp32)."""
+    name = next(n for n, row in ROWS.items() if row[0] == model)
+    _require(name)
+    config = registry.resolve(name).config
+    assert config is not None
+    size = 4 * int(config.patch_size)  # type: ignore[call-overload]
+    theirs = _reduced_timm_tower_clip(model, size, tmp_path / "ckpt", monkeypatch)
+    whole = vitzoo.create(name, text=True, weights=tmp_path / "ckpt")
+    sizes = {**TIMM_TRUNK, "img_size": size, "num_classes": 16 if config.num_classes else 0}
+    ours = vitzoo.create(name, pretrained=False, **sizes).eval()
+    ours.load_state_dict(whole.visual.state_dict(), strict=True)
+    assert whole.visual.config.act_layer == ours.config.act_layer == config.act_layer
+    x = torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = theirs.encode_image(x)
+        # 1e-6: exact GELU for tanh GELU moves these features by 4e-6, QuickGELU for GELU by 1e-3
+        torch.testing.assert_close(whole.visual(x), expected, rtol=0, atol=1e-6)
+        torch.testing.assert_close(ours(x), expected, rtol=0, atol=1e-6)
 
 
 @pytest.fixture

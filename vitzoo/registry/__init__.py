@@ -59,6 +59,7 @@ from .names import (
     get_pretrained_cfg,
     register_alias,
     resolve,
+    timm_architecture_config,
     timm_counterparts,
     wants_weights,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "snapshot",
     "source_kind",
     "split_name",
+    "timm_architecture_config",
     "timm_counterparts",
     "timm_pretrained_cfg",
     "timm_release_name",

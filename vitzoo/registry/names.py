@@ -8,8 +8,18 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
+from ..model import ViTConfig
 from ..pretrained_cfg import PretrainedCfg
-from .entry import ALIAS_KINDS, Alias, ModelEntry, RegistryError, Resolved, UnknownModelError, split_name
+from .entry import (
+    ALIAS_KINDS,
+    Alias,
+    ModelEntry,
+    RegistryError,
+    Resolved,
+    UnknownModelError,
+    split_name,
+    timm_release_name,
+)
 from .table import _add, _alias_index, _entries, _lock, _populate
 
 
@@ -144,6 +154,31 @@ def find_by_timm_name(timm_name: str) -> ModelEntry | None:
     _populate()
     with _lock:
         return next((e for e in _entries.values() if e.timm_name == timm_name), None)
+
+
+def timm_architecture_config(timm_name: str) -> ViTConfig | None:
+    """The ViTConfig of timm's architecture `timm_name` (without tag) as the registry holds it, None
+    where it holds none: the config of a generated timm release of it (`extra["timm"]`: its
+    model_args build timm's architecture, tests/zoo/test_timm_releases.py), else of the entry whose
+    timm counterpart it is, else of a release the registry spells "<timm_name>.<tag>" (SigLIP 2's
+    size tags). A curated model may compute otherwise than its timm counterpart (OpenAI's CLIP in
+    its QuickGELU form), its generated releases of timm's architecture as timm does."""
+    _populate()
+    with _lock:
+        releases = [
+            (cfg, e)
+            for e in _entries.values()
+            for cfg in e.pretrained.values()
+            if (timm_release_name(cfg) or "").partition(".")[0] == timm_name
+        ]
+        entry = next((e for e in _entries.values() if e.timm_name == timm_name), None)
+    generated = next(((cfg, e) for cfg, e in releases if "timm" in cfg.extra), None)
+    if generated is None and entry is not None:
+        return entry.resolve_config()
+    found = generated or next(iter(releases), None)
+    if found is None:
+        return None
+    return found[1].resolve_config(**found[0].model_args)
 
 
 def timm_counterparts() -> dict[str, str]:

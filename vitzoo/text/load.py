@@ -222,17 +222,19 @@ def _check_text(text: TextConfig, says: dict[str, str], shapes: StateDict, *, co
 def image_tower_config(
     tower: ImageTower | OpenClipConfig, where: str, sizes: dict[str, Any] | None = None
 ) -> ViTConfig:
-    """The ViTConfig of an open_clip image tower: its own fields, or for a timm tower the registered
-    architecture of that timm model at `sizes` (the widths and depth its tensors show; the head
-    count and the options are the architecture's) with the fields open_clip's config sets."""
+    """The ViTConfig of an open_clip image tower: its own fields, or for a timm tower timm's
+    architecture of that name as the registry holds it (`registry.timm_architecture_config`: open_clip
+    builds timm's model, whose GELU its quick_gelu option does not reach) at `sizes` (the widths and
+    depth its tensors show; the head count and the options are the architecture's) with the fields
+    open_clip's config sets."""
     if tower.timm_name is None:
         return ViTConfig(**tower.vision_fields)
-    entry = registry.find_by_timm_name(tower.timm_name)
-    if entry is None:
+    config = registry.timm_architecture_config(tower.timm_name)
+    if config is None:
         raise WeightsMismatchError(
             f"{where}: the image tower is timm's {tower.timm_name!r}, which no registered vitzoo model matches"
         )
-    return entry.resolve_config().replace(**(sizes or {}), **tower.vision_fields)
+    return config.replace(**(sizes or {}), **tower.vision_fields)
 
 
 def _open_clip_visual(cfg: OpenClipConfig, state: dict[str, torch.Tensor], where: str) -> VisionTransformer:

@@ -199,16 +199,21 @@ def _siglip(timm_name: str, description: str, img_size: int, *, own_size: bool =
     )
 
 
-def _siglip2_tags(arch: str, sizes: tuple[int, ...]) -> dict[str, PretrainedCfg]:
+def _siglip2_tags(arch: str, sizes: tuple[int, ...], tanh: tuple[int, ...] = ()) -> dict[str, PretrainedCfg]:
     """SigLIP 2's releases of one architecture at each input size: the first size is tag
-    `v2_webli`, the others `v2_webli_<size>` (a position table of that grid)."""
+    `v2_webli`, the others `v2_webli_<size>` (a position table of that grid); `tanh`: the sizes
+    whose timm architecture has tanh GELU where the first's has the exact one (L/16 at 512 px)."""
     description = "SigLIP 2 (Tschannen et al. 2025) image tower, WebLI"
-    return {
+    tags = {
         "v2_webli" if i == 0 else f"v2_webli_{size}": _siglip(
             f"{arch}_{size}.v2_webli", description, size, own_size=i > 0
         )
         for i, size in enumerate(sizes)
     }
+    for size in tanh:
+        cfg = tags[f"v2_webli_{size}"]
+        tags[f"v2_webli_{size}"] = cfg.replace(model_args={**cfg.model_args, "act_layer": "gelu_tanh"})
+    return tags
 
 
 def _dinov2(timm_name: str, registers: bool) -> dict[str, PretrainedCfg]:
@@ -940,7 +945,7 @@ CURATED: tuple[ZooModel, ...] = (
         "siglip2_l16",
         _SIGLIP.replace(img_size=256, embed_dim=1024, depth=24, num_heads=16),
         "vit_large_patch16_siglip_256",
-        _siglip2_tags("vit_large_patch16_siglip", (256, 384, 512)),
+        _siglip2_tags("vit_large_patch16_siglip", (256, 384, 512), tanh=(512,)),
         "SigLIP 2 ViT-L/16 image tower: attention pooling (1024-d embedding); 256-512 px tags",
     ),
     _released(
