@@ -198,3 +198,36 @@ def test_a_release_that_fails_is_skipped_and_tried_again(capsys, monkeypatch, re
     releases.clear()
     code, out, _ = run(capsys, *argv)
     assert releases == [("bench_tiny_b", 1, ("eager",))] and json.loads(out)["failed"] == {}
+
+
+@pytest.mark.slow
+def test_a_sweep_killed_by_sigkill_goes_on_where_it_stopped(tmp_path):
+    """The real thing: `python -m vitzoo bench` in its own process, killed with SIGKILL once rows
+    are on disk; the next run measures only the rows missing and the file holds each row once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = [sys.executable, "-m", "vitzoo", "bench", "vit_mnist*", "--no-optimize", "--no-progress", "--out", "out"]
+    argv += [arg for batch in ("1", "2", "4", "8") for arg in ("-b", batch)]
+    path = tmp_path / "out" / "vitzoo-bench.csv"
+    env = {**os.environ, "VITZOO_CACHE": str(tmp_path / "cache")}
+    first = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and first.poll() is None:
+        if path.is_file() and len(path.read_text().splitlines()) >= 3:  # the header and two rows
+            break
+        time.sleep(0.05)
+    assert first.poll() is None, "the sweep ended before it could be killed: give it more rows"
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    whole = path.read_text().count("\n") - 1  # rows whose line ends: a line cut by the kill is dropped
+    assert 2 <= whole < 8
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"{8 - whole} row(s) measured, {whole} already there" in done.stdout
+    _, rows = read_rows(path)
+    keys = [(r["model"], r["infer_batch_size"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 8
