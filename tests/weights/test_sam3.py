@@ -23,10 +23,10 @@ from vitzoo.weights.errors import WeightsFileError
 
 ATOL = 1e-6  # measured: 0.0 (fp32, CPU)
 # 80 px in patches of 8: a 10 x 10 grid, windows of 4 (the grid padded to 12 x 12), block 1 global
-# (its positions scaled by 4 / 10); the 4 x 4 table of pretrain_image_size 32 tiled to the grid.
+# (its positions scaled by 4 / 10); the 5 x 5 table of pretrain_image_size 40 tiled to the grid.
 VIT = dict(
     model_type="sam3_vit_model", hidden_size=64, intermediate_size=100, num_hidden_layers=3, num_attention_heads=2,
-    image_size=80, patch_size=8, window_size=4, global_attn_indexes=[1], pretrain_image_size=32,
+    image_size=80, patch_size=8, window_size=4, global_attn_indexes=[1], pretrain_image_size=40,
 )  # fmt: skip
 SMALL = dict(hidden_size=32, num_layers=1, intermediate_size=37, num_attention_heads=2)
 DETECTOR = dict(
@@ -84,10 +84,32 @@ def test_trunk_from_transformers_layouts_computes_last_hidden_state(tmp_path, ki
     assert (c.img_size, c.class_token, c.pre_norm, c.patch_bias, c.final_norm, c.norm_eps) == (
         80, False, True, False, False, 1e-6,
     )  # fmt: skip
-    assert ours.pos_embed is not None and ours.pos_embed.shape == (1, 100, 64)  # the 4 x 4 table tiled
+    assert ours.pos_embed is not None and ours.pos_embed.shape == (1, 100, 64)  # the 5 x 5 table tiled
     x = torch.randn(2, 3, 80, 80, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert max_diff(ours.forward_features(x), trunk(x)) <= ATOL
+
+
+def test_another_size_is_transformers_model_built_for_it(tmp_path):
+    """transformers computes SAM 3 only at its config's image_size (the global blocks' positions are
+    fixed at build): a Sam3ViTModel built for 120 px with the same weights is the reference there.
+    vitzoo built for 120 tiles the released table at load; the model built for 80 follows by
+    set_input_size and dense_features, tiling its own 10 x 10 table (a multiple of the 5 x 5)."""
+    directory, _ = _saved(tmp_path, "vit")
+    vit = {k: v for k, v in VIT.items() if k != "model_type"}
+    reference = _hf("Sam3ViTModel")(_hf("Sam3ViTConfig")(**{**vit, "image_size": 120})).eval()
+    reference.load_state_dict(load_file(directory / "model.safetensors"))
+    x = torch.randn(1, 3, 120, 120, generator=torch.Generator().manual_seed(3))
+    weights = directory / "model.safetensors"
+    with torch.no_grad():
+        expected = reference(x).last_hidden_state
+        built = vitzoo.create("sam3_vit_l14", weights=weights, **{**TRUNK, "img_size": 120}, global_attn_indexes=(1,))
+        assert max_diff(built.eval().forward_features(x), expected) <= ATOL
+        ours = vitzoo.from_pretrained(directory).eval()
+        dense = vitzoo.dense_features(ours, x)  # (B, D, rows, columns)
+        assert max_diff(dense.flatten(2).transpose(1, 2), expected) <= ATOL
+        ours.set_input_size(img_size=120)
+        assert max_diff(ours.forward_features(x), expected) <= ATOL
 
 
 def test_release_is_registered_by_name_with_its_licence():

@@ -323,7 +323,7 @@ FAMILIES: dict[str, Family] = {
     "sam_vision_model": Family(
         _SAM_DEFAULTS, fixed=dict(class_token=False, global_pool="avg", final_norm=False), mlp_from_ratio=True
     ),
-    # SAM 3's trunk (Sam3ViTModel): the backbone's tokens, averaged as SAM's
+    # SAM 3's trunk (Sam3ViTModel): the backbone's tokens, averaged as SAM's; its table tiled to another grid
     "sam3_vit_model": Family(
         _SAM3_DEFAULTS,
         fixed=dict(
@@ -333,6 +333,7 @@ FAMILIES: dict[str, Family] = {
             pre_norm=True,
             patch_bias=False,
             window_rope=True,
+            pos_resample="tile",
         ),
     ),
 }

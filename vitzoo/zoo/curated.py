@@ -1088,6 +1088,7 @@ CURATED: tuple[ZooModel, ...] = (
             window_size=24,
             global_attn_indexes=(7, 15, 23, 31),
             window_rope=True,
+            pos_resample="tile",
         ),
         _SAM3_CFG.without_weights(),
         {"fb": _SAM3_CFG},
