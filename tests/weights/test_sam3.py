@@ -167,6 +167,10 @@ def test_what_vitzoo_cannot_build_is_refused_by_name(tmp_path):
     (directory / "config.json").write_text(json.dumps(config))
     with pytest.raises(WeightsFileError, match="rope_type='default' is not supported"):
         vitzoo.from_pretrained(directory)
+    config.update(rope_parameters=None, image_size=[80, 96])
+    (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(WeightsFileError, match=r"image_size=\[80, 96\] is not supported; expected a square"):
+        vitzoo.from_pretrained(directory)
 
 
 def test_config_defaults_are_sam3vitconfigs_own():

@@ -669,6 +669,13 @@ def _sam3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
         raise WeightsFileError(
             f"{where}: rope_parameters.rope_type={kind!r} is not supported; expected 'axial' (Sam3ViTRotaryEmbedding's)"
         )
+    for key in ("image_size", "pretrain_image_size"):  # Sam3ViTLayer / Sam3ViTEmbeddings lay out square grids
+        side = _pair(_size(values[key]))
+        if side[0] != side[1]:
+            raise WeightsFileError(
+                f"{where}: {key}={values[key]!r} is not supported; expected a square size (transformers' SAM 3 "
+                "computes its global blocks' positions and tiles its table for a square grid only)"
+            )
     theta = rope.get("rope_theta", values["rope_theta"])
     if isinstance(theta, bool) or not isinstance(theta, int | float) or not theta > 0:
         raise WeightsFileError(f"{where}: rope_parameters.rope_theta={theta!r} is invalid; expected a positive number")
