@@ -48,6 +48,7 @@ LICENSES: dict[str, License] = {
     "dinov3-license": License(True, "Meta's DINOv3 licence allows commercial use, under its terms", gated=True),
     "nvidia-open-model-license": License(True, "NVIDIA's Open Model licence allows commercial use"),
     "sapiens2-license": License(False, "Meta's Sapiens2 licence: its own terms", reviewed=False),
+    "sam-license": License(False, "Meta's SAM License (SAM 3): its own terms", gated=True, reviewed=False),
     "unknown": License(False, "the source states no licence: no rights are granted"),
     "other": License(False, "the Hub's catch-all: the licence is named elsewhere", reviewed=False),
 }

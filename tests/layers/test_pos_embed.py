@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from vitzoo.layers import sincos_1d
+from vitzoo.layers import sincos_1d, tile_pos_embed
 
 
 @pytest.mark.parametrize("num_positions, dim", [(5, 9), (17, 8), (3, 1), (50, 64)])
@@ -76,3 +76,13 @@ def test_resample_equals_timms():
         expected = timm_pos_embed.resample_abs_pos_embed(table, list(grid), old_size=[4, 4], num_prefix_tokens=1)
         got = resample_abs_pos_embed(table, new_grid=grid, old_grid=(4, 4), num_prefix_tokens=1)
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_tile_repeats_the_table_over_the_grid():
+    """SAM 3's table for another grid: entry (r, c) is the table's (r mod rows, c mod columns)."""
+    table = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(1, 6, 4)  # a 2 x 3 grid, 4 wide
+    tiled = tile_pos_embed(table, old_grid=(2, 3), new_grid=(5, 4)).reshape(5, 4, 4)
+    grid = table.reshape(2, 3, 4)
+    for r in range(5):
+        for c in range(4):
+            assert torch.equal(tiled[r, c], grid[r % 2, c % 3])

@@ -18,6 +18,7 @@ from vitzoo.layers.sam import (
     decomposed_rel_pos_bias,
     sam_rel_pos_pairs,
     window_partition,
+    window_rope_embed,
     window_unpartition,
 )
 from vitzoo.model import VisionTransformer, ViTConfig
@@ -128,6 +129,11 @@ def test_parameter_count_and_flops_are_exact():
         (dict(window_size=2, global_attn_indexes=(1, 1), class_token=False, global_pool="avg"), "global_attn_indexes"),
         (dict(neck_chans=8, class_token=False, global_pool="avg"), "final_norm=False"),
         (dict(use_rel_pos=True, rope="cat", class_token=False, global_pool="avg"), "rope"),
+        (dict(window_size=3, window_rope=True, rope="cat", class_token=False, global_pool="avg"), "rope='cat'"),
+        (
+            dict(window_size=3, window_rope=True, embed_dim=60, num_heads=2, class_token=False, global_pool="avg"),
+            "by 4",
+        ),
     ],
 )
 def test_config_refuses_what_sam_cannot_mean(fields, message):
@@ -150,3 +156,34 @@ def test_a_window_no_tensor_shows_is_bounded_by_the_grid(tmp_path, window):
     assert ViTConfig(**{**fields, "window_size": 256}).window_size == 256
     with pytest.raises(ValueError, match="pad it to 257x257 = 66049 patches; expected"):
         ViTConfig(**{**fields, "window_size": 257})
+
+
+def test_window_rope_of_a_window_is_the_axial_cat_embedding():
+    """SAM 3's windows rotate by their patch indices: vitzoo's axial "cat" embedding in (column, row)
+    order with interleaved pairs, exactly (the same frequencies)."""
+    from vitzoo.layers.rope import RotaryEmbedding2d
+
+    cat = RotaryEmbedding2d("cat", head_dim=16, num_heads=2, depth=1, grid=(4, 4), grid_indexing="xy")
+    assert torch.equal(window_rope_embed((4, 4), 4, 16, 10000.0), cat.get_embed())
+
+
+def test_window_rope_of_the_grid_spans_one_window():
+    """A global block's positions: the grid's (column, row) indices times window / columns."""
+    embed = window_rope_embed((3, 5), 4, 8, 100.0)  # 8 wide: 2 frequencies per axis, 1 and 1 / 10
+    sin, cos = embed.chunk(2, dim=-1)
+    col = (torch.arange(5).float() * (4 / 5)).repeat(3)
+    row = torch.arange(3).float().repeat_interleave(5) * (4 / 5)
+    angles = torch.stack([col, col / 10, row, row / 10], dim=-1).repeat_interleave(2, dim=-1)
+    torch.testing.assert_close(sin, angles.sin(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(cos, angles.cos(), rtol=0, atol=1e-6)
+
+
+def test_window_rope_block_and_counts_are_exact():
+    """SAM 3's fields: windows with rotary positions, no parameter of their own; FLOPs unchanged."""
+    fields = dict(TINY, use_rel_pos=False, neck_chans=0, window_rope=True, pre_norm=True, patch_bias=False)
+    config = ViTConfig(**fields)
+    model = VisionTransformer(config)
+    assert config.num_params == sum(p.numel() for p in model.parameters())
+    assert vit_flops(config).total == count_flops(model, torch.randn(1, 3, 80, 80))
+    with pytest.raises(ValueError, match="use_rel_pos=True"):
+        SamBlock(window_size=3, use_rel_pos=True, grid=(5, 5), rope_temperature=10.0, rope_span=3, dim=8, num_heads=2)

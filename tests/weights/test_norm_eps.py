@@ -33,6 +33,7 @@ CONFIG_CLASSES: dict[str, tuple[str, ...]] = {
     "aimv2": ("Aimv2VisionConfig",),
     "sapiens2": ("Sapiens2Config",),
     "sam": ("SamVisionConfig",),
+    "sam3": ("Sam3ViTConfig",),
     "internvit": ("InternVLVisionConfig",),
     "radio": ("RadioConfig",),
     "clip_text": ("CLIPTextConfig",),

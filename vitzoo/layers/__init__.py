@@ -30,7 +30,7 @@ from .mlp import Mlp
 from .norm import RMSNorm, make_norm
 from .patch_embed import PatchEmbed, patchify, unfold_linear_patch_embed
 from .pool import AttentionPool
-from .pos_embed import crop_resample_pos_embed, resample_abs_pos_embed, sincos_1d
+from .pos_embed import crop_resample_pos_embed, resample_abs_pos_embed, sincos_1d, tile_pos_embed
 from .relpos_mlp import RelPosMlp
 from .rope import RotaryEmbedding2d, apply_rope
 from .swiglu import SwiGLU, SwiGLUPacked, make_mlp
@@ -59,6 +59,7 @@ __all__ = [
     "patchify",
     "resample_abs_pos_embed",
     "sincos_1d",
+    "tile_pos_embed",
     "to_2tuple",
     "unfold_linear_patch_embed",
 ]

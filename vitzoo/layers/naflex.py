@@ -33,6 +33,10 @@ The table rules (`ViTConfig.pos_resample`):
     "radio"        C-RADIO (timm's naflexvit *_radio_v3 L/g and *_radio_v4): bilinear, not
                    antialiased, align_corners=False, to a square of the longer side, top-left kept
     "radio_corners" the same with align_corners=True (C-RADIOv3 B and H as released)
+    "tile"         SAM 3 (transformers' Sam3ViTEmbeddings): not interpolated, the table repeated
+                   over rows and columns and its top-left (rows, columns) kept (pos_embed.py
+                   `tile_pos_embed`); SAM 3's own when the model's grid is a multiple of its
+                   pretraining grid (the release's 72 = 3 x 24)
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ import torch.nn.functional as F
 
 from ..checks import MAX_TOKENS
 from ..errors import VitzooError
+from .pos_embed import tile_pos_embed
 from .rope import RotaryEmbedding2d
 
 PATCHES, PATCH_COORD, PATCH_VALID = "patches", "patch_coord", "patch_valid"
@@ -53,13 +58,14 @@ BATCH_KEYS = (PATCHES, PATCH_COORD, PATCH_VALID)
 # A patch-sequence batch: the three keys above (and any others, ignored).
 PatchBatch = Mapping[str, torch.Tensor]
 
-PosResample = Literal["timm", "timm_square", "siglip2", "radio", "radio_corners"]
+PosResample = Literal["timm", "timm_square", "siglip2", "radio", "radio_corners", "tile"]
 
 
 @dataclass(frozen=True)
 class TableRule:
     """How a rule resizes the table: F.interpolate's mode, antialias and align_corners, and whether
-    to a square of the grid's longer side (its top-left rows and columns kept)."""
+    to a square of the grid's longer side (its top-left rows and columns kept); mode "tile": repeated,
+    not interpolated."""
 
     mode: str
     square: bool = False
@@ -73,6 +79,7 @@ RULES: dict[str, TableRule] = {
     "siglip2": TableRule("bilinear"),
     "radio": TableRule("bilinear", square=True, antialias=False),
     "radio_corners": TableRule("bilinear", square=True, antialias=False, align_corners=True),
+    "tile": TableRule("tile", antialias=False),
 }
 POS_RESAMPLE: tuple[str, ...] = tuple(RULES)
 
@@ -201,6 +208,8 @@ def resample_table(table: torch.Tensor, old_grid: tuple[int, int], grid: tuple[i
         raise ValueError(f"pos_resample={rule!r} is invalid; expected one of {', '.join(map(repr, POS_RESAMPLE))}")
     if tuple(grid) == tuple(old_grid):
         return table
+    if how.mode == "tile":
+        return tile_pos_embed(table.unsqueeze(0), new_grid=(grid[0], grid[1]), old_grid=(old_grid[0], old_grid[1]))[0]
     size = (max(grid), max(grid)) if how.square else grid
     image = table.float().reshape(1, old_grid[0], old_grid[1], -1).permute(0, 3, 1, 2)
     image = F.interpolate(image, size=size, mode=how.mode, align_corners=how.align_corners, antialias=how.antialias)

@@ -64,6 +64,17 @@ def resample_abs_pos_embed(
     return torch.cat([prefix, grid], dim=1)
 
 
+def tile_pos_embed(pos_embed: torch.Tensor, *, new_grid: tuple[int, int], old_grid: tuple[int, int]) -> torch.Tensor:
+    """SAM 3's position table for another grid (transformers' `Sam3ViTEmbeddings`): the (1, gh * gw, D)
+    table of its pretraining grid repeated along rows and columns, the top-left `new_grid` kept, no
+    interpolation. No prefix rows: the table covers the patches only."""
+    rows, cols = new_grid
+    dim = pos_embed.shape[-1]
+    image = pos_embed.reshape(1, old_grid[0], old_grid[1], dim)
+    image = image.repeat(1, -(-rows // old_grid[0]), -(-cols // old_grid[1]), 1)[:, :rows, :cols]
+    return image.reshape(1, rows * cols, dim).clone()
+
+
 def crop_resample_pos_embed(
     pos_embed: torch.Tensor, *, new_grid: tuple[int, int], old_grid: tuple[int, int]
 ) -> torch.Tensor:

@@ -137,6 +137,12 @@ def _sin_cos(angles: torch.Tensor, rotate_half: bool, prefix: int) -> torch.Tens
     return torch.cat([sin, cos], dim=-1)
 
 
+def rope_sin_cos(angles: torch.Tensor, rotate_half: bool) -> torch.Tensor:
+    """Angles (..., N, head_dim / 2) -> the [sin | cos] embedding (..., N, 2 * head_dim) that
+    `apply_rope` takes, without prefix rows (SAM 3's windows: layers/sam.py)."""
+    return _sin_cos(angles, rotate_half, 0)
+
+
 def rotate_pairs(x: torch.Tensor, rotate_half: bool) -> torch.Tensor:
     """The 90-degree turn of each channel pair: (-x2, x1) for halves, (-x_{2i+1}, x_{2i}) interleaved."""
     if rotate_half:

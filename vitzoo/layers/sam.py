@@ -17,6 +17,11 @@ make it affordable and give it a dense output:
   (`decomposed_rel_pos_bias`; the query unscaled), added before the softmax as a float bias (the
   `attn_bias` of layers/attention.py). A table sized for another grid is first resized linearly
   along its offsets (`sam_rel_pos_pairs`), as SAM's and timm's code do for another input size.
+* **SAM 3's rotary positions** (`window_rope_embed`; SAM 3 has no relative tables). Each block rotates
+  q and k (interleaved channel pairs, the (column, row) coordinates on the two halves of the head,
+  axial frequencies of base `rope_temperature`) by the positions of what it attends over: a
+  window's patch indices 0 .. window - 1, or in a global block the grid's indices scaled by
+  window / columns, so that the grid spans one window (transformers' `Sam3ViTLayer`).
 * **A convolutional neck** (`Neck`): a 1x1 convolution to `neck_chans` (256) channels, a LayerNorm
   over channels, a 3x3 convolution and another LayerNorm: the encoder's output is a
   (B, 256, 64, 64) map. It takes the place of the final LayerNorm.
@@ -35,6 +40,7 @@ from torch import nn
 
 from .attention import Attention
 from .block import Block
+from .rope import rope_coords, rope_sin_cos
 
 NECK_EPS = 1e-6  # the LayerNorm2d eps of SAM's neck (timm's and transformers' default)
 
@@ -114,6 +120,22 @@ def decomposed_rel_pos_bias(
 torch.fx.wrap("decomposed_rel_pos_bias")
 
 
+def window_rope_embed(
+    grid: tuple[int, int], span: int, head_dim: int, temperature: float, device: torch.device | None = None
+) -> torch.Tensor:
+    """SAM 3's rotary embedding [sin | cos] (rows * columns, 2 * head_dim) of a (rows, columns) `grid`
+    (a window, or the whole grid of a global block; module docstring): the (column, row) patch
+    indices times span / columns, in float32, the factor a Python float as transformers computes
+    it (i / columns * span rounds differently in the last bit); frequencies
+    1 / temperature ** (2i / (head_dim / 2)), i < head_dim / 4, per axis; interleaved pairs."""
+    scale = span / grid[1]
+    coords = rope_coords(grid, indexing="xy", device=device).flatten(0, 1) * scale  # (N, 2): column, row
+    half = head_dim // 2
+    bands = 1.0 / (temperature ** (torch.arange(0, half, 2, dtype=torch.float32, device=device) / half))
+    angles = (coords[..., None] * bands).flatten(-2)  # (N, head_dim / 2): the columns' angles, then the rows'
+    return rope_sin_cos(angles, rotate_half=False)
+
+
 class RelPosAttention(Attention):
     """Multi-head attention with decomposed relative positions for a `grid` of tokens (a window,
     or the whole grid of a global block): `rel_pos_h` and `rel_pos_w` beside the projections."""
@@ -144,11 +166,28 @@ class RelPosAttention(Attention):
 class SamBlock(Block):
     """The pre-norm block of SAM's encoder: its attention within windows of `window_size` tokens
     (0: over the whole grid), with decomposed relative positions when `use_rel_pos` (timm's name; sized for the
-    window, or for `grid`, the model's grid of patches, in a global block)."""
+    window, or for `grid`, the model's grid of patches, in a global block), or SAM 3's rotary positions when
+    `rope_temperature` is given (`window_rope_embed`, its positions spanning `rope_span` patches)."""
 
-    def __init__(self, *, window_size: int, use_rel_pos: bool, grid: tuple[int, int], **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        window_size: int,
+        use_rel_pos: bool,
+        grid: tuple[int, int],
+        rope_temperature: float | None = None,
+        rope_span: int = 0,
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
         self.window_size = window_size
+        if rope_temperature is not None and (use_rel_pos or rope_span <= 0):
+            raise ValueError(
+                f"SamBlock: rope_temperature={rope_temperature!r} with use_rel_pos={use_rel_pos!r}, "
+                f"rope_span={rope_span!r}; expected SAM 3's rotary positions without relative tables, "
+                "spanning a window of > 0 patches"
+            )
+        self.rope_temperature, self.rope_span = rope_temperature, rope_span
         if use_rel_pos:  # the same projections, with the two tables beside them
             self.attn = RelPosAttention(
                 dim=options["dim"],
@@ -189,6 +228,9 @@ class SamBlock(Block):
     def _attention(self, x: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
         if isinstance(self.attn, RelPosAttention):
             return self.attn(x, grid=grid)
+        if self.rope_temperature is not None:  # SAM 3: the positions of what this block attends over
+            rope = window_rope_embed(grid, self.rope_span, self.attn.head_dim, self.rope_temperature, x.device)
+            return self.attn(x, rope=rope)
         return self.attn(x)
 
 

@@ -42,7 +42,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
     qk_norm          a norm of q and k per head or over all heads (layers/qk_norm.py; ViT-22B, Sapiens2)
     window_size, global_attn_indexes, use_rel_pos, neck_chans   SAM's image encoder (layers/sam.py):
                      windowed attention but in a few global blocks, decomposed relative positions,
-                     a conv neck in the final norm's place; no prefix tokens
+                     a conv neck in the final norm's place; no prefix tokens; window_rope: SAM 3's
+                     rotary positions of each block's window, or of the grid spanning one window
     rel_pos_table    BEiT: a learned relative position bias per block, added to the attention logits
                      (layers/relpos_bias.py); resized once by set_input_size, no dynamic_img_size
     rel_pos_mlp, rel_pos_mlp_shared   timm's relpos ViT: a relative position bias from an MLP over
@@ -241,6 +242,9 @@ class ViTFields:
     global_attn_indexes: tuple[int, ...] = ()
     use_rel_pos: bool = False
     neck_chans: int = 0
+    # SAM 3 (layers/sam.py window_rope_embed): q and k rotated by the positions of what each block attends
+    # over, a window's patch indices or the grid's scaled to span one window (base rope_temperature)
+    window_rope: bool = False
     # BEiT: each block learns a bias per head for every relative offset of two patches (and the class
     # token's three rows), added to its attention logits (layers/relpos_bias.py). Needs the class token alone.
     rel_pos_table: bool = False

@@ -1,7 +1,8 @@
 """SAM's image encoder (layers/sam.py), on the grid of patches alone (no prefix tokens): attention
 within windows of window_size x window_size patches (0: global) except in the blocks of
-global_attn_indexes; decomposed relative positions in every block (use_rel_pos); a convolutional neck
-to neck_chans channels in place of the final norm (0: none). All of it follows one image's grid."""
+global_attn_indexes; decomposed relative positions in every block (use_rel_pos), or SAM 3's rotary
+positions of each block's window or grid (window_rope); a convolutional neck to neck_chans channels in
+place of the final norm (0: none). All of it follows one image's grid."""
 
 from __future__ import annotations
 
@@ -35,12 +36,14 @@ class Sam(Part):
         )
         if c.window_size:
             _check_window_grid(c)
+        if c.window_rope:
+            _check_window_rope(c)
         if c.global_attn_indexes and not c.window_size:
             raise ValueError(
                 f"global_attn_indexes={c.global_attn_indexes} needs window_size > 0: without windows every "
                 "block attends globally; expected window_size (SAM: 14) or global_attn_indexes=()"
             )
-        named = ", ".join(set_fields(c, ("window_size", "use_rel_pos", "neck_chans")))
+        named = ", ".join(set_fields(c, ("window_size", "use_rel_pos", "window_rope", "neck_chans")))
         if named:
             _check_refused(c, named)
 
@@ -56,8 +59,8 @@ class Sam(Part):
     def flops(self, config: ViTFields) -> dict[str, int]:
         """(projections, attention) of SAM's blocks: a windowed block projects and attends over its
         windows, the grid padded to whole windows; with use_rel_pos each query also meets the
-        relative-position rows of its window's (or grid's) rows and columns (two products, q . table).
-        The neck: a 1x1 (D -> C) and a 3x3 (C -> C) convolution at every patch."""
+        relative-position rows of its window's (or grid's) rows and columns (two products, q . table);
+        SAM 3's rotation (window_rope) is element-wise, not counted. The neck: a 1x1 (D -> C) and a 3x3 (C -> C) convolution at every patch."""
         c, d = config, config.embed_dim
         (gh, gw), ch = c.grid_size, c.neck_chans
         counts = {"neck": 2 * gh * gw * (d * ch + 9 * ch * ch)}
@@ -96,7 +99,7 @@ SAM = Sam()
 
 def grid_blocks(config: ViTFields) -> bool:
     """Whether the blocks need the (rows, columns) grid of their tokens (SAM's: layers/sam.py)."""
-    return bool(config.window_size or config.use_rel_pos)
+    return bool(config.window_size or config.use_rel_pos or config.window_rope)
 
 
 def block_grid(config: ViTFields, i: int) -> tuple[int, int]:
@@ -116,6 +119,23 @@ def _check_window_grid(config: ViTFields) -> None:
             f"window_size={ws} is invalid for the {gh}x{gw} grid of patches: its windows pad it to "
             f"{rows}x{cols} = {rows * cols} patches; expected windows that pad the grid to at most {MAX_TOKENS} "
             "patches (SAM: 14)"
+        )
+
+
+def _check_window_rope(config: ViTFields) -> None:
+    """SAM 3's rotary positions: within windows (their span), instead of relative tables, on a head
+    width of pairs for two axes."""
+    c = config
+    if not c.window_size or c.use_rel_pos:
+        raise ValueError(
+            f"window_rope=True with window_size={c.window_size!r}, use_rel_pos={c.use_rel_pos!r} is invalid: "
+            "SAM 3's rotary positions span a window; expected window_size > 0 (SAM 3: 24; a transformers "
+            "checkpoint states it in its config.json) and use_rel_pos=False"
+        )
+    if head_dim(c) % 4:
+        raise ValueError(
+            f"window_rope=True needs a head width (embed_dim / num_heads) divisible by 4, got {head_dim(c)}; "
+            "expected embed_dim and num_heads that give one"
         )
 
 
@@ -146,9 +166,12 @@ def _check_refused(config: ViTFields, named: str) -> None:
 
 
 def new_block(config: ViTFields, i: int, grid: tuple[int, int], **options: Any) -> SamBlock:
-    """Block i: windowed (but in the global ones), with relative positions if use_rel_pos."""
-    window = 0 if i in config.global_attn_indexes else config.window_size
-    return SamBlock(window_size=window, use_rel_pos=config.use_rel_pos, grid=grid, **options)
+    """Block i: windowed (but in the global ones), with relative positions if use_rel_pos, SAM 3's
+    rotary positions if window_rope."""
+    c = config
+    window = 0 if i in c.global_attn_indexes else c.window_size
+    rope: dict[str, Any] = {"rope_temperature": c.rope_temperature, "rope_span": c.window_size} if c.window_rope else {}
+    return SamBlock(window_size=window, use_rel_pos=c.use_rel_pos, grid=grid, **rope, **options)
 
 
 def new_neck(config: ViTFields) -> Neck | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..layers import crop_resample_pos_embed, resample_abs_pos_embed
+from ..layers import crop_resample_pos_embed, resample_abs_pos_embed, tile_pos_embed
 from .errors import WeightsMismatchError
 from .files import StateDict
 
@@ -68,7 +68,8 @@ def fit_state_dict(
     `src_grid` is the checkpoint's patch grid when known (needed for non-square source grids);
     `antialias` is how its position embedding is resampled (see vitzoo.layers.resample_abs_pos_embed),
     `pos_mode` "bilinear" (antialiased) or "cpe" (RADIO's table of its largest input, cropped:
-    crop_resample_pos_embed) where the source's library resamples so;
+    crop_resample_pos_embed) or "tile" (SAM 3's table repeated: tile_pos_embed) where the source's
+    library resamples so;
     `dtype`, when given, is the one floating tensors are returned in instead of the model's."""
     target = model.state_dict()
     _check_dtypes(state, target, file)
@@ -169,6 +170,9 @@ def _fit_pos_embed(
     if pos_mode == "cpe" and not covered:
         state["pos_embed"] = crop_resample_pos_embed(old, old_grid=old_grid, new_grid=new_grid)
         how = "RADIO's crop of its largest grid"
+    elif pos_mode == "tile" and not covered:
+        state["pos_embed"] = tile_pos_embed(old, old_grid=old_grid, new_grid=new_grid)
+        how = "tiled, not interpolated, as SAM 3 does"
     else:
         bilinear = pos_mode == "bilinear"
         state["pos_embed"] = resample_abs_pos_embed(

@@ -95,8 +95,9 @@ class Checkpoint:
     # How a position embedding is resampled to another grid: antialiased bicubic (timm), or plain
     # bicubic where the source's own library resamples so (transformers' Dinov2Model).
     pos_antialias: bool = True
-    # "bicubic" (with pos_antialias), "bilinear" (antialiased: transformers' SigLIP 2) or "cpe"
-    # (RADIO's table of the largest input, cropped: layers.crop_resample_pos_embed)
+    # "bicubic" (with pos_antialias), "bilinear" (antialiased: transformers' SigLIP 2), "cpe"
+    # (RADIO's table of the largest input, cropped: layers.crop_resample_pos_embed) or "tile" (SAM 3's
+    # table repeated: layers.tile_pos_embed)
     pos_mode: str = "bicubic"
 
     @property

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +87,7 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
         return "vitzoo"
     if any(re.fullmatch(rf"{_HF}embeddings\.patch_embeddings\.projection\.weight", k) for k in keyset):
         return "transformers"
-    if any(re.fullmatch(_SAM_PATCH_KEY, k) for k in keyset):  # SamVisionModel, SamModel
+    if any(re.fullmatch(_SAM_PATCH_KEY, k) for k in keyset) or _is_sam3(keyset):  # SAM, SAM 3
         return "transformers"
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset) or _DINOV3_PATCH_KEY in keyset:
         return "transformers"
@@ -523,7 +523,46 @@ def _from_transformers_sam(state: StateDict, file: str) -> Converted:
     return Converted(out, "transformers", {"norm_eps": NORM_EPS["sam"]})
 
 
+# SAM 3's image encoder (Sam3ViTModel; Sam3VisionModel's backbone, Sam3Model's vision_encoder.backbone,
+# Sam3VideoModel's detector_model.vision_encoder.backbone): separate q/k/v, `layer_norm` before the
+# blocks (CLIP's norm_pre), no final norm; its table is for pretrain_image_size, tiled to the model's
+# grid at load (pos_mode "tile"). The FPN neck, text tower, detector and tracker are left out.
+_SAM3 = r"(?:detector_model\.)?(?:vision_encoder\.)?(?:backbone\.)?"
+_SAM3_LAYER = rf"{_SAM3}layers\.(\d+)\."
+_SAM3_KEY = rf"{_SAM3_LAYER}attention\.o_proj\.weight"
+SAM3_RULES: list[Rule] = [
+    (rf"{_SAM3}embeddings\.patch_embeddings\.projection\.weight", "patch_embed.proj.weight"),
+    (rf"{_SAM3}embeddings\.position_embeddings", "pos_embed"),
+    (rf"{_SAM3}layer_norm\.(weight|bias)", r"norm_pre.\1"),
+    (rf"{_SAM3_LAYER}layer_norm([12])\.(weight|bias)", r"blocks.\1.norm\2.\3"),
+    (rf"{_SAM3_LAYER}attention\.([qkv])_proj\.(weight|bias)", r"blocks.\1.attn.\2.\3"),
+    (rf"{_SAM3_LAYER}attention\.o_proj\.(weight|bias)", r"blocks.\1.attn.proj.\2"),
+    (rf"{_SAM3_LAYER}mlp\.fc([12])\.(weight|bias)", r"blocks.\1.mlp.fc\2.\3"),
+]
+SAM3_IGNORE = [
+    rf"{_SAM3}neck\..*",
+    r"(?:detector_model\.)?(?:text_encoder|text_projection|geometry_encoder|detr_encoder|detr_decoder)\..*",
+    r"(?:detector_model\.)?(?:mask_decoder|dot_product_scoring)\..*",
+    r"tracker_model\..*",
+    r"tracker_neck\..*",
+]
+
+
+def _is_sam3(keys: Iterable[str]) -> bool:
+    return any(re.fullmatch(_SAM3_KEY, k) for k in keys) and any(
+        re.fullmatch(rf"{_SAM3_LAYER}layer_norm1\.weight", k) for k in keys
+    )
+
+
+def _from_transformers_sam3(state: StateDict, file: str) -> Converted:
+    out = merge_qkv(_apply_rules(state, SAM3_RULES, SAM3_IGNORE, file=file, fmt="transformers (SAM 3)"), file=file)
+    hints: dict[str, Any] = {"norm_eps": NORM_EPS["sam3"], "window_rope": True}
+    return Converted(out, "transformers", hints, pos_mode="tile")
+
+
 def _from_transformers(state: StateDict, file: str) -> Converted:
+    if _is_sam3(state):
+        return _from_transformers_sam3(state, file)
     if any(re.fullmatch(_SAPIENS2_KEY, k) for k in state):
         return _from_sapiens2(state, file)
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in state):

@@ -26,6 +26,7 @@ NORM_EPS: dict[str, float] = {
     "aimv2": 1e-5,  # Aimv2VisionConfig.rms_norm_eps
     "sapiens2": 1e-6,  # Sapiens2Config.rms_norm_eps
     "sam": 1e-6,  # SamVisionConfig: the blocks' norms (the neck's: layers/sam.py NECK_EPS)
+    "sam3": 1e-6,  # Sam3ViTConfig
     "internvit": 1e-6,  # InternVLVisionConfig
     # InternViT-6B's q/k norms: InternVLVisionRMSNorm's own default, which no config key sets
     "internvit_qk": 1e-6,

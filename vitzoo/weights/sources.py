@@ -46,6 +46,7 @@ from .transformers_files import (
     MODEL_TYPES,
     family_of,
     radio_input,
+    sam3_model_size,
     transformers_config,
     transformers_labels,
     transformers_preprocessing,
@@ -252,6 +253,8 @@ def _read_config(config_path: Path, preprocessor: Path | None, num_classes: int)
         if family == "radio":  # built for image_size; its table (max_img_size) is cropped at load
             stated.pretrained.update(radio_input(cfg, where))
             stated.model_img = tuple(stated.pretrained["input_size"][1:])
+        if family == "sam3_vit_model":  # built for image_size; its table (pretrain_image_size) tiled at load
+            stated.model_img = sam3_model_size(cfg, where)
         antialias = FAMILIES[family].position_antialias
         if antialias is not None:
             # transformers' DINOv2 resamples its position grid (trained at 518) to whatever its

@@ -40,6 +40,13 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
     sam_vision_model, sam               SAM's image encoder: no class token, windowed attention but in
                                         global_attn_indexes, decomposed relative positions (use_rel_pos),
                                         the conv neck to output_channels, pooled by averaging (layers/sam.py)
+    sam3_vit_model, sam3_vision_model,  SAM 3's image encoder (Sam3ViTModel, the trunk): no class token,
+    sam3, sam3_video                    separate q/k/v, LayerNorm before the blocks, windows but in
+                                        global_attn_indexes with rotary positions of each block's window
+                                        or grid (window_rope, base rope_theta), no final norm; built at
+                                        image_size, its table (pretrain_image_size) tiled at load; what
+                                        vitzoo returns is the backbone's last_hidden_state (Sam3VisionModel's
+                                        too): the FPN neck (fpn_hidden_states) is left out
     beit, data2vec-vision               BEiT (BeitModel, Data2VecVisionModel): q and v biased, k not;
                                         a relative position table per block with
                                         use_relative_position_bias (layers/relpos_bias.py), a learned
@@ -58,7 +65,8 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         the preprocessing (RadioModel normalises inside)
 
 A whole CLIP, SigLIP or AIMv2 model (text and vision, "clip" / "siglip" / "siglip2" / "aimv2") is read for
-its vision_config, a whole SAM model ("sam") for its image encoder's.
+its vision_config, a whole SAM model ("sam") for its image encoder's; SAM 3's vision model, whole model
+and video model ("sam3_vision_model", "sam3", "sam3_video") for their backbone_config (SUB_CONFIGS).
 """
 
 from __future__ import annotations
@@ -233,6 +241,23 @@ _SAM_DEFAULTS = dict(
     output_channels=256,
 )
 
+# Sam3ViTConfig; its rope_parameters ({"rope_type": "axial", "rope_theta": ...}) read by _sam3_fields
+_SAM3_DEFAULTS = dict(
+    _VIT_DEFAULTS,
+    hidden_size=1024,
+    num_hidden_layers=32,
+    num_attention_heads=16,
+    intermediate_size=4736,
+    image_size=1008,
+    patch_size=14,
+    layer_norm_eps=NORM_EPS["sam3"],
+    window_size=24,
+    global_attn_indexes=[7, 15, 23, 31],
+    pretrain_image_size=336,
+    rope_parameters=None,
+    rope_theta=10000.0,
+)
+
 FAMILIES: dict[str, Family] = {
     "vit": Family(_VIT_DEFAULTS),
     "deit": Family(_VIT_DEFAULTS),
@@ -298,6 +323,19 @@ FAMILIES: dict[str, Family] = {
     "sam_vision_model": Family(
         _SAM_DEFAULTS, fixed=dict(class_token=False, global_pool="avg", final_norm=False), mlp_from_ratio=True
     ),
+    # SAM 3's trunk (Sam3ViTModel): the backbone's tokens, averaged as SAM's; its table tiled to another grid
+    "sam3_vit_model": Family(
+        _SAM3_DEFAULTS,
+        fixed=dict(
+            class_token=False,
+            global_pool="avg",
+            final_norm=False,
+            pre_norm=True,
+            patch_bias=False,
+            window_rope=True,
+            pos_resample="tile",
+        ),
+    ),
 }
 # Whole text + image models: their vision tower is the vision_config of the family named here.
 VISION_TOWERS = {
@@ -309,6 +347,16 @@ VISION_TOWERS = {
     "tipsv2": "tipsv2_vision_model",
     "aimv2": "aimv2_vision_model",  # its text tower is not read
     "sam": "sam_vision_model",  # its prompt encoder and mask decoder are no part of an image encoder
+    # SAM 3: the trunk of its vision model (its FPN neck left out), of its detector, of its video model
+    "sam3_vision_model": "sam3_vit_model",
+    "sam3": "sam3_vit_model",
+    "sam3_video": "sam3_vit_model",
+}
+# Where a whole model's config holds its tower's (default: "vision_config")
+SUB_CONFIGS: dict[str, tuple[str, ...]] = {
+    "sam3_vision_model": ("backbone_config",),
+    "sam3": ("vision_config", "backbone_config"),
+    "sam3_video": ("detector_config", "vision_config", "backbone_config"),
 }
 MODEL_TYPES = (*FAMILIES, *VISION_TOWERS)
 
@@ -370,6 +418,8 @@ _KEY_TYPES: dict[str, Any] = {
     "output_channels": int,
     "use_relative_position_bias": bool,
     "use_shared_relative_position_bias": bool,
+    "pretrain_image_size": int | tuple[int, int],
+    "rope_parameters": dict[str, Any] | None,
 }
 # Settings no vitzoo layer computes: the one value each family's models must have, and why.
 _REFUSED: dict[str, tuple[Any, str]] = {
@@ -403,10 +453,7 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
     if name is None:
         raise WeightsFileError(f"{where}: model_type={cfg.get('model_type')!r} is not one vitzoo reads")
     if name != cfg["model_type"]:  # a text + image model: its vision tower
-        vision = cfg.get("vision_config") or {}
-        if not isinstance(vision, dict):
-            raise WeightsFileError(f"{where}: vision_config={vision!r} is invalid; expected a JSON object")
-        where, cfg = f"{where} (vision_config)", vision
+        where, cfg = tower_config(cfg, where)
     family = FAMILIES[name]
     values = {**family.defaults, **{k: v for k, v in cfg.items() if k in family.defaults and v is not None}}
     try:
@@ -447,6 +494,8 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         _radio_fields(values, fields, where)
     if name == "sam_vision_model":
         fields.update(_sam_fields(values))
+    if name == "sam3_vit_model":
+        fields.update(_sam3_fields(values, where))
     if values.get("use_swiglu_ffn"):  # DINOv2-g: SiLU-gated, its own width rule (swiglu.py)
         hidden_units = dinov2_swiglu_hidden_dim(hidden, mlp_ratio)
         fields.update(mlp_layer="swiglu_packed", act_layer="silu", mlp_ratio=packed_mlp_ratio(hidden, hidden_units))
@@ -600,6 +649,53 @@ def _sam_fields(values: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
+def tower_config(cfg: dict[str, Any], where: str) -> tuple[str, dict[str, Any]]:
+    """A whole model's config.json: its image tower's config (SUB_CONFIGS, else vision_config) and
+    where it is, for messages."""
+    for key in SUB_CONFIGS.get(cfg["model_type"], ("vision_config",)):
+        sub = cfg.get(key) or {}
+        if not isinstance(sub, dict):
+            raise WeightsFileError(f"{where}: {key}={sub!r} is invalid; expected a JSON object")
+        where, cfg = f"{where} ({key})", sub
+    return where, cfg
+
+
+def _sam3_fields(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """Sam3ViTConfig's windows and rotary positions; img_size the grid of its position table
+    (pretrain_image_size), the model built at image_size (`sam3_model_size`) and the table tiled."""
+    rope = values["rope_parameters"] or {}
+    kind = rope.get("rope_type", "axial")
+    if kind != "axial":
+        raise WeightsFileError(
+            f"{where}: rope_parameters.rope_type={kind!r} is not supported; expected 'axial' (Sam3ViTRotaryEmbedding's)"
+        )
+    for key in ("image_size", "pretrain_image_size"):  # Sam3ViTLayer / Sam3ViTEmbeddings lay out square grids
+        side = _pair(_size(values[key]))
+        if side[0] != side[1]:
+            raise WeightsFileError(
+                f"{where}: {key}={values[key]!r} is not supported; expected a square size (transformers' SAM 3 "
+                "computes its global blocks' positions and tiles its table for a square grid only)"
+            )
+    theta = rope.get("rope_theta", values["rope_theta"])
+    if isinstance(theta, bool) or not isinstance(theta, int | float) or not theta > 0:
+        raise WeightsFileError(f"{where}: rope_parameters.rope_theta={theta!r} is invalid; expected a positive number")
+    return dict(
+        img_size=_size(values["pretrain_image_size"]),
+        window_size=values["window_size"],
+        global_attn_indexes=tuple(values["global_attn_indexes"]),
+        rope_temperature=float(theta),
+    )
+
+
+def sam3_model_size(cfg: dict[str, Any], where: str) -> tuple[int, int]:
+    """The input size a SAM 3 config builds its trunk for (image_size; Sam3ViTConfig's default 1008)."""
+    if cfg.get("model_type") != "sam3_vit_model":
+        where, cfg = tower_config(cfg, where)
+    size = cfg.get("image_size", _SAM3_DEFAULTS["image_size"])
+    check_types({"image_size": size}, _KEY_TYPES)
+    return _pair(_size(size))
+
+
 def _naflex_size(values: dict[str, Any], where: str) -> int:
     """SigLIP 2 NaFlex: the square image its position table covers (num_patches = side x side)."""
     side, patch = math.isqrt(values["num_patches"]), values["patch_size"]
@@ -720,6 +816,7 @@ PROCESSORS: dict[str, Processor] = {
     # max_num_patches: the patch budget of its patch-sequence batches (PretrainedCfg.max_patches);
     # without a size, an image tensor is the largest square of patches within it.
     "Siglip2": Processor(dict(_VIT_PROCESSOR, resample=2, max_num_patches=256, patch_size=16)),
+    "Sam3": Processor(dict(_VIT_PROCESSOR, size={"height": 1008, "width": 1008})),
     "DINOv3ViT": Processor(dict(_VIT_PROCESSOR, image_mean=list(IMAGENET_MEAN), image_std=list(IMAGENET_STD))),
     "Sapiens2": Processor(
         dict(

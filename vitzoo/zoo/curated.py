@@ -313,6 +313,22 @@ def _siglip2_naflex(repo: str, size: str) -> dict[str, PretrainedCfg]:
     }
 
 
+# Meta's SAM 3 (facebook/sam3, gated on the Hub, SAM License): the whole model in transformers' layout,
+# read for its image encoder's trunk (keymaps.py SAM3_RULES); Sam3ImageProcessor's resize to 1008, mean/std 0.5.
+_SAM3_CFG = PretrainedCfg(
+    source="hf-hub:facebook/sam3",
+    input_size=(3, 1008, 1008),
+    mean=INCEPTION_MEAN,
+    std=INCEPTION_STD,
+    interpolation="bilinear",
+    crop_pct=1.0,
+    crop_mode="squash",
+    num_classes=0,
+    license="sam-license",
+    description="SAM 3 (Meta, 2025) image encoder; SAM License, gated on the Hub",
+)
+
+
 # RADIO: the first of its summary tokens is the class token, the others are registers; no final norm.
 _RADIO = ViTConfig(img_size=512, num_classes=0, reg_tokens=7, no_embed_class=True, final_norm=False)
 
@@ -1055,5 +1071,33 @@ CURATED: tuple[ZooModel, ...] = (
         "vit_huge_patch16_radio_v4",
         {**_radio("vit_huge_patch16_radio_v4", "v4"), "nvidia": _nvidia_radio("C-RADIOv4-H", "v4")},
         "C-RADIOv4 ViT-H/16 backbone at 512 px (10 summary tokens, no final norm)",
+    ),
+    # ------------------------------------------------------------------------- SAM 3
+    # SAM 3's image encoder trunk (transformers' Sam3ViTModel; no timm counterpart): windows of 24 but
+    # in 4 global blocks, rotary positions per window (or grid), its 24 x 24 table tiled to the grid.
+    ZooModel(
+        "sam3_vit_l14",
+        ViTConfig(
+            img_size=1008,
+            patch_size=14,
+            embed_dim=1024,
+            depth=32,
+            num_heads=16,
+            mlp_ratio=4736 / 1024,
+            num_classes=0,
+            class_token=False,
+            global_pool="avg",
+            final_norm=False,
+            pre_norm=True,
+            patch_bias=False,
+            window_size=24,
+            global_attn_indexes=(7, 15, 23, 31),
+            window_rope=True,
+            pos_resample="tile",
+        ),
+        _SAM3_CFG.without_weights(),
+        {"fb": _SAM3_CFG},
+        description="SAM 3 image encoder trunk (ViT-L/14 at 1008 px, 32 blocks, windowed with rotary positions); "
+        "its backbone's tokens, without the FPN neck",
     ),
 )

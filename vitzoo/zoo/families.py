@@ -26,6 +26,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("coca", "coca"),  # open_clip's CoCa image towers (attentional pooler)
     ("clip", "clip"),
     ("flexivit", "flexivit"),
+    ("sam3", "sam3"),
     ("samvit", "sam"),
     ("beit", "beit"),
     ("_mci", "mobileclip"),
