@@ -31,7 +31,8 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                   [backbone.]blocks.0.attn.wq.weight                    Sapiens2 as transformers saves it (Meta's
                                                                         names: the facebook/sapiens2-* files)
                   [vision_model.]embeddings.patch_embed.weight          Aimv2VisionModel, Aimv2Model (its
-                                                                        vision tower)
+                                                                        vision tower; use_head's pool, the
+                                                                        visual_projection as the head)
                   [vision_encoder.]patch_embed.projection.weight        SamVisionModel, SamModel (its image
                                                                         encoder; the (1, rows, columns, D)
                                                                         table flattened)
@@ -449,6 +450,11 @@ AIMV2_RULES: list[Rule] = [
     (rf"{_A2_LAYER}ffn\.down_proj\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
     (rf"{_A2_LAYER}rms_norm([12])\.weight", r"blocks.\1.norm\2.weight"),
     (rf"{_V}rms_norm\.weight", "norm.weight"),
+    # use_head's attention-pooling head (layers/aimv2_pool.py; k and v merged below), Aimv2Model's projection
+    (rf"{_V}head\.cls_token", "attn_pool.query"),
+    (rf"{_V}head\.([kv])_proj\.(weight|bias)", r"attn_pool.\1.\2"),
+    (rf"{_V}head\.output_proj\.(weight|bias)", r"attn_pool.proj.\1"),
+    (r"visual_projection\.weight", "head.weight"),
 ]
 # a whole Aimv2Model's text tower and similarity scale; old files' position ids
 AIMV2_IGNORE = [r"text_model\..*", r"text_projection\.weight", r"logit_scale", rf"{_V}embeddings\.position_ids"]
@@ -458,6 +464,12 @@ def _from_transformers_aimv2(state: StateDict, file: str) -> Converted:
     out = _apply_rules(state, AIMV2_RULES, AIMV2_IGNORE, file=file, fmt="transformers (AIMv2)")
     if "pos_embed" in out:
         out["pos_embed"] = out["pos_embed"].unsqueeze(0)
+    if "head.weight" in out and "attn_pool.query" not in out:
+        raise WeightsMismatchError(
+            f"{file}: visual_projection.weight without the attention-pooling head (vision_model.head.*): "
+            "Aimv2Model projects the head's pooled output, which only use_head=True gives"
+        )
+    out = _merge_parts(out, r"(attn_pool)\.(k|v)\.(weight|bias)", ("k", "v"), "kv", file=file)
     return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": NORM_EPS["aimv2"]})
 
 
