@@ -303,3 +303,91 @@ def test_finetune_lowers_the_loss_and_the_pictures_run(tmp_path):
     photo = Image.fromarray(full.val.images[0, 0].numpy())
     plot_pca(model, [photo, photo], size=28, out=tmp_path / "pca.png")
     assert (tmp_path / "pca.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------------------- the LiT release
+def test_lit_release_is_registered_with_apples_repo_and_licence():
+    entry, cfg = registry.get_pretrained_cfg("aimv2_l14_lit.apple")
+    assert cfg is not None and cfg.source == "hf-hub:apple/aimv2-large-patch14-224-lit"
+    assert (cfg.license, cfg.num_classes, cfg.input_size, cfg.mean, cfg.crop_pct) == (
+        "apple-amlr",
+        768,
+        (3, 224, 224),
+        (0.48145466, 0.4578275, 0.40821073),
+        1.0,
+    )
+    c = entry.resolve_config()
+    assert (c.global_pool, c.num_classes, c.head_bias, entry.timm_name) == ("aimv2", 768, False, None)
+    timm_trunk = registry.get_entry("aimv2_l14").resolve_config()
+    assert c.replace(global_pool="avg", num_classes=0, head_bias=True, img_size=timm_trunk.img_size) == timm_trunk
+    assert c.input_size == timm_trunk.input_size
+
+
+def test_lit_parameters_are_transformers_vision_tower_and_projection():
+    """Counted on the meta device: Aimv2VisionConfig's defaults are the LiT's vision tower (use_head),
+    Aimv2Model's visual_projection adds 1024 x 768."""
+    with torch.device("meta"):
+        tower = _hf("Aimv2VisionModel")(_hf("Aimv2VisionConfig")(use_head=True))
+    want = sum(p.numel() for p in tower.parameters()) + 1024 * 768
+    assert vitzoo.model_info("aimv2_l14_lit")["num_params"] == want == 313_132_032
+
+
+def _apple_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An Aimv2Model state in the names of Apple's remote code: transformers' conversion script
+    (convert_aimv2_original_pytorch_to_hf.py) read backwards, q/k/v fused again."""
+    renames = [
+        (r"vision_model\.embeddings\.patch_embed\.", "image_encoder.preprocessor.patchifier.proj."),
+        (r"vision_model\.embeddings\.rms_norm\.", "image_encoder.preprocessor.patchifier.norm."),
+        (r"vision_model\.embeddings\.position_embedding\.weight", "image_encoder.preprocessor.pos_embed"),
+        (r"vision_model\.encoder\.layers\.(\d+)\.attention\.out_proj\.", r"image_encoder.trunk.blocks.\1.attn.proj."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.ffn\.gate_proj\.", r"image_encoder.trunk.blocks.\1.mlp.fc1."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.ffn\.up_proj\.", r"image_encoder.trunk.blocks.\1.mlp.fc3."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.ffn\.down_proj\.", r"image_encoder.trunk.blocks.\1.mlp.fc2."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.rms_norm([12])\.", r"image_encoder.trunk.blocks.\1.norm_\2."),
+        (r"vision_model\.rms_norm\.", "image_encoder.trunk.post_trunk_norm."),
+        (r"vision_model\.head\.cls_token", "image_encoder.head.cls_token"),
+        (r"vision_model\.head\.([kv])_proj\.", r"image_encoder.head.\1."),
+        (r"vision_model\.head\.output_proj\.", "image_encoder.head.linear."),
+        (r"visual_projection\.", "image_projector."),
+        (r"text_model\.", "text_encoder."),
+        (r"text_projection\.", "text_projector."),
+        (r"logit_scale", "log_logit_scale"),
+    ]
+    import re
+
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        m = re.fullmatch(r"vision_model\.encoder\.layers\.(\d+)\.attention\.([qkv])_proj\.weight", key)
+        if m:
+            if m.group(2) == "q":
+                parts = [state[key.replace("q_proj", f"{p}_proj")] for p in "qkv"]
+                out[f"image_encoder.trunk.blocks.{m.group(1)}.attn.qkv.weight"] = torch.cat(parts)
+            continue
+        for pattern, repl in renames:
+            key = re.sub(f"^{pattern}", repl, key)
+        out[key] = value.unsqueeze(0) if key == "image_encoder.preprocessor.pos_embed" else value
+    return out
+
+
+@pytest.mark.parametrize("layout", ["transformers", "apple"])
+def test_lit_release_loads_under_its_name(layout, tmp_path, fake_hub, hf_cache):
+    """A tiny Aimv2Model published as apple/aimv2-large-patch14-224-lit, in transformers' names or in
+    those of Apple's remote code (the file on the Hub's main branch): `aimv2_l14_lit.apple` at that
+    size computes get_image_features."""
+    from safetensors.torch import load_file, save_file
+
+    vision = {**HF_TINY, "use_head": True}
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    hf = randomise(_hf("Aimv2Model")(_hf("Aimv2Config")(vision_config=vision, text_config=text, projection_dim=48)), 7)
+    directory = tmp_path / "hf"
+    hf.save_pretrained(directory)
+    if layout == "apple":
+        file = directory / "model.safetensors"
+        save_file(_apple_names(load_file(file)), file)
+    fake_hub.publish_dir("apple/aimv2-large-patch14-224-lit", directory)
+    x = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        want = hf.get_image_features(pixel_values=x)
+        want = getattr(want, "pooler_output", want)
+        named = vitzoo.create("aimv2_l14_lit.apple", embed_dim=64, depth=2, num_heads=2, img_size=56, num_classes=48)
+        assert _diff(named.eval()(x), want) <= ATOL

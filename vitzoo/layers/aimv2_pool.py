@@ -41,7 +41,8 @@ class Aimv2Pool(nn.Module):
         init_queries(self.query)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """`attn_mask`: (B, 1, 1, N) bool, True for the tokens the query may attend (None: all)."""
+        """`attn_mask`: (B, 1, 1, N) bool, True for the tokens the query may attend, or a float bias
+        added to the logits (token merging's log sizes); None: every token."""
         B, N, D = x.shape
         q = self.query.reshape(1, 1, self.num_heads, self.head_dim).transpose(1, 2).expand(B, -1, -1, -1)
         k, v = self.kv(x).reshape(B, N, 2, self.num_heads, self.head_dim).unbind(2)  # each (B, N, heads, head_dim)
