@@ -198,6 +198,12 @@ def test_transformers_aimv2_attention_pooling_head(bias, tmp_path):
         assert _diff(model.forward_features(x), out.last_hidden_state) <= ATOL
     assert (model.config.global_pool, model.config.qkv_bias, model.config.num_classes) == ("aimv2", bias, 0)
     assert ("attn_pool.kv.bias" in model.state_dict()) is bias
+    stated = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**stated, "use_head": False}))
+    from vitzoo.weights.errors import WeightsMismatchError
+
+    with pytest.raises(WeightsMismatchError, match=r"states global_pool='avg', but .* global_pool='aimv2'"):
+        vitzoo.from_pretrained(tmp_path / "hf")  # a config that no longer says use_head: named, not guessed
 
 
 def test_transformers_aimv2_whole_model_projects_the_heads_output(tmp_path):
