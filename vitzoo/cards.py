@@ -48,6 +48,7 @@ POOLS: dict[str, str] = {
     "avg": "the mean of the patch tokens",
     "map": "attention pooling: a learned query over the tokens",
     "coca": "CoCa's attentional pooler",
+    "aimv2": "AIMv2's attention-pooling head: a learned query over the tokens, no MLP",
     "": "no pooling: every token",
 }
 # The families whose authors pool otherwise than the registered names (timm's weights and default):

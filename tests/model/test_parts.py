@@ -106,7 +106,7 @@ def test_the_distinct_architectures_cover_every_family():
     names = vitzoo.list_models()
     assert len(names) > 250 and len(DISTINCT) > 50
     pools = {c.global_pool for c in DISTINCT.values()}
-    assert {"token", "avg", "map", "coca"} <= pools
+    assert {"token", "avg", "map", "coca", "aimv2"} <= pools
     assert any(c.window_size for c in DISTINCT.values()) and any(c.hybrid_stem for c in DISTINCT.values())
 
 

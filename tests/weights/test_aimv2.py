@@ -1,8 +1,8 @@
 """AIMv2 (an RMSNorm right after the patch embedding, `embed_norm`; no bias on the attention's output
-nor in the SwiGLU MLP, `proj_bias=False`) and PE-Core-G's attention pool with an MLP ratio of its
-own (`attn_pool_mlp_ratio`): timm's models and transformers' Aimv2VisionModel with random weights
-at reduced depth and width, through vitzoo's registered names; the backbone API, export, tuning
-and fine-tuning on a tiny AIMv2."""
+nor in the SwiGLU MLP, `proj_bias=False`; its attention-pooling head, `global_pool="aimv2"`) and
+PE-Core-G's attention pool with an MLP ratio of its own (`attn_pool_mlp_ratio`): timm's models and
+transformers' Aimv2VisionModel / Aimv2Model with random weights at reduced depth and width, through
+vitzoo's registered names; the backbone API, export, tuning and fine-tuning on a tiny AIMv2."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from test_dinov3 import randomise
 
 import vitzoo
 from vitzoo import registry
@@ -104,6 +105,8 @@ def test_fields_count_and_refuse():
         dict(proj_bias=False),
         dict(proj_bias=False, mlp_layer="swiglu", act_layer="silu", norm_layer="rmsnorm", embed_norm=True),
         dict(global_pool="map", attn_pool_mlp_ratio=1.5),
+        dict(global_pool="aimv2", class_token=False, qkv_bias=False),
+        dict(global_pool="aimv2", qkv_bias=True, pool_include_prefix=True, attn_pool_num_heads=1),
     ):
         config = base.replace(**fields)
         with torch.device("meta"):
@@ -114,6 +117,26 @@ def test_fields_count_and_refuse():
         base.replace(global_pool="map", attn_pool_mlp_ratio=0.0)
     with pytest.raises(TypeError, match="proj_bias"):
         base.replace(proj_bias="no")
+    with pytest.raises(ValueError, match="distilled=True cannot be combined with global_pool='aimv2'"):
+        base.replace(distilled=True, global_pool="aimv2")
+    model = vitzoo.VisionTransformer(base)
+    with pytest.raises(ValueError, match="global_pool='aimv2' is invalid for a model built without AIMv2's head"):
+        model.reset_classifier(5, global_pool="aimv2")
+
+
+def test_aimv2_pool_is_kept_or_dropped_by_reset_classifier_and_refused_by_the_timm_export(tmp_path):
+    from vitzoo.weights.errors import WeightsMismatchError
+    from vitzoo.weights.exporter import export
+
+    config = ViTConfig(embed_dim=32, depth=1, num_heads=2, img_size=32, class_token=False, global_pool="aimv2")
+    model = vitzoo.VisionTransformer(config).eval()
+    pool = model.attn_pool
+    model.reset_classifier(4)
+    assert model.attn_pool is pool and model(torch.randn(1, 3, 32, 32)).shape == (1, 4)
+    with pytest.raises(WeightsMismatchError, match="AIMv2's attention-pooling head"):
+        export(model, "timm", tmp_path / "aimv2.safetensors")
+    model.reset_classifier(4, global_pool="avg")
+    assert model.attn_pool is None and model.config.global_pool == "avg"
 
 
 # ---------------------------------------------------------------------------- transformers
@@ -148,9 +171,7 @@ def test_transformers_aimv2_vision_model(tmp_path):
         assert _diff(named.eval().forward_features(x), out) <= ATOL
 
 
-@pytest.mark.parametrize(
-    "key, value", [("use_head", True), ("is_native", True), ("mlp_bias", True)], ids=["head", "native", "bias"]
-)
+@pytest.mark.parametrize("key, value", [("is_native", True), ("mlp_bias", True)], ids=["native", "bias"])
 def test_transformers_aimv2_settings_vitzoo_does_not_compute_are_refused(key, value, tmp_path):
     from vitzoo.weights.errors import WeightsFileError
     from vitzoo.weights.transformers_files import transformers_config
@@ -160,6 +181,52 @@ def test_transformers_aimv2_settings_vitzoo_does_not_compute_are_refused(key, va
         transformers_config(cfg, tmp_path / "config.json")
     whole = {"model_type": "aimv2", "vision_config": {**HF_TINY, "use_head": False}}
     assert transformers_config(whole, tmp_path / "config.json")["embed_norm"] is True
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["unbiased", "biased"])
+def test_transformers_aimv2_attention_pooling_head(bias, tmp_path):
+    """use_head=True (the LiT release's vision tower): vitzoo's pooled output is pooler_output, its
+    tokens last_hidden_state; the head's k/v biased with qkv_bias, its output projection always."""
+    config = _hf("Aimv2VisionConfig")(**HF_TINY, use_head=True, qkv_bias=bias, mlp_bias=bias)
+    hf = randomise(_hf("Aimv2VisionModel")(config), 0)
+    hf.save_pretrained(tmp_path / "hf")
+    x = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        out = hf(pixel_values=x)
+        model = vitzoo.from_pretrained(tmp_path / "hf").eval()
+        assert _diff(model(x), out.pooler_output) <= ATOL
+        assert _diff(model.forward_features(x), out.last_hidden_state) <= ATOL
+    assert (model.config.global_pool, model.config.qkv_bias, model.config.num_classes) == ("aimv2", bias, 0)
+    assert ("attn_pool.kv.bias" in model.state_dict()) is bias
+    stated = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps({**stated, "use_head": False}))
+    from vitzoo.weights.errors import WeightsMismatchError
+
+    with pytest.raises(WeightsMismatchError, match=r"states global_pool='avg', but .* global_pool='aimv2'"):
+        vitzoo.from_pretrained(tmp_path / "hf")  # a config that no longer says use_head: named, not guessed
+
+
+def test_transformers_aimv2_whole_model_projects_the_heads_output(tmp_path):
+    """A whole Aimv2Model (the LiT layout): its visual_projection is the head (no bias), so vitzoo's
+    output is get_image_features; one saved with use_head=False has no pooled output to project."""
+    vision = {**HF_TINY, "use_head": True}
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    config = _hf("Aimv2Config")(vision_config=vision, text_config=text, projection_dim=48)
+    hf = randomise(_hf("Aimv2Model")(config), 0)
+    hf.save_pretrained(tmp_path / "whole")
+    x = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = hf.get_image_features(pixel_values=x)
+        want = getattr(want, "pooler_output", want)  # transformers 5 returns the vision output, projected
+        model = vitzoo.from_pretrained(tmp_path / "whole").eval()
+        assert _diff(model(x), want) <= ATOL
+    assert (model.config.num_classes, model.config.head_bias, model.config.global_pool) == (48, False, "aimv2")
+    config.vision_config.use_head = False
+    _hf("Aimv2Model")(config).save_pretrained(tmp_path / "headless")
+    from vitzoo.weights.errors import WeightsMismatchError
+
+    with pytest.raises(WeightsMismatchError, match=r"visual_projection\.weight without the attention-pooling head"):
+        vitzoo.from_pretrained(tmp_path / "headless")
 
 
 def test_config_defaults_are_aimv2visionconfigs_own():
@@ -242,3 +309,91 @@ def test_finetune_lowers_the_loss_and_the_pictures_run(tmp_path):
     photo = Image.fromarray(full.val.images[0, 0].numpy())
     plot_pca(model, [photo, photo], size=28, out=tmp_path / "pca.png")
     assert (tmp_path / "pca.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# ---------------------------------------------------------------------------- the LiT release
+def test_lit_release_is_registered_with_apples_repo_and_licence():
+    entry, cfg = registry.get_pretrained_cfg("aimv2_l14_lit.apple")
+    assert cfg is not None and cfg.source == "hf-hub:apple/aimv2-large-patch14-224-lit"
+    assert (cfg.license, cfg.num_classes, cfg.input_size, cfg.mean, cfg.crop_pct) == (
+        "apple-amlr",
+        768,
+        (3, 224, 224),
+        (0.48145466, 0.4578275, 0.40821073),
+        1.0,
+    )
+    c = entry.resolve_config()
+    assert (c.global_pool, c.num_classes, c.head_bias, entry.timm_name) == ("aimv2", 768, False, None)
+    timm_trunk = registry.get_entry("aimv2_l14").resolve_config()
+    assert c.replace(global_pool="avg", num_classes=0, head_bias=True, img_size=timm_trunk.img_size) == timm_trunk
+    assert c.input_size == timm_trunk.input_size
+
+
+def test_lit_parameters_are_transformers_vision_tower_and_projection():
+    """Counted on the meta device: Aimv2VisionConfig's defaults are the LiT's vision tower (use_head),
+    Aimv2Model's visual_projection adds 1024 x 768."""
+    with torch.device("meta"):
+        tower = _hf("Aimv2VisionModel")(_hf("Aimv2VisionConfig")(use_head=True))
+    want = sum(p.numel() for p in tower.parameters()) + 1024 * 768
+    assert vitzoo.model_info("aimv2_l14_lit")["num_params"] == want == 313_132_032
+
+
+def _apple_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """An Aimv2Model state in the names of Apple's remote code: transformers' conversion script
+    (convert_aimv2_original_pytorch_to_hf.py) read backwards, q/k/v fused again."""
+    renames = [
+        (r"vision_model\.embeddings\.patch_embed\.", "image_encoder.preprocessor.patchifier.proj."),
+        (r"vision_model\.embeddings\.rms_norm\.", "image_encoder.preprocessor.patchifier.norm."),
+        (r"vision_model\.embeddings\.position_embedding\.weight", "image_encoder.preprocessor.pos_embed"),
+        (r"vision_model\.encoder\.layers\.(\d+)\.attention\.out_proj\.", r"image_encoder.trunk.blocks.\1.attn.proj."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.ffn\.gate_proj\.", r"image_encoder.trunk.blocks.\1.mlp.fc1."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.ffn\.up_proj\.", r"image_encoder.trunk.blocks.\1.mlp.fc3."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.ffn\.down_proj\.", r"image_encoder.trunk.blocks.\1.mlp.fc2."),
+        (r"vision_model\.encoder\.layers\.(\d+)\.rms_norm([12])\.", r"image_encoder.trunk.blocks.\1.norm_\2."),
+        (r"vision_model\.rms_norm\.", "image_encoder.trunk.post_trunk_norm."),
+        (r"vision_model\.head\.cls_token", "image_encoder.head.cls_token"),
+        (r"vision_model\.head\.([kv])_proj\.", r"image_encoder.head.\1."),
+        (r"vision_model\.head\.output_proj\.", "image_encoder.head.linear."),
+        (r"visual_projection\.", "image_projector."),
+        (r"text_model\.", "text_encoder."),
+        (r"text_projection\.", "text_projector."),
+        (r"logit_scale", "log_logit_scale"),
+    ]
+    import re
+
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        m = re.fullmatch(r"vision_model\.encoder\.layers\.(\d+)\.attention\.([qkv])_proj\.weight", key)
+        if m:
+            if m.group(2) == "q":
+                parts = [state[key.replace("q_proj", f"{p}_proj")] for p in "qkv"]
+                out[f"image_encoder.trunk.blocks.{m.group(1)}.attn.qkv.weight"] = torch.cat(parts)
+            continue
+        for pattern, repl in renames:
+            key = re.sub(f"^{pattern}", repl, key)
+        out[key] = value.unsqueeze(0) if key == "image_encoder.preprocessor.pos_embed" else value
+    return out
+
+
+@pytest.mark.parametrize("layout", ["transformers", "apple"])
+def test_lit_release_loads_under_its_name(layout, tmp_path, fake_hub, hf_cache):
+    """A tiny Aimv2Model published as apple/aimv2-large-patch14-224-lit, in transformers' names or in
+    those of Apple's remote code (the file on the Hub's main branch): `aimv2_l14_lit.apple` at that
+    size computes get_image_features."""
+    from safetensors.torch import load_file, save_file
+
+    vision = {**HF_TINY, "use_head": True}
+    text = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    hf = randomise(_hf("Aimv2Model")(_hf("Aimv2Config")(vision_config=vision, text_config=text, projection_dim=48)), 7)
+    directory = tmp_path / "hf"
+    hf.save_pretrained(directory)
+    if layout == "apple":
+        file = directory / "model.safetensors"
+        save_file(_apple_names(load_file(file)), file)
+    fake_hub.publish_dir("apple/aimv2-large-patch14-224-lit", directory)
+    x = torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        want = hf.get_image_features(pixel_values=x)
+        want = getattr(want, "pooler_output", want)
+        named = vitzoo.create("aimv2_l14_lit.apple", embed_dim=64, depth=2, num_heads=2, img_size=56, num_classes=48)
+        assert _diff(named.eval()(x), want) <= ATOL

@@ -17,10 +17,12 @@ block        the pre-norm encoder block that stacks the pieces above, its post-n
 parallel_block  attention and MLP side by side from one norm (ViT-22B)
 diff_attention  differential attention: two softmax maps subtracted with a learned lambda
 pool         attention pooling (MAP): a learned query attends over the tokens
+aimv2_pool   AIMv2's attention-pooling head: a learned query, k/v and output projections, no MLP
 sam          SAM's image encoder: windowed attention, decomposed relative positions, the conv neck
 """
 
 from .activations import QuickGELU, make_activation
+from .aimv2_pool import Aimv2Pool
 from .attention import Attention, capture_attention
 from .block import Block, PostNormBlock
 from .drop_path import DropPath
@@ -36,6 +38,7 @@ from .rope import RotaryEmbedding2d, apply_rope
 from .swiglu import SwiGLU, SwiGLUPacked, make_mlp
 
 __all__ = [
+    "Aimv2Pool",
     "Attention",
     "AttentionPool",
     "Block",

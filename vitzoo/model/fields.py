@@ -20,7 +20,9 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      attn_pool_num_heads, pool_include_prefix: PE's pool (8 heads, over every token);
                      attn_pool_mlp_ratio: its MLP's own width (PE-Core-G); "coca": CoCa's attentional
                      pooler (layers/attn_pooler.py; coca_queries, coca_dim, coca_pool_type),
-                     its caption tokens from pool_with_tokens(forward_features(x))
+                     its caption tokens from pool_with_tokens(forward_features(x)); "aimv2":
+                     AIMv2's attention-pooling head (layers/aimv2_pool.py: a learned query, k/v and
+                     output projections, no MLP)
     fc_norm          MAE fine-tuning: the final LayerNorm moves after the pooling
     head_bias        CLIP's visual projection has no bias
     mlp_layer        "swiglu" / "swiglu_packed": the gated MLP of DINOv2-g, EVA-02, DINOv3
@@ -76,7 +78,7 @@ AttnLayer = Literal["attn", "diff"]
 ATTN_LAYERS: tuple[str, ...] = get_args(AttnLayer)
 PosEmbed = Literal["learned", "sincos", "none", "factorized"]
 POS_EMBEDS: tuple[str, ...] = get_args(PosEmbed)
-GlobalPool = Literal["token", "avg", "map", "coca", ""]
+GlobalPool = Literal["token", "avg", "map", "coca", "aimv2", ""]
 GLOBAL_POOLS: tuple[str, ...] = get_args(GlobalPool)
 
 # Fields renamed (issue 52): the old name -> the new. config.json files saved before, and overrides
@@ -194,13 +196,14 @@ class ViTFields:
     no_embed_class: bool = False  # the position embedding covers the patches only, not the prefix tokens
     pre_norm: bool = False  # LayerNorm `norm_pre` after the position embedding, before the blocks (CLIP)
     # "token": the class token; "avg": the mean of the patch tokens; "map": attention pooling
-    # (SigLIP); "coca": CoCa's attentional pooler (layers/attn_pooler.py); "": none, the head sees
-    # every token (what prune_intermediate_layers leaves).
+    # (SigLIP); "coca": CoCa's attentional pooler (layers/attn_pooler.py); "aimv2": AIMv2's
+    # attention-pooling head (layers/aimv2_pool.py); "": none, the head sees every token (what
+    # prune_intermediate_layers leaves).
     global_pool: GlobalPool = "token"
-    # "map", "coca": heads of the pooling attention (PE, CoCa: 8); None: num_heads
+    # "map", "coca", "aimv2": heads of the pooling attention (PE, CoCa: 8); None: num_heads
     attn_pool_num_heads: int | None = None
     attn_pool_mlp_ratio: float | None = None  # "map": the pool MLP's width ratio (PE-Core-G: 4); None: mlp_ratio
-    pool_include_prefix: bool = False  # "map", "coca": the queries attend over the prefix tokens too (PE, CoCa)
+    pool_include_prefix: bool = False  # attention pools: the queries attend over the prefix tokens too (PE, CoCa)
     # "coca" only: the caption queries (open_clip's attn_pooler_queries; None: 256), the pooler's width
     # (open_clip's embed_dim, what its proj takes; None: embed_dim), and how its poolers are arranged:
     # "" open_clip's released CoCa (one pooler, its first output pooled, the final norm after it),

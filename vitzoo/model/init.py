@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..layers.aimv2_pool import Aimv2Pool
 from ..layers.attn_pooler import AttentionalPooler
 from ..layers.block import PostNormBlock
 from ..layers.diff_attention import init_lambdas
@@ -41,7 +42,7 @@ def _init_module(m: nn.Module) -> None:
         m.reset_parameters()  # a post-norm block after its norms (apply visits children first)
     elif isinstance(m, AttentionPool):
         m.init_latent()
-    elif isinstance(m, AttentionalPooler):
+    elif isinstance(m, (AttentionalPooler, Aimv2Pool)):
         m.init_query()
     if hasattr(m, "lambda_q1"):  # differential attention (layers/diff_attention.py)
         init_lambdas(m)

@@ -1,13 +1,16 @@
 """The pool: the tokens to one feature by `global_pool`: "token" (the class token), "avg" (the mean
 of the patch tokens), "map" (SigLIP's attention pooling, layers/pool.py: one learned query, its own
-MLP; PE's head count and prefix tokens, PE-Core-G's MLP width) or "" (none: the head sees every
-token). "coca" is coca.py's; the heads of either attention pool are checked here."""
+MLP; PE's head count and prefix tokens, PE-Core-G's MLP width), "aimv2" (AIMv2's attention-pooling
+head, layers/aimv2_pool.py: one learned query used as it is, k/v and output projections, no MLP) or
+"" (none: the head sees every token). "coca" is coca.py's; the heads of every attention pool are
+checked here."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ..checks import check_fields
+from ..layers.aimv2_pool import Aimv2Pool
 from ..layers.pool import AttentionPool
 from .fields import GLOBAL_POOLS
 from .part import Part, Refusal, either, linear, norm_params
@@ -42,16 +45,19 @@ class Pool(Part):
         )
         if c.global_pool == "token" and not c.class_token:
             raise ValueError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
-        if c.distilled and c.global_pool in ("map", "coca", ""):
+        if c.distilled and c.global_pool in ("map", "coca", "aimv2", ""):
             raise ValueError(
                 f"distilled=True cannot be combined with global_pool={c.global_pool!r}: DeiT pools its class and "
                 "distillation tokens separately; expected global_pool='token' or 'avg'"
             )
 
     def params(self, config: ViTFields) -> int:
+        d = config.embed_dim
+        if config.global_pool == "aimv2":  # the query, k and v (biased as the blocks' q/k/v), the projection
+            return d + linear(d, 2 * d, bias=config.qkv_bias) + linear(d, d)
         if config.global_pool != "map":
             return 0
-        d, hidden = config.embed_dim, map_hidden(config)  # latent query, q, kv, proj, norm and a plain MLP
+        hidden = map_hidden(config)  # latent query, q, kv, proj, norm and a plain MLP
         return (
             d
             + linear(d, d)
@@ -65,11 +71,14 @@ class Pool(Part):
     def flops(self, config: ViTFields) -> dict[str, int]:
         """ "map": one learned query attends over the patch tokens (every token with
         pool_include_prefix): q (D -> D) on the query, k and v (D -> 2D) on each of them, q k^T and
-        attn v, the output projection, then the MLP."""
-        if config.global_pool != "map":
+        attn v, the output projection, then the MLP. "aimv2": the same without q and the MLP."""
+        if config.global_pool not in ("map", "aimv2"):
             return {}
-        d, hidden, keys = config.embed_dim, map_hidden(config), pool_keys(config)
-        return {"pool": 2 * d * d + 2 * keys * d * 2 * d + 2 * (2 * keys * d) + 2 * d * d + 2 * (2 * d * hidden)}
+        d, keys = config.embed_dim, pool_keys(config)
+        attend = 2 * keys * d * 2 * d + 2 * (2 * keys * d) + 2 * d * d  # k and v, q k^T and attn v, the projection
+        if config.global_pool == "aimv2":
+            return {"pool": attend}
+        return {"pool": 2 * d * d + attend + 2 * (2 * d * map_hidden(config))}
 
     def refusal(self, config: ViTFields, what: Refusal) -> str | None:
         if what == "token_merging" and config.global_pool == "":
@@ -91,8 +100,11 @@ def pool_keys(config: ViTFields) -> int:
     return gh * gw + (config.num_prefix_tokens if config.pool_include_prefix else 0)
 
 
-def new_attention_pool(config: ViTFields) -> AttentionPool:
+def new_attention_pool(config: ViTFields) -> AttentionPool | Aimv2Pool:
+    """The "map" or "aimv2" pool of `config`."""
     c = config
+    if c.global_pool == "aimv2":
+        return Aimv2Pool(dim=c.embed_dim, num_heads=c.attn_pool_num_heads or c.num_heads, kv_bias=c.qkv_bias)
     return AttentionPool(
         dim=c.embed_dim,
         num_heads=c.attn_pool_num_heads or c.num_heads,
@@ -106,8 +118,8 @@ def new_attention_pool(config: ViTFields) -> AttentionPool:
 def check_pool_switch(config: ViTFields, global_pool: str) -> None:
     """reset_classifier's refusals: no attention pool is added (its weights would be untrained), and
     CoCa's is not taken away (its width and, in open_clip's arrangement, the final norm are the head's input)."""
-    if global_pool in ("map", "coca") and global_pool != config.global_pool:
-        pool = "attention pooling" if global_pool == "map" else "CoCa's attentional pooler"
+    if global_pool in ("map", "coca", "aimv2") and global_pool != config.global_pool:
+        pool = {"map": "attention pooling", "coca": "CoCa's attentional pooler"}.get(global_pool, "AIMv2's head")
         raise ValueError(
             f"reset_classifier: global_pool={global_pool!r} is invalid for a model built without {pool}; "
             f"expected 'token', 'avg' or '' here, or build the model with global_pool={global_pool!r}"

@@ -150,7 +150,7 @@ def _check_refused(config: ViTFields, named: str) -> None:
         )
     if grid_blocks(c) and c.rope:
         raise ValueError(f"{named} cannot be combined with rope={c.rope!r}; expected rope=''")
-    if c.neck_chans and (c.final_norm or c.fc_norm or c.global_pool == "map"):
+    if c.neck_chans and (c.final_norm or c.fc_norm or c.global_pool in ("map", "aimv2")):
         raise ValueError(
             f"neck_chans={c.neck_chans}: SAM's neck ends in its own LayerNorm and takes the final norm's "
             "place; expected final_norm=False, fc_norm=False and global_pool 'avg' or ''"

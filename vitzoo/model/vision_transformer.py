@@ -58,7 +58,6 @@ from ..layers.naflex import (
     rope_for_sequence,
 )
 from ..layers.norm import make_norm
-from ..layers.pool import AttentionPool
 from ..layers.pos_factorized import factorized_for_image, factorized_sum
 from ..layers.relpos_bias import RelPosBiasTable
 from ..layers.relpos_mlp import RelPosMlp
@@ -185,7 +184,7 @@ class VisionTransformer(nn.Module):
             check_pool_switch(self.config, global_pool)
             changes["global_pool"] = global_pool
         self.config = self.config.replace(**changes)  # validates before anything changes
-        if self.config.global_pool not in ("map", "coca"):
+        if self.config.global_pool not in ("map", "coca", "aimv2"):
             self.attn_pool = None
         # The new head lives where the model lives, in its dtype (a bf16 model gets a bf16 head).
         like = first_weight(self.patch_embed)
@@ -593,8 +592,8 @@ class VisionTransformer(nn.Module):
         return output, weights
 
 
-def _new_attn_pool(config: ViTConfig) -> AttentionPool | CocaPool | None:
+def _new_attn_pool(config: ViTConfig) -> nn.Module | None:
     """The pool with weights of its own that `config.global_pool` names (None: a parameter-free one)."""
     if config.global_pool == "coca":
         return new_coca_pool(config)
-    return new_attention_pool(config) if config.global_pool == "map" else None
+    return new_attention_pool(config) if config.global_pool in ("map", "aimv2") else None

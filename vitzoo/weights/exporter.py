@@ -66,6 +66,8 @@ def timm_state_dict(model: nn.Module) -> StateDict:
             problems.append("a factorized position table (timm's NaFlexVit holds it, not its ViT or Eva)")
         if not getattr(config, "final_norm", True):
             problems.append("no final LayerNorm")
+        if getattr(config, "global_pool", "") == "aimv2":
+            problems.append("AIMv2's attention-pooling head (timm's VisionTransformer has none)")
         if problems:
             raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
     return to_timm(

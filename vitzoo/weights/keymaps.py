@@ -31,7 +31,10 @@ Every other layout is a table of (pattern, our name) rules plus the few tensor r
                   [backbone.]blocks.0.attn.wq.weight                    Sapiens2 as transformers saves it (Meta's
                                                                         names: the facebook/sapiens2-* files)
                   [vision_model.]embeddings.patch_embed.weight          Aimv2VisionModel, Aimv2Model (its
-                                                                        vision tower)
+                                                                        vision tower; use_head's pool, the
+                                                                        visual_projection as the head)
+                  image_encoder.preprocessor.patchifier.proj.weight     Apple's AIMv2 LiT as its remote code
+                                                                        names it (fused qkv)
                   [vision_encoder.]patch_embed.projection.weight        SamVisionModel, SamModel (its image
                                                                         encoder; the (1, rows, columns, D)
                                                                         table flattened)
@@ -91,7 +94,7 @@ def detect_format(keys: list[str], *, file: str = "<state dict>") -> str:
         return "transformers"
     if any(re.fullmatch(_CLIP_PATCH_KEY, k) for k in keyset) or _DINOV3_PATCH_KEY in keyset:
         return "transformers"
-    if any(re.fullmatch(_AIMV2_PATCH_KEY, k) for k in keyset):
+    if any(re.fullmatch(_AIMV2_PATCH_KEY, k) for k in keyset) or _APPLE_AIMV2_KEY in keyset:
         return "transformers"
     if f"{_RADIO}patch_generator.embedder.weight" in keyset:
         return "radio"
@@ -449,6 +452,11 @@ AIMV2_RULES: list[Rule] = [
     (rf"{_A2_LAYER}ffn\.down_proj\.(weight|bias)", r"blocks.\1.mlp.fc2.\2"),
     (rf"{_A2_LAYER}rms_norm([12])\.weight", r"blocks.\1.norm\2.weight"),
     (rf"{_V}rms_norm\.weight", "norm.weight"),
+    # use_head's attention-pooling head (layers/aimv2_pool.py; k and v merged below), Aimv2Model's projection
+    (rf"{_V}head\.cls_token", "attn_pool.query"),
+    (rf"{_V}head\.([kv])_proj\.(weight|bias)", r"attn_pool.\1.\2"),
+    (rf"{_V}head\.output_proj\.(weight|bias)", r"attn_pool.proj.\1"),
+    (r"visual_projection\.weight", "head.weight"),
 ]
 # a whole Aimv2Model's text tower and similarity scale; old files' position ids
 AIMV2_IGNORE = [r"text_model\..*", r"text_projection\.weight", r"logit_scale", rf"{_V}embeddings\.position_ids"]
@@ -458,7 +466,44 @@ def _from_transformers_aimv2(state: StateDict, file: str) -> Converted:
     out = _apply_rules(state, AIMV2_RULES, AIMV2_IGNORE, file=file, fmt="transformers (AIMv2)")
     if "pos_embed" in out:
         out["pos_embed"] = out["pos_embed"].unsqueeze(0)
-    return Converted(merge_qkv(out, file=file), "transformers", {"norm_eps": NORM_EPS["aimv2"]})
+    return Converted(merge_qkv(_aimv2_head(out, file), file=file), "transformers", {"norm_eps": NORM_EPS["aimv2"]})
+
+
+def _aimv2_head(out: StateDict, file: str) -> StateDict:
+    """The attention-pooling head's k and v as one kv; the image projection refused without that head."""
+    if "head.weight" in out and "attn_pool.query" not in out:
+        raise WeightsMismatchError(
+            f"{file}: visual_projection.weight without the attention-pooling head (vision_model.head.*): "
+            "Aimv2Model projects the head's pooled output, which only use_head=True gives"
+        )
+    return _merge_parts(out, r"(attn_pool)\.(k|v)\.(weight|bias)", ("k", "v"), "kv", file=file)
+
+
+# Apple's AIMv2 LiT (apple/aimv2-large-patch14-224-lit) in the names of its remote code, which
+# transformers' convert_aimv2_original_pytorch_to_hf.py maps onto Aimv2Model's: timm's AIMv2 names
+# under image_encoder.trunk (mlp.fc1 / fc3 the gate and input, norm_1 / norm_2), the head's k, v
+# and linear, image_projector the projection; the text tower left out.
+_APPLE_AIMV2_KEY = "image_encoder.preprocessor.patchifier.proj.weight"
+_APPLE_BLOCK = r"image_encoder\.trunk\.blocks\.(\d+)\."
+_APPLE_MLP = (("fc1", "fc1_g"), ("fc3", "fc1_x"), ("fc2", "fc2"))
+APPLE_AIMV2_RULES: list[Rule] = [
+    (r"image_encoder\.preprocessor\.patchifier\.(proj|norm)\.(weight|bias)", r"patch_embed.\1.\2"),
+    (r"image_encoder\.preprocessor\.pos_embed", "pos_embed"),  # (1, N, D)
+    (rf"{_APPLE_BLOCK}attn\.(qkv|proj)\.(weight|bias)", r"blocks.\1.attn.\2.\3"),
+    *((rf"{_APPLE_BLOCK}mlp\.{theirs}\.(weight|bias)", rf"blocks.\1.mlp.{ours}.\2") for theirs, ours in _APPLE_MLP),
+    (rf"{_APPLE_BLOCK}norm_([12])\.weight", r"blocks.\1.norm\2.weight"),
+    (r"image_encoder\.trunk\.post_trunk_norm\.weight", "norm.weight"),
+    (r"image_encoder\.head\.cls_token", "attn_pool.query"),
+    (r"image_encoder\.head\.([kv])\.(weight|bias)", r"attn_pool.\1.\2"),
+    (r"image_encoder\.head\.linear\.(weight|bias)", r"attn_pool.proj.\1"),
+    (r"image_projector\.weight", "head.weight"),
+]
+
+
+def _from_apple_aimv2(state: StateDict, file: str) -> Converted:
+    ignore = [r"text_encoder\..*", r"text_projector\.weight", r"log_logit_scale"]
+    out = _apply_rules(state, APPLE_AIMV2_RULES, ignore, file=file, fmt="Apple's AIMv2")
+    return Converted(_aimv2_head(out, file), "transformers", {"norm_eps": NORM_EPS["aimv2"]})
 
 
 def _sapiens2_projections(out: StateDict) -> Converted:
@@ -569,6 +614,8 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
         return _from_transformers_clip(state, file)
     if any(re.fullmatch(_AIMV2_PATCH_KEY, k) for k in state):
         return _from_transformers_aimv2(state, file)
+    if _APPLE_AIMV2_KEY in state:
+        return _from_apple_aimv2(state, file)
     if any(re.fullmatch(_SAM_PATCH_KEY, k) for k in state):
         return _from_transformers_sam(state, file)
     if _DINOV3_PATCH_KEY in state:

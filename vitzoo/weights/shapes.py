@@ -86,6 +86,8 @@ def infer_config_fields(state: StateDict, *, file: str = "<state dict>") -> dict
     fields.update({k: v for k, v in options.items() if v != CLASSIC_FIELDS[k]})
     if "attn_pool.latent" in state:
         fields["global_pool"] = "map"
+    if "attn_pool.query" in state:  # AIMv2's attention-pooling head (layers/aimv2_pool.py)
+        fields["global_pool"] = "aimv2"
     fields.update(coca_fields(state, int(embed_dim)))
     if depth:
         fields.update(_block_fields(state, int(embed_dim)))

@@ -33,9 +33,11 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
 
     aimv2_vision_model, aimv2           AIMv2 (Aimv2VisionModel): RMSNorm everywhere and after the patch
                                         embedding, no class token, SwiGLU; qkv_bias / mlp_bias say the
-                                        attention's and the MLP's biases (out_proj's is qkv_bias); the
-                                        tokens averaged (its attention-pooling head, use_head, and the
-                                        sinusoidal is_native positions are refused)
+                                        attention's and the MLP's biases (out_proj's is qkv_bias);
+                                        use_head: pooled by its attention-pooling head ("aimv2",
+                                        layers/aimv2_pool.py: its pooler_output; Aimv2Model's
+                                        visual_projection the head), else the tokens averaged; the
+                                        sinusoidal is_native positions are refused
 
     sam_vision_model, sam               SAM's image encoder: no class token, windowed attention but in
                                         global_attn_indexes, decomposed relative positions (use_rel_pos),
@@ -315,6 +317,7 @@ FAMILIES: dict[str, Family] = {
     "data2vec-vision": Family(_BEIT_DEFAULTS),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
     # AIMv2: RMSNorm after the patch embedding (embed_norm) and in every block, the tokens averaged
+    # (use_head: its attention-pooling head, _attention_fields)
     "aimv2_vision_model": Family(
         _AIMV2_DEFAULTS,
         fixed=dict(class_token=False, global_pool="avg", norm_layer="rmsnorm", embed_norm=True, mlp_layer="swiglu"),
@@ -426,10 +429,6 @@ _REFUSED: dict[str, tuple[Any, str]] = {
     "is_hybrid": (False, "DPT-Hybrid's embeddings are a BiT ResNet"),
     "backbone_config": (None, "a DPT over another backbone model (read that backbone's own checkpoint)"),
     "apply_layernorm": (True, "vitzoo's TIPSv2 ends with its LayerNorm"),
-    "use_head": (
-        False,
-        "AIMv2's attention-pooling head (a learned query over k/v projections, no MLP) is no layer of vitzoo's",
-    ),
     "is_native": (False, "AIMv2 native's 2D sinusoidal positions are not vitzoo's table"),
     "use_shared_relative_position_bias": (
         False,
@@ -510,7 +509,7 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str, Any]:
-    """The attention biases (and the options that go with them) of a family's config."""
+    """The attention biases (and the options that go with them; AIMv2's attention pool) of a family's config."""
     if name == "dinov3_vit":
         return _dinov3_fields(values, where)
     if name == "aimv2_vision_model":  # out_proj biased as q/k/v; the MLP by mlp_bias
@@ -519,7 +518,8 @@ def _attention_fields(name: str, values: dict[str, Any], where: str) -> dict[str
                 f"{where}: qkv_bias={values['qkv_bias']!r} with mlp_bias={values['mlp_bias']!r} is not supported; "
                 "expected both true or both false (vitzoo's proj_bias covers the attention output and the MLP)"
             )
-        return {"qkv_bias": values["qkv_bias"], "proj_bias": values["mlp_bias"]}
+        pool = "aimv2" if values["use_head"] else "avg"  # its head's k/v biased as q/k/v
+        return {"qkv_bias": values["qkv_bias"], "proj_bias": values["mlp_bias"], "global_pool": pool}
     if name == "sapiens2":
         return _sapiens2_fields(values, where)
     if name in ("beit", "data2vec-vision"):

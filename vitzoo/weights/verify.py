@@ -109,7 +109,7 @@ def check_stated(
     ):
         found = "a number (LayerScale)" if "init_values" in inferred else None
         raise mismatch("init_values", stated["init_values"], "blocks.0.ls1.gamma", found)
-    for pool, tensor in (("map", "attn_pool.latent"), ("coca", COCA_QUERY)):
+    for pool, tensor in (("map", "attn_pool.latent"), ("coca", COCA_QUERY), ("aimv2", "attn_pool.query")):
         if "global_pool" in stated and (stated["global_pool"] == pool) != (inferred["global_pool"] == pool):
             raise mismatch("global_pool", stated["global_pool"], tensor, inferred["global_pool"])
     if (

@@ -329,6 +329,32 @@ _SAM3_CFG = PretrainedCfg(
 )
 
 
+_AIMV2_L14: dict[str, Any] = dict(  # timm's aimv2_large_patch14_224, as the LiT release's vision tower
+    patch_size=14,
+    embed_dim=1024,
+    depth=24,
+    num_heads=8,
+    mlp_ratio=2.75,
+    embed_norm=True,
+    qkv_bias=False,
+    proj_bias=False,
+    act_layer="silu",
+    mlp_layer="swiglu",
+    norm_layer="rmsnorm",
+    class_token=False,
+    norm_eps=1e-5,
+)
+_AIMV2_LIT = PretrainedCfg(  # its preprocessor_config.json: CLIP's, 224 px shortest edge and centre crop, bicubic
+    source="hf-hub:apple/aimv2-large-patch14-224-lit",
+    input_size=(3, 224, 224),
+    mean=CLIP_MEAN,
+    std=CLIP_STD,
+    crop_pct=1.0,
+    interpolation="bicubic",
+    num_classes=768,
+    license="apple-amlr",  # the model card's since its AMLR commit (earlier apple-ascl)
+    description="AIMv2-L/14 LiT (Fini et al. 2024, Apple): LiT-tuned image tower, zero-shot with its text tower",
+)
 # RADIO: the first of its summary tokens is the class token, the others are registers; no final norm.
 _RADIO = ViTConfig(img_size=512, num_classes=0, reg_tokens=7, no_embed_class=True, final_norm=False)
 
@@ -1099,5 +1125,16 @@ CURATED: tuple[ZooModel, ...] = (
         {"fb": _SAM3_CFG},
         description="SAM 3 image encoder trunk (ViT-L/14 at 1008 px, 32 blocks, windowed with rotary positions); "
         "its backbone's tokens, without the FPN neck",
+    ),
+    # ------------------------------------------------------------------------- AIMv2 LiT
+    # Apple's LiT-tuned AIMv2-L image tower: timm's AIMv2-L/14 trunk pooled by its attention-pooling
+    # head (layers/aimv2_pool.py), then the projection to the 768-d joint space (transformers'
+    # Aimv2Model get_image_features; Apple's remote-code names read too, keymaps.py). No timm counterpart.
+    ZooModel(
+        "aimv2_l14_lit",
+        ViTConfig(**_AIMV2_L14, global_pool="aimv2", num_classes=768, head_bias=False),
+        _AIMV2_LIT.without_weights(),
+        {"apple": _AIMV2_LIT},
+        "AIMv2-L/14 LiT image tower (Apple): attention-pooling head and projection to the 768-d image-text space",
     ),
 )
