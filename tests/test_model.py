@@ -826,7 +826,10 @@ def test_mlp_options_reach_every_block():
         (dict(distilled=True, global_pool=""), "distilled=True cannot be combined with global_pool=''"),
         (dict(distilled=True, fc_norm=True), "distilled=True cannot be combined with fc_norm=True"),
         (dict(fc_norm=True, final_norm=False), "fc_norm=True moves the final LayerNorm after the pooling"),
-        (dict(global_pool="max"), "global_pool='max' is invalid; expected 'token', 'avg', 'map', 'coca' or ''"),
+        (
+            dict(global_pool="max"),
+            "global_pool='max' is invalid; expected 'token', 'avg', 'prefix_avg', 'map', 'coca' or ''",
+        ),
         (dict(mlp_layer="geglu"), "mlp_layer='geglu' is invalid; expected one of 'mlp', 'swiglu', 'swiglu_packed'"),
         (dict(norm_layer="batchnorm"), "norm_layer='batchnorm' is invalid; expected one of 'layernorm', 'rmsnorm'"),
         (dict(mlp_align=-8), "mlp_align=-8 is invalid; expected an int >= 0"),

@@ -45,6 +45,7 @@ DATASETS: dict[str, str] = {
 POOLS: dict[str, str] = {
     "token": "the class token",
     "avg": "the mean of the patch tokens",
+    "prefix_avg": "the mean of the class and register tokens (Pixio's class tokens)",
     "map": "attention pooling: a learned query over the tokens",
     "coca": "CoCa's attentional pooler",
     "": "no pooling: every token",

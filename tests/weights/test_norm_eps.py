@@ -35,6 +35,7 @@ CONFIG_CLASSES: dict[str, tuple[str, ...]] = {
     "sam": ("SamVisionConfig",),
     "internvit": ("InternVLVisionConfig",),
     "radio": ("RadioConfig",),
+    "pixio": ("PixioConfig",),
     "clip_text": ("CLIPTextConfig",),
     "siglip_text": ("SiglipTextConfig",),
 }

@@ -1,5 +1,5 @@
 """The pool: the tokens to one feature by `global_pool`: "token" (the class token), "avg" (the mean
-of the patch tokens), "map" (SigLIP's attention pooling, layers/pool.py: one learned query, its own
+of the patch tokens), "prefix_avg" (the mean of the prefix tokens: Pixio's 8 class tokens), "map" (SigLIP's attention pooling, layers/pool.py: one learned query, its own
 MLP; PE's head count and prefix tokens, PE-Core-G's MLP width) or "" (none: the head sees every
 token). "coca" is coca.py's; the heads of either attention pool are checked here."""
 
@@ -42,7 +42,12 @@ class Pool(Part):
         )
         if c.global_pool == "token" and not c.class_token:
             raise ValueError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
-        if c.distilled and c.global_pool in ("map", "coca", ""):
+        if c.global_pool == "prefix_avg" and not c.class_token:
+            raise ValueError(
+                "global_pool='prefix_avg' (the mean of the class and register tokens) needs class_token=True; "
+                "use global_pool='avg' without a class token"
+            )
+        if c.distilled and c.global_pool in ("map", "coca", "", "prefix_avg"):
             raise ValueError(
                 f"distilled=True cannot be combined with global_pool={c.global_pool!r}: DeiT pools its class and "
                 "distillation tokens separately; expected global_pool='token' or 'avg'"
@@ -110,7 +115,7 @@ def check_pool_switch(config: ViTFields, global_pool: str) -> None:
         pool = "attention pooling" if global_pool == "map" else "CoCa's attentional pooler"
         raise ValueError(
             f"reset_classifier: global_pool={global_pool!r} is invalid for a model built without {pool}; "
-            f"expected 'token', 'avg' or '' here, or build the model with global_pool={global_pool!r}"
+            f"expected 'token', 'avg', 'prefix_avg' or '' here, or build the model with global_pool={global_pool!r}"
         )
     if config.global_pool == "coca" and global_pool != "coca":
         raise ValueError(

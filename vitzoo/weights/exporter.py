@@ -66,6 +66,8 @@ def timm_state_dict(model: nn.Module) -> StateDict:
             problems.append("a factorized position table (timm's NaFlexVit holds it, not its ViT or Eva)")
         if not getattr(config, "final_norm", True):
             problems.append("no final LayerNorm")
+        if getattr(config, "global_pool", "token") == "prefix_avg":
+            problems.append("the mean of its prefix tokens as its pool (Pixio's; no pool of timm's computes it)")
         if problems:
             raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
     return to_timm(

@@ -51,6 +51,11 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         block (use_shared_relative_position_bias: the pre-training
                                         checkpoints) is refused
 
+    pixio                               Pixio (PixioModel): MAE's ViT with n_cls_tokens class tokens, the
+                                        first vitzoo's class token, the others registers, all with
+                                        positions; pooled by their mean (global_pool "prefix_avg", its
+                                        pooler_output); the table resampled to every input (bicubic)
+
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
                                         position table is for max_img_size (cropped at load, CPE) and
@@ -130,6 +135,16 @@ _RADIO_DEFAULTS = dict(
     num_registers=7,
     norm_mean=list(CLIP_MEAN),
     norm_std=list(CLIP_STD),
+)
+_PIXIO_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "intermediate_size"},
+    hidden_size=1280,
+    num_hidden_layers=32,
+    num_attention_heads=16,
+    image_size=256,
+    layer_norm_eps=NORM_EPS["pixio"],
+    mlp_ratio=4,
+    n_cls_tokens=8,
 )
 _SIGLIP_DEFAULTS = dict(
     _VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=NORM_EPS["siglip"], vision_use_head=True
@@ -289,6 +304,10 @@ FAMILIES: dict[str, Family] = {
     "beit": Family(_BEIT_DEFAULTS),
     "data2vec-vision": Family(_BEIT_DEFAULTS),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
+    # Pixio: its n_cls_tokens class tokens (positions included) averaged, as its pooler_output
+    "pixio": Family(
+        _PIXIO_DEFAULTS, fixed=dict(global_pool="prefix_avg"), mlp_from_ratio=True, position_antialias=False
+    ),
     # AIMv2: RMSNorm after the patch embedding (embed_norm) and in every block, the tokens averaged
     "aimv2_vision_model": Family(
         _AIMV2_DEFAULTS,
@@ -341,6 +360,7 @@ _KEY_TYPES: dict[str, Any] = {
     "max_img_size": int,
     "num_cls_tokens": int,
     "num_registers": int,
+    "n_cls_tokens": int,
     "norm_mean": list[float],
     "norm_std": list[float],
     "is_hybrid": bool,
@@ -457,6 +477,10 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         fields["init_values"] = float(values["layerscale_value"])
     if "num_register_tokens" in values:
         fields["reg_tokens"] = values["num_register_tokens"]
+    if "n_cls_tokens" in values:  # Pixio: the first class token is vitzoo's, the others its registers
+        if values["n_cls_tokens"] < 1:
+            raise WeightsFileError(f"{where}: n_cls_tokens={values['n_cls_tokens']!r} is invalid; expected an int >= 1")
+        fields["reg_tokens"] = values["n_cls_tokens"] - 1
     return fields
 
 

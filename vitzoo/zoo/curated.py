@@ -312,6 +312,62 @@ def _siglip2_naflex(repo: str, size: str) -> dict[str, PretrainedCfg]:
 _RADIO = ViTConfig(img_size=512, num_classes=0, reg_tokens=7, no_embed_class=True, final_norm=False)
 
 
+# ----------------------------------------------------------------------------- Pixio, Web-SSL
+# Meta's transformers-layout releases (hf-hub:facebook/<repo>): the repository's config.json and
+# preprocessor_config.json decide at load; these are the architectures their code states.
+# Pixio (Yang et al. 2025, facebookresearch/pixio): MAE's ViT at 256 px with 8 class tokens, each
+# with a position: vitzoo's class token and 7 registers, pooled by their mean (PixioModel's
+# pooler_output); FAIR Noncommercial Research License, gated on the Hub.
+_PIXIO_SIZES = (
+    ("b16", 768, 12, 12),
+    ("l16", 1024, 24, 16),
+    ("h16", 1280, 32, 16),
+    ("1b16", 1536, 48, 24),
+    ("5b16", 3072, 48, 32),
+)
+
+
+def _pixio_models() -> list[ZooModel]:
+    models = []
+    for size, dim, depth, heads in _PIXIO_SIZES:
+        config = ViTConfig(
+            img_size=256,
+            embed_dim=dim,
+            depth=depth,
+            num_heads=heads,
+            num_classes=0,
+            reg_tokens=7,
+            global_pool="prefix_avg",
+            norm_eps=1e-6,
+        )
+        release = _meta_release(
+            f"pixio-vit{size}",
+            256,
+            "fair-noncommercial-research-license",
+            f"Pixio (Yang et al. 2025) ViT-{size[:-2].upper()}/16, MetaCLIP-2B; FAIR Noncommercial Research License, gated",
+            crop_pct=1.0,
+            crop_mode="squash",
+        )
+        what = f"Pixio ViT-{size[:-2].upper()}/16 at 256 px: 8 class tokens (the class token and 7 registers), their mean pooled"
+        models.append(ZooModel(f"pixio_{size}", config, release.without_weights(), {"fb": release}, what))
+    return models
+
+
+def _meta_release(repo: str, size: int, license: str, description: str, **kw: Any) -> PretrainedCfg:
+    """A feature extractor on Meta's Hub account (hf-hub:facebook/<repo>): bicubic, ImageNet statistics."""
+    return PretrainedCfg(
+        source=f"hf-hub:facebook/{repo}",
+        input_size=(3, size, size),
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        interpolation="bicubic",
+        num_classes=0,
+        license=license,
+        description=description,
+        **kw,
+    )
+
+
 # Every built-in model, one entry per name. DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and
 # SigLIP are the ViTs people use today as classifiers and as backbones: self-supervised and
 # image-text weights have no classifier, num_classes=0 gives the pooled feature (CLIP: its
@@ -1051,4 +1107,5 @@ CURATED: tuple[ZooModel, ...] = (
         {**_radio("vit_huge_patch16_radio_v4", "v4"), "nvidia": _nvidia_radio("C-RADIOv4-H", "v4")},
         "C-RADIOv4 ViT-H/16 backbone at 512 px (10 summary tokens, no final norm)",
     ),
+    *_pixio_models(),
 )

@@ -6,7 +6,9 @@ from __future__ import annotations
 FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("mnist", "mnist"),
     ("aimv2", "aimv2"),
-    ("radio", "radio"),  # C-RADIO, classic and NaFlexVit forms of the same weights
+    ("radio", "radio"),
+    ("pixio", "pixio"),
+    ("webssl", "webssl"),  # Web-DINO and Web-MAE  # C-RADIO, classic and NaFlexVit forms of the same weights
     ("naflexvit", "naflexvit"),
     ("dinov3", "dinov3"),
     ("sapiens2", "sapiens2"),
