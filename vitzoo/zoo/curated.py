@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..layers.swiglu import dinov2_swiglu_hidden_dim, packed_mlp_ratio
 from ..model import ViTConfig
 from ..pretrained_cfg import (
     CLIP_MEAN,
@@ -353,6 +354,27 @@ def _pixio_models() -> list[ZooModel]:
     return models
 
 
+# Web-SSL (Fan et al. 2025, facebookresearch/webssl): Web-DINO, transformers' Dinov2 type (SwiGLU MLP,
+# LayerScale, no registers), and Web-MAE (a ViT, MAE's encoder), patch 14 but MAE-300M's 16, trained
+# on MetaCLIP-2B (light / heavy: its text-filtered subsets) or 8B images; CC-BY-NC 4.0.
+# name -> (width, depth, heads, releases: tag -> (repo, size))
+_WEBSSL_DINO: dict[str, tuple[int, int, int, dict[str, tuple[str, int]]]] = {
+    "300m": (1024, 24, 16, {"full2b": ("dino300m-full2b-224", 224)}),
+    "1b": (1536, 40, 24, {"full2b": ("dino1b-full2b-224", 224)}),
+    "2b": (2688, 24, 21, {t: (f"dino2b-{t}-224", 224) for t in ("full2b", "light2b", "heavy2b")}),
+    "3b": (3072, 26, 24, {t: (f"dino3b-{t}-224", 224) for t in ("full2b", "light2b", "heavy2b")}),
+    "5b": (3584, 32, 28, {"full2b": ("dino5b-full2b-224", 224)}),
+    "7b": (4096, 32, 32, {"full8b" if s == 224 else f"full8b_{s}": (f"dino7b-full8b-{s}", s) for s in (224, 378, 518)}),
+}
+_WEBSSL_MAE: dict[str, tuple[int, int, int, int]] = {  # name -> (patch, width, depth, heads)
+    "300m": (16, 1024, 24, 16),
+    "700m": (14, 1280, 32, 16),
+    "1b": (14, 1536, 40, 24),
+    "2b": (14, 2688, 24, 21),
+    "3b": (14, 3072, 26, 24),
+}
+
+
 def _meta_release(repo: str, size: int, license: str, description: str, **kw: Any) -> PretrainedCfg:
     """A feature extractor on Meta's Hub account (hf-hub:facebook/<repo>): bicubic, ImageNet statistics."""
     return PretrainedCfg(
@@ -366,6 +388,33 @@ def _meta_release(repo: str, size: int, license: str, description: str, **kw: An
         description=description,
         **kw,
     )
+
+
+def _webssl_release(repo: str, size: int, what: str, own_size: bool) -> PretrainedCfg:
+    """A Web-SSL repository: resized to size / 0.875 and centre-cropped (its README's transform)."""
+    description = f"Web-SSL (Fan et al. 2025) {what}, facebook/webssl-{repo}; CC-BY-NC 4.0"
+    args = {"img_size": size} if own_size else {}
+    return _meta_release(f"webssl-{repo}", size, "cc-by-nc-4.0", description, crop_pct=0.875, model_args=args)
+
+
+def _webssl_models() -> list[ZooModel]:
+    models = []
+    for name, (dim, depth, heads, tags) in _WEBSSL_DINO.items():
+        mlp_ratio = packed_mlp_ratio(dim, dinov2_swiglu_hidden_dim(dim, 4.0))  # DINOv2-g's SwiGLU rule
+        config = _DINOV2_L.replace(img_size=224, embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=mlp_ratio)
+        config = config.replace(mlp_layer="swiglu_packed", act_layer="silu")
+        what = f"Web-DINO {name.upper()}/14"
+        sources = {tag: _webssl_release(repo, s, what, s != 224) for tag, (repo, s) in tags.items()}
+        default = next(iter(sources.values())).without_weights()
+        models.append(ZooModel(f"webssl_dino{name}14", config, default, sources, f"{what} (DINOv2 SwiGLU, LayerScale)"))
+    for name, (patch, dim, depth, heads) in _WEBSSL_MAE.items():
+        config = ViTConfig(patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads, num_classes=0, norm_eps=1e-6)
+        what = f"Web-MAE {name.upper()}/{patch}"
+        release = _webssl_release(f"mae{name}-full2b-224", 224, what, False)
+        models.append(
+            ZooModel(f"webssl_mae{name}{patch}", config, release.without_weights(), {"full2b": release}, what)
+        )
+    return models
 
 
 # Every built-in model, one entry per name. DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and
@@ -1108,4 +1157,5 @@ CURATED: tuple[ZooModel, ...] = (
         "C-RADIOv4 ViT-H/16 backbone at 512 px (10 summary tokens, no final norm)",
     ),
     *_pixio_models(),
+    *_webssl_models(),
 )
