@@ -1,8 +1,9 @@
 """Meta's Web-SSL releases (Fan et al. 2025, facebookresearch/webssl): Web-DINO repositories are
-transformers' Dinov2 type (SwiGLU MLP, LayerScale 1e-5, no registers), Web-MAE ones a ViT encoder.
+transformers' Dinov2 type (SwiGLU MLP, LayerScale 1e-5, no registers), Web-MAE ones its `vit` type
+(ViTModel: MAE's encoder, LayerNorm eps 1e-6).
 Each registered name is the architecture its repository's config states (checked through vitzoo's
 transformers reader on the config transformers writes for that shape; nothing is built at full
-size), and a tiny Dinov2Model published as one repository loads under its name."""
+size), and a tiny model published as one repository of each kind loads under its name."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def test_web_dino_name_is_the_dinov2_config_its_repository_states(size, tmp_path
 def test_web_mae_name_is_the_vit_config_its_repository_states(name, tmp_path):
     dim, depth, heads = MAE[name]
     patch = int(name[-2:])
-    config = _hf("ViTMAEConfig")(
+    config = _hf("ViTConfig")(
         hidden_size=dim, num_hidden_layers=depth, num_attention_heads=heads, intermediate_size=4 * dim,
         image_size=224, patch_size=patch, layer_norm_eps=1e-6,
     )  # fmt: skip
@@ -99,3 +100,21 @@ def test_web_dino_repository_loads_under_its_name(tmp_path, fake_hub, hf_cache):
         assert named.config.img_size == 56
         assert max_diff(named.forward_features(x), out.last_hidden_state) <= ATOL
         assert max_diff(named(x), out.pooler_output) <= ATOL
+
+
+def test_web_mae_repository_loads_under_its_name(tmp_path, fake_hub, hf_cache):
+    """A tiny ViTModel (no pooler: vitzoo has no layer for ViTModel's tanh pooler under this name)
+    published as facebook/webssl-mae300m-full2b-224, read under webssl_mae300m16.full2b."""
+    config = _hf("ViTConfig")(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256, image_size=32,
+        patch_size=16, layer_norm_eps=1e-6,
+    )  # fmt: skip
+    hf = randomise(_hf("ViTModel")(config, add_pooling_layer=False), 12)
+    hf.save_pretrained(tmp_path / "webmae")
+    fake_hub.publish_dir("facebook/webssl-mae300m-full2b-224", tmp_path / "webmae")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        tokens = hf(pixel_values=x).last_hidden_state
+        named = vitzoo.create("webssl_mae300m16.full2b", pretrained=True, embed_dim=64, depth=2, num_heads=4).eval()
+        assert (named.config.img_size, named.config.norm_eps) == (32, 1e-6)
+        assert max_diff(named.forward_features(x), tokens) <= ATOL and max_diff(named(x), tokens[:, 0]) <= ATOL

@@ -354,9 +354,10 @@ def _pixio_models() -> list[ZooModel]:
     return models
 
 
-# Web-SSL (Fan et al. 2025, facebookresearch/webssl): Web-DINO, transformers' Dinov2 type (SwiGLU MLP,
-# LayerScale, no registers), and Web-MAE (a ViT, MAE's encoder), patch 14 but MAE-300M's 16, trained
-# on MetaCLIP-2B (light / heavy: its text-filtered subsets) or 8B images; CC-BY-NC 4.0.
+# Web-SSL (Fan et al. 2025, facebookresearch/webssl): Web-DINO, transformers' dinov2 type (SwiGLU MLP,
+# LayerScale, no registers), and Web-MAE, its vit type (MAE's encoder; patch 14, but 16 for MAE-300M
+# as webssl's mae.py builds it), trained on MetaCLIP-2B (light / heavy: its text-filtered subsets)
+# or 8B images; CC-BY-NC 4.0.
 # name -> (width, depth, heads, releases: tag -> (repo, size))
 _WEBSSL_DINO: dict[str, tuple[int, int, int, dict[str, tuple[str, int]]]] = {
     "300m": (1024, 24, 16, {"full2b": ("dino300m-full2b-224", 224)}),
