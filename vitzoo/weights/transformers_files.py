@@ -658,6 +658,19 @@ def radio_input(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     )
 
 
+def refuse_remote_radio(cfg: dict[str, Any], where: str) -> None:
+    """NVIDIA's own RADIO config (RADIOModel through trust_remote_code: the ViT named by args.model,
+    cpe_max_size, the adaptors), as nvidia/C-RADIOv4-SO400M publishes it, is refused by name: no
+    reader of vitzoo's turns it into widths, summary tokens and a position grid."""
+    args, architectures = cfg.get("args"), cfg.get("architectures") or []
+    if isinstance(args, dict) and "model" in args and "RADIOModel" in architectures:
+        raise WeightsFileError(
+            f"{where}: NVIDIA's remote-code RADIO config (RADIOModel, args.model={args['model']!r}) is not "
+            "supported; expected transformers' RadioModel config (model_type 'radio': hidden_size, num_cls_tokens, "
+            "num_registers, max_img_size), or timm's copy of the release (vitzoo list --family radio)"
+        )
+
+
 def _pair(value: int | tuple[int, int]) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else value
 

@@ -418,6 +418,16 @@ def _webssl_models() -> list[ZooModel]:
     return models
 
 
+# Releases asked for by name that vitzoo refuses, and what is missing: `vitzoo.create` names the reason.
+REFUSED_RELEASES: dict[str, str] = {
+    "radio_so400m16.nvidia": (
+        "NVIDIA's own C-RADIOv4-SO400M repository (nvidia/C-RADIOv4-SO400M) states NVIDIA's remote-code "
+        "RADIO config (RADIOModel through trust_remote_code, its ViT named by args.model), not transformers' "
+        "RadioModel config (model_type 'radio', as nvidia/C-RADIOv4-H's), and vitzoo has no reader for that "
+        "config; timm's release of C-RADIOv4 So400m/16 loads as radio_so400m16.c_radio"
+    ),
+}
+
 # Every built-in model, one entry per name. DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and
 # SigLIP are the ViTs people use today as classifiers and as backbones: self-supervised and
 # image-text weights have no classifier, num_classes=0 gives the pooled feature (CLIP: its
