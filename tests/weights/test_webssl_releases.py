@@ -7,6 +7,7 @@ size), and a tiny model published as one repository of each kind loads under its
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -118,3 +119,11 @@ def test_web_mae_repository_loads_under_its_name(tmp_path, fake_hub, hf_cache):
         named = vitzoo.create("webssl_mae300m16.full2b", pretrained=True, embed_dim=64, depth=2, num_heads=4).eval()
         assert (named.config.img_size, named.config.norm_eps) == (32, 1e-6)
         assert max_diff(named.forward_features(x), tokens) <= ATOL and max_diff(named(x), tokens[:, 0]) <= ATOL
+
+
+def test_docs_table_states_the_parameter_count_of_each_pixio_and_web_ssl_name():
+    table = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text(encoding="utf-8")
+    names = vitzoo.list_models("pixio_*") + vitzoo.list_models("webssl_*")
+    assert len(names) == 16
+    for name in names:
+        assert f"{vitzoo.model_info(name)['num_params']:,}" in table, name
