@@ -89,6 +89,19 @@ def test_pixio_export_to_timm_is_refused(pixio, tmp_path):
         vitzoo.export(model, "timm", tmp_path / "pixio.safetensors")
 
 
+def test_token_merging_pools_the_class_tokens_mean_too(pixio):
+    """ToMe never merges the prefix tokens: their plain mean is the pool of merged tokens too."""
+    from vitzoo.tome import apply_tome
+
+    model = vitzoo.from_pretrained(pixio[1]).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert max_diff(apply_tome(model, 0)(x), model(x)) == 0.0
+        merged = apply_tome(model, 2)
+        tokens = merged.forward_features(x)
+        assert tokens.shape[1] < 8 + 16 and max_diff(merged.forward_head(tokens), tokens[:, :8].mean(dim=1)) == 0.0
+
+
 def test_prefix_avg_needs_a_class_token():
     with pytest.raises(ValueError, match=r"prefix_avg.*needs class_token=True"):
         vitzoo.ViTConfig(class_token=False, global_pool="prefix_avg")
