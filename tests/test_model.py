@@ -828,7 +828,7 @@ def test_mlp_options_reach_every_block():
         (dict(fc_norm=True, final_norm=False), "fc_norm=True moves the final LayerNorm after the pooling"),
         (
             dict(global_pool="max"),
-            "global_pool='max' is invalid; expected 'token', 'avg', 'map', 'coca', 'aimv2' or ''",
+            "global_pool='max' is invalid; expected 'token', 'avg', 'prefix_avg', 'map', 'coca', 'aimv2' or ''",
         ),
         (dict(mlp_layer="geglu"), "mlp_layer='geglu' is invalid; expected one of 'mlp', 'swiglu', 'swiglu_packed'"),
         (dict(norm_layer="batchnorm"), "norm_layer='batchnorm' is invalid; expected one of 'layernorm', 'rmsnorm'"),

@@ -46,6 +46,7 @@ DATASETS: dict[str, str] = {
 POOLS: dict[str, str] = {
     "token": "the class token",
     "avg": "the mean of the patch tokens",
+    "prefix_avg": "the mean of the class and register tokens (Pixio's class tokens)",
     "map": "attention pooling: a learned query over the tokens",
     "coca": "CoCa's attentional pooler",
     "aimv2": "AIMv2's attention-pooling head: a learned query over the tokens, no MLP",

@@ -227,10 +227,10 @@ class TokenMergingViT(VisionTransformer):
         p, pool_type = self.num_prefix_tokens, self.config.global_pool if pool_type is None else pool_type
         if pool_type == "avg":
             return (x[:, p:] * sizes[:, p:]).sum(dim=1) / sizes[:, p:].sum(dim=1)
-        if pool_type == "token":
-            return x[:, 0]
+        if pool_type in ("token", "prefix_avg"):  # the prefix tokens are never merged
+            return super().pool(x, pool_type)
         raise TokenMergingError(
-            f"pool_type={pool_type!r} is invalid on merged tokens; expected 'token' or 'avg' ('' would hand out "
+            f"pool_type={pool_type!r} is invalid on merged tokens; expected 'token', 'prefix_avg' or 'avg' ('' would hand out "
             "a token sequence whose length and order merging changed)"
         )
 

@@ -1,10 +1,13 @@
 """NVIDIA's own C-RADIOv4-H release (nvidia/C-RADIOv4-H: transformers' `radio` type, NVIDIA's tensor
 names), registered as `vit_h16_radio_v4.nvidia` next to timm's copy of the same weights. A tiny
 RadioModel published as that repository, without LayerScale as C-RADIOv4-H has none (transformers
-fills layerscale_value 1.0, an identity), loads under the name and computes RadioModel's tokens."""
+fills layerscale_value 1.0, an identity), loads under the name and computes RadioModel's tokens.
+NVIDIA's own C-RADIOv4-SO400M repository, in NVIDIA's remote-code config, is refused by name and by
+its config."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -14,6 +17,8 @@ from test_dinov3 import max_diff, randomise
 
 import vitzoo
 from vitzoo import registry
+from vitzoo.weights.errors import WeightsFileError
+from vitzoo.zoo import REFUSED_RELEASES
 
 ATOL = 1e-5
 TINY = dict(embed_dim=64, num_heads=4, depth=2)
@@ -65,3 +70,29 @@ def test_transformers_radio_checkpoint_loads_under_the_name(tmp_path, fake_hub, 
         tokens = named.forward_features((x - mean) / std)
         assert max_diff(tokens, out.last_hidden_state) <= ATOL
         assert max_diff(tokens[:, config.summary_idxs].flatten(1), out.summary) <= ATOL
+
+
+def test_nvidia_so400m_release_is_refused_by_name():
+    """NVIDIA's own C-RADIOv4-SO400M repository states NVIDIA's remote-code RADIO config, which no
+    reader of vitzoo's reads: its name says so, and points at timm's release."""
+    with pytest.raises(registry.UnknownModelError, match=r"no pretrained tag 'nvidia' \(refused: NVIDIA's own C-RADIO"):
+        vitzoo.create("radio_so400m16.nvidia")
+    for name in REFUSED_RELEASES:  # a refused release is a tag of a registered model, never registered itself
+        base, _, tag = name.partition(".")
+        assert tag and tag not in registry.get_entry(base).pretrained, name
+
+
+def test_nvidia_remote_code_radio_config_is_refused(tmp_path):
+    """A config.json in NVIDIA's remote-code form (RADIOModel; its ViT named by args.model) is named,
+    not read as another layout."""
+    config = {
+        "architectures": ["RADIOModel"],
+        "auto_map": {"AutoConfig": "hf_model.RADIOConfig", "AutoModel": "hf_model.RADIOModel"},
+        "args": {"model": "vit_so400m_patch16_224", "cpe_max_size": 2048},
+    }
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file(
+        {"radio_model.model.patch_generator.embedder.weight": torch.ones(64, 768)}, tmp_path / "model.safetensors"
+    )
+    with pytest.raises(WeightsFileError, match=r"NVIDIA's remote-code RADIO config \(RADIOModel, args.model="):
+        vitzoo.create("radio_so400m16", weights=str(tmp_path), **TINY)

@@ -505,6 +505,7 @@ def test_transformers_config_defaults_are_transformers_own():
         "internvl_vision": "InternVLVisionConfig",
         "beit": "BeitConfig",
         "data2vec-vision": "Data2VecVisionConfig",
+        "pixio": "PixioConfig",  # transformers >= 5.0
     }
     # Dinov2Config's patch_size default was 16 in older transformers (4.40), 14 now: vitzoo takes
     # today's; DINOv2's published configs state it, and the patch projection's shape checks it.

@@ -36,6 +36,7 @@ CONFIG_CLASSES: dict[str, tuple[str, ...]] = {
     "sam3": ("Sam3ViTConfig",),
     "internvit": ("InternVLVisionConfig",),
     "radio": ("RadioConfig",),
+    "pixio": ("PixioConfig",),
     "clip_text": ("CLIPTextConfig",),
     "siglip_text": ("SiglipTextConfig",),
 }

@@ -9,7 +9,7 @@ parts (part.py), each owning its config fields' checks, parameter count, FLOPs, 
     blocks.py               the encoder blocks: attention, MLP and their options
     sam.py                  SAM's windows, decomposed relative positions and neck
     relpos.py               BEiT's relative position table, the relpos ViT's MLP
-    pools.py                "token", "avg", "map", "aimv2" pooling
+    pools.py                "token", "avg", "prefix_avg", "map", "aimv2" pooling
     coca.py                 CoCa's attentional pooler
     head.py                 the final norm, the representation layer, the classifier(s)
     vision_transformer.py   VisionTransformer: forward, the backbone API, patch sequences

@@ -16,7 +16,8 @@ Each variant is one `ViTConfig` field, its module in `vitzoo/layers/`:
                      attention's output projection nor in the MLP
     pre_norm, patch_bias=False, act_layer   CLIP (ln_pre, a bias-free patch projection, QuickGELU;
                      layers/activations.py)
-    global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py) or "" (none);
+    global_pool      "token", "avg", "map" (SigLIP's attention pooling, layers/pool.py), "prefix_avg"
+                     (the mean of the class and register tokens: Pixio) or "" (none);
                      attn_pool_num_heads, pool_include_prefix: PE's pool (8 heads, over every token);
                      attn_pool_mlp_ratio: its MLP's own width (PE-Core-G); "coca": CoCa's attentional
                      pooler (layers/attn_pooler.py; coca_queries, coca_dim, coca_pool_type),
@@ -78,7 +79,7 @@ AttnLayer = Literal["attn", "diff"]
 ATTN_LAYERS: tuple[str, ...] = get_args(AttnLayer)
 PosEmbed = Literal["learned", "sincos", "none", "factorized"]
 POS_EMBEDS: tuple[str, ...] = get_args(PosEmbed)
-GlobalPool = Literal["token", "avg", "map", "coca", "aimv2", ""]
+GlobalPool = Literal["token", "avg", "prefix_avg", "map", "coca", "aimv2", ""]
 GLOBAL_POOLS: tuple[str, ...] = get_args(GlobalPool)
 
 # Fields renamed (issue 52): the old name -> the new. config.json files saved before, and overrides
@@ -198,7 +199,8 @@ class ViTFields:
     # "token": the class token; "avg": the mean of the patch tokens; "map": attention pooling
     # (SigLIP); "coca": CoCa's attentional pooler (layers/attn_pooler.py); "aimv2": AIMv2's
     # attention-pooling head (layers/aimv2_pool.py); "": none, the head sees every token (what
-    # prune_intermediate_layers leaves).
+    # prune_intermediate_layers leaves); "prefix_avg": the mean of the prefix tokens, class token
+    # and registers (Pixio's 8 class tokens).
     global_pool: GlobalPool = "token"
     # "map", "coca", "aimv2": heads of the pooling attention (PE, CoCa: 8); None: num_heads
     attn_pool_num_heads: int | None = None

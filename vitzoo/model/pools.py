@@ -1,8 +1,9 @@
 """The pool: the tokens to one feature by `global_pool`: "token" (the class token), "avg" (the mean
-of the patch tokens), "map" (SigLIP's attention pooling, layers/pool.py: one learned query, its own
-MLP; PE's head count and prefix tokens, PE-Core-G's MLP width), "aimv2" (AIMv2's attention-pooling
-head, layers/aimv2_pool.py: one learned query used as it is, k/v and output projections, no MLP) or
-"" (none: the head sees every token). "coca" is coca.py's; the heads of every attention pool are
+of the patch tokens), "prefix_avg" (the mean of the prefix tokens: Pixio's 8 class tokens), "map"
+(SigLIP's attention pooling, layers/pool.py: one learned query, its own MLP; PE's head count and
+prefix tokens, PE-Core-G's MLP width), "aimv2" (AIMv2's attention-pooling head,
+layers/aimv2_pool.py: one learned query used as it is, k/v and output projections, no MLP) or ""
+(none: the head sees every token). "coca" is coca.py's; the heads of every attention pool are
 checked here."""
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ class Pool(Part):
         )
         if c.global_pool == "token" and not c.class_token:
             raise ValueError("global_pool='token' needs class_token=True; use global_pool='avg' without a class token")
-        if c.distilled and c.global_pool in ("map", "coca", "aimv2", ""):
+        if c.global_pool == "prefix_avg" and not c.class_token:
+            raise ValueError(
+                "global_pool='prefix_avg' (the mean of the class and register tokens) needs class_token=True; "
+                "use global_pool='avg' without a class token"
+            )
+        if c.distilled and c.global_pool in ("map", "coca", "aimv2", "", "prefix_avg"):
             raise ValueError(
                 f"distilled=True cannot be combined with global_pool={c.global_pool!r}: DeiT pools its class and "
                 "distillation tokens separately; expected global_pool='token' or 'avg'"
@@ -122,7 +128,7 @@ def check_pool_switch(config: ViTFields, global_pool: str) -> None:
         pool = {"map": "attention pooling", "coca": "CoCa's attentional pooler"}.get(global_pool, "AIMv2's head")
         raise ValueError(
             f"reset_classifier: global_pool={global_pool!r} is invalid for a model built without {pool}; "
-            f"expected 'token', 'avg' or '' here, or build the model with global_pool={global_pool!r}"
+            f"expected 'token', 'avg', 'prefix_avg' or '' here, or build the model with global_pool={global_pool!r}"
         )
     if config.global_pool == "coca" and global_pool != "coca":
         raise ValueError(

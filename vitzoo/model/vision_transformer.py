@@ -177,7 +177,7 @@ class VisionTransformer(nn.Module):
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """Replace the classifier head(s) with freshly initialised ones for `num_classes` (timm's
-        signature). `global_pool` may switch between "token", "avg" and "" or drop "map"; an
+        signature). `global_pool` may switch between "token", "avg", "prefix_avg" and "" or drop "map"; an
         attention pool cannot be added here, since its weights would be untrained."""
         changes: dict[str, Any] = {"num_classes": num_classes}
         if global_pool is not None:
@@ -442,7 +442,7 @@ class VisionTransformer(nn.Module):
     def pool(
         self, x: torch.Tensor, pool_type: str | None = None, patch_valid: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """(B, tokens, D) -> (B, D) by `config.global_pool`, or by `pool_type` ("token", "avg" or ""
+        """(B, tokens, D) -> (B, D) by `config.global_pool`, or by `pool_type` ("token", "avg", "prefix_avg" or ""
         for the tokens unchanged) on a model without attention pooling (timm's signature).
         `patch_valid` (B, patches): the padding of a patch-sequence batch, left out of "avg" and "map"."""
         p = self.num_prefix_tokens
@@ -451,11 +451,11 @@ class VisionTransformer(nn.Module):
         pool_type = self.config.global_pool if pool_type is None else pool_type
         if pool_type == "avg":
             return x[:, p:].mean(dim=1) if patch_valid is None else masked_mean(x[:, p:], patch_valid)
-        if pool_type == "token":
-            return x[:, 0]
+        if pool_type == "token" or (pool_type == "prefix_avg" and p):  # prefix_avg: Pixio's class tokens
+            return x[:, 0] if pool_type == "token" else x[:, :p].mean(dim=1)
         if pool_type == "":
             return x
-        raise ValueError(f"pool_type={pool_type!r} is invalid; expected 'token', 'avg' or '' (no pooling)")
+        raise ValueError(f"pool_type={pool_type!r} is invalid; expected 'token', 'avg', 'prefix_avg' or '' (none)")
 
     def _attn_pool_input(
         self, x: torch.Tensor, patch_valid: torch.Tensor | None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
+from .. import zoo
 from ..model import ViTConfig
 from ..pretrained_cfg import PretrainedCfg
 from .entry import (
@@ -77,7 +78,9 @@ def resolve(name: str) -> Resolved:
     else:
         known = ", ".join(f"{entry.name}.{t}" for t in entry.pretrained) or "none"
         named = repr(entry.name) if kind == "vitzoo" else f"{base!r} (vitzoo's {entry.name!r})"
-        raise UnknownModelError(f"model {named} has no pretrained tag {tag!r}; known: {known}")
+        why = zoo.REFUSED_RELEASES.get(f"{entry.name}.{tag}")
+        refused = f" (refused: {why})" if why else ""
+        raise UnknownModelError(f"model {named} has no pretrained tag {tag!r}{refused}; known: {known}")
     args = pcfg.model_args if pcfg else {}
     config = entry.config.replace(**args) if entry.config is not None and args else entry.config
     return Resolved(name, entry, tag, pcfg, config, kind)

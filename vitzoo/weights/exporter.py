@@ -68,6 +68,8 @@ def timm_state_dict(model: nn.Module) -> StateDict:
             problems.append("no final LayerNorm")
         if getattr(config, "global_pool", "") == "aimv2":
             problems.append("AIMv2's attention-pooling head (timm's VisionTransformer has none)")
+        if getattr(config, "global_pool", "token") == "prefix_avg":
+            problems.append("the mean of its prefix tokens as its pool (Pixio's; no pool of timm's computes it)")
         if problems:
             raise WeightsMismatchError(f"cannot export to timm: this model has {' and '.join(problems)}")
     return to_timm(

@@ -628,7 +628,9 @@ def _from_transformers(state: StateDict, file: str) -> Converted:
     hints: dict[str, Any] = {"norm_eps": NORM_EPS["vit"]}
     if ("reg_token" in out or "blocks.0.ls1.gamma" in out) and not _is_beit(state):  # DINOv2, not BEiT's LayerScale
         hints["norm_eps"] = NORM_EPS["dinov2"]
-    if "reg_token" in out and "pos_embed" in out and "cls_token" in out:
+    if "cls_token" in out and out["cls_token"].ndim == 3 and out["cls_token"].shape[1] > 1:
+        _split_class_tokens(out, hints)
+    elif "reg_token" in out and "pos_embed" in out and "cls_token" in out:
         _fold_class_position(out, hints)
     return Converted(out, "transformers", hints)
 
@@ -640,6 +642,14 @@ def _is_beit(state: StateDict) -> bool:
     return any(
         k.startswith(("beit.", "data2vec_vision.", "pooler.layernorm.")) or "relative_position_bias" in k for k in state
     )
+
+
+def _split_class_tokens(out: StateDict, hints: dict[str, Any]) -> None:
+    """Pixio's n class tokens (1, n, D), each with a position: vitzoo's class token and n - 1
+    registers, the table covering them all (no_embed_class False, as the tokens keep their order)."""
+    tokens = out.pop("cls_token")
+    out["cls_token"], out["reg_token"] = tokens[:, :1], tokens[:, 1:]
+    hints["no_embed_class"] = False
 
 
 def _fold_class_position(out: StateDict, hints: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ NORM_EPS: dict[str, float] = {
     # InternViT-6B's q/k norms: InternVLVisionRMSNorm's own default, which no config key sets
     "internvit_qk": 1e-6,
     "radio": 1e-6,  # RadioConfig
+    "pixio": 1e-6,  # PixioConfig
     # the text towers of transformers' CLIP and SigLIP models: CLIPTextConfig, SiglipTextConfig (and
     # TextConfig's default: CLIP's text tower)
     "clip_text": 1e-5,

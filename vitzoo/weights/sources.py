@@ -46,6 +46,7 @@ from .transformers_files import (
     MODEL_TYPES,
     family_of,
     radio_input,
+    refuse_remote_radio,
     sam3_model_size,
     transformers_config,
     transformers_labels,
@@ -240,6 +241,7 @@ def _read_config(config_path: Path, preprocessor: Path | None, num_classes: int)
     tensors') decides whether transformers' id2label names the classes."""
     where = str(config_path)
     cfg = read_json(config_path)
+    refuse_remote_radio(cfg, repr(where))
     family = family_of(cfg)
     if cfg.get("format") == layout.FORMAT:
         fields = _vitzoo_config(cfg, config_path)

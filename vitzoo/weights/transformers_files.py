@@ -60,6 +60,11 @@ class's defaults; `tests/weights/test_families.py` checks them against transform
                                         block (use_shared_relative_position_bias: the pre-training
                                         checkpoints) is refused
 
+    pixio                               Pixio (PixioModel): MAE's ViT with n_cls_tokens class tokens, the
+                                        first vitzoo's class token, the others registers, all with
+                                        positions; pooled by their mean (global_pool "prefix_avg", its
+                                        pooler_output); the table resampled to every input (bicubic)
+
     radio                               C-RADIO: the summary tokens are the class token and registers,
                                         positions on the patches only, LayerScale, no final norm; its
                                         position table is for max_img_size (cropped at load, CPE) and
@@ -140,6 +145,16 @@ _RADIO_DEFAULTS = dict(
     num_registers=7,
     norm_mean=list(CLIP_MEAN),
     norm_std=list(CLIP_STD),
+)
+_PIXIO_DEFAULTS = dict(
+    {k: v for k, v in _VIT_DEFAULTS.items() if k != "intermediate_size"},
+    hidden_size=1280,
+    num_hidden_layers=32,
+    num_attention_heads=16,
+    image_size=256,
+    layer_norm_eps=NORM_EPS["pixio"],
+    mlp_ratio=4,
+    n_cls_tokens=8,
 )
 _SIGLIP_DEFAULTS = dict(
     _VIT_DEFAULTS, hidden_act="gelu_pytorch_tanh", layer_norm_eps=NORM_EPS["siglip"], vision_use_head=True
@@ -316,6 +331,10 @@ FAMILIES: dict[str, Family] = {
     "beit": Family(_BEIT_DEFAULTS),
     "data2vec-vision": Family(_BEIT_DEFAULTS),
     "radio": Family(_RADIO_DEFAULTS, fixed=dict(no_embed_class=True, final_norm=False), mlp_from_ratio=True),
+    # Pixio: its n_cls_tokens class tokens (positions included) averaged, as its pooler_output
+    "pixio": Family(
+        _PIXIO_DEFAULTS, fixed=dict(global_pool="prefix_avg"), mlp_from_ratio=True, position_antialias=False
+    ),
     # AIMv2: RMSNorm after the patch embedding (embed_norm) and in every block, the tokens averaged
     # (use_head: its attention-pooling head, _attention_fields)
     "aimv2_vision_model": Family(
@@ -392,6 +411,7 @@ _KEY_TYPES: dict[str, Any] = {
     "max_img_size": int,
     "num_cls_tokens": int,
     "num_registers": int,
+    "n_cls_tokens": int,
     "norm_mean": list[float],
     "norm_std": list[float],
     "is_hybrid": bool,
@@ -505,6 +525,10 @@ def transformers_config(cfg: dict[str, Any], path: Path) -> dict[str, Any]:
         fields["init_values"] = float(values["layerscale_value"])
     if "num_register_tokens" in values:
         fields["reg_tokens"] = values["num_register_tokens"]
+    if "n_cls_tokens" in values:  # Pixio: the first class token is vitzoo's, the others its registers
+        if values["n_cls_tokens"] < 1:
+            raise WeightsFileError(f"{where}: n_cls_tokens={values['n_cls_tokens']!r} is invalid; expected an int >= 1")
+        fields["reg_tokens"] = values["n_cls_tokens"] - 1
     return fields
 
 
@@ -728,6 +752,19 @@ def radio_input(cfg: dict[str, Any], where: str) -> dict[str, Any]:
         {"input_size": [3, side, side], "mean": values["norm_mean"], "std": values["norm_std"], "crop_pct": 1.0},
         where,
     )
+
+
+def refuse_remote_radio(cfg: dict[str, Any], where: str) -> None:
+    """NVIDIA's own RADIO config (RADIOModel through trust_remote_code: the ViT named by args.model,
+    cpe_max_size, the adaptors), as nvidia/C-RADIOv4-SO400M publishes it, is refused by name: no
+    reader of vitzoo's turns it into widths, summary tokens and a position grid."""
+    args, architectures = cfg.get("args"), cfg.get("architectures") or []
+    if isinstance(args, dict) and "model" in args and "RADIOModel" in architectures:
+        raise WeightsFileError(
+            f"{where}: NVIDIA's remote-code RADIO config (RADIOModel, args.model={args['model']!r}) is not "
+            "supported; expected transformers' RadioModel config (model_type 'radio': hidden_size, num_cls_tokens, "
+            "num_registers, max_img_size), or timm's copy of the release (vitzoo list --family radio)"
+        )
 
 
 def _pair(value: int | tuple[int, int]) -> tuple[int, int]:

@@ -38,7 +38,7 @@ from ..pretrained_cfg import (
     PretrainedCfg,
     imagenet_label_set,
 )
-from .curated import CURATED, ZooModel
+from .curated import CURATED, REFUSED_RELEASES, ZooModel
 from .families import family_of
 from .open_clip_releases import ARCHITECTURES as _OPEN_CLIP_ARCHS
 from .open_clip_releases import RELEASES as _OPEN_CLIP_RELEASES
@@ -47,7 +47,16 @@ from .timm_releases import OPEN_CLIP_NAMES as _OPEN_CLIP_TIMM
 
 TIMM_HUB = "hf-hub:timm/"
 
-__all__ = ["MODELS", "OPEN_CLIP_NAMES", "TIMM_HUB", "ZooModel", "arch_config", "open_clip_config", "timm_release_name"]
+__all__ = [
+    "MODELS",
+    "OPEN_CLIP_NAMES",
+    "REFUSED_RELEASES",
+    "TIMM_HUB",
+    "ZooModel",
+    "arch_config",
+    "open_clip_config",
+    "timm_release_name",
+]
 
 # The normalisations of the generated table, by name; a row may also give (mean, std) itself.
 NORMS = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..layers.swiglu import dinov2_swiglu_hidden_dim, packed_mlp_ratio
 from ..model import ViTConfig
 from ..pretrained_cfg import (
     CLIP_MEAN,
@@ -358,6 +359,121 @@ _AIMV2_LIT = PretrainedCfg(  # its preprocessor_config.json: CLIP's, 224 px shor
 # RADIO: the first of its summary tokens is the class token, the others are registers; no final norm.
 _RADIO = ViTConfig(img_size=512, num_classes=0, reg_tokens=7, no_embed_class=True, final_norm=False)
 
+
+# ----------------------------------------------------------------------------- Pixio, Web-SSL
+# Meta's transformers-layout releases (hf-hub:facebook/<repo>): the repository's config.json and
+# preprocessor_config.json decide at load; these are the architectures their code states.
+# Pixio (Yang et al. 2025, facebookresearch/pixio): MAE's ViT at 256 px with 8 class tokens, each
+# with a position: vitzoo's class token and 7 registers, pooled by their mean (PixioModel's
+# pooler_output); FAIR Noncommercial Research License, gated on the Hub.
+_PIXIO_SIZES = (
+    ("b16", 768, 12, 12),
+    ("l16", 1024, 24, 16),
+    ("h16", 1280, 32, 16),
+    ("1b16", 1536, 48, 24),
+    ("5b16", 3072, 48, 32),
+)
+
+
+def _pixio_models() -> list[ZooModel]:
+    models = []
+    for size, dim, depth, heads in _PIXIO_SIZES:
+        config = ViTConfig(
+            img_size=256,
+            embed_dim=dim,
+            depth=depth,
+            num_heads=heads,
+            num_classes=0,
+            reg_tokens=7,
+            global_pool="prefix_avg",
+            norm_eps=1e-6,
+        )
+        release = _meta_release(
+            f"pixio-vit{size}",
+            256,
+            "fair-noncommercial-research-license",
+            f"Pixio (Yang et al. 2025) ViT-{size[:-2].upper()}/16, MetaCLIP-2B; FAIR Noncommercial Research License, gated",
+            crop_pct=1.0,
+            crop_mode="squash",
+        )
+        what = f"Pixio ViT-{size[:-2].upper()}/16 at 256 px: 8 class tokens (the class token and 7 registers), their mean pooled"
+        models.append(ZooModel(f"pixio_{size}", config, release.without_weights(), {"fb": release}, what))
+    return models
+
+
+# Web-SSL (Fan et al. 2025, facebookresearch/webssl): Web-DINO, transformers' dinov2 type (SwiGLU MLP,
+# LayerScale, no registers), and Web-MAE, its vit type (MAE's encoder; patch 14, but 16 for MAE-300M
+# as webssl's mae.py builds it), trained on MetaCLIP-2B (light / heavy: its text-filtered subsets)
+# or 8B images; CC-BY-NC 4.0.
+# name -> (width, depth, heads, releases: tag -> (repo, size))
+_WEBSSL_DINO: dict[str, tuple[int, int, int, dict[str, tuple[str, int]]]] = {
+    "300m": (1024, 24, 16, {"full2b": ("dino300m-full2b-224", 224)}),
+    "1b": (1536, 40, 24, {"full2b": ("dino1b-full2b-224", 224)}),
+    "2b": (2688, 24, 21, {t: (f"dino2b-{t}-224", 224) for t in ("full2b", "light2b", "heavy2b")}),
+    "3b": (3072, 26, 24, {t: (f"dino3b-{t}-224", 224) for t in ("full2b", "light2b", "heavy2b")}),
+    "5b": (3584, 32, 28, {"full2b": ("dino5b-full2b-224", 224)}),
+    "7b": (4096, 32, 32, {"full8b" if s == 224 else f"full8b_{s}": (f"dino7b-full8b-{s}", s) for s in (224, 378, 518)}),
+}
+_WEBSSL_MAE: dict[str, tuple[int, int, int, int]] = {  # name -> (patch, width, depth, heads)
+    "300m": (16, 1024, 24, 16),
+    "700m": (14, 1280, 32, 16),
+    "1b": (14, 1536, 40, 24),
+    "2b": (14, 2688, 24, 21),
+    "3b": (14, 3072, 26, 24),
+}
+
+
+def _meta_release(repo: str, size: int, license: str, description: str, **kw: Any) -> PretrainedCfg:
+    """A feature extractor on Meta's Hub account (hf-hub:facebook/<repo>): bicubic, ImageNet statistics."""
+    return PretrainedCfg(
+        source=f"hf-hub:facebook/{repo}",
+        input_size=(3, size, size),
+        mean=IMAGENET_MEAN,
+        std=IMAGENET_STD,
+        interpolation="bicubic",
+        num_classes=0,
+        license=license,
+        description=description,
+        **kw,
+    )
+
+
+def _webssl_release(repo: str, size: int, what: str, own_size: bool) -> PretrainedCfg:
+    """A Web-SSL repository: resized to size / 0.875 and centre-cropped (its README's transform)."""
+    description = f"Web-SSL (Fan et al. 2025) {what}, facebook/webssl-{repo}; CC-BY-NC 4.0"
+    args = {"img_size": size} if own_size else {}
+    return _meta_release(f"webssl-{repo}", size, "cc-by-nc-4.0", description, crop_pct=0.875, model_args=args)
+
+
+def _webssl_models() -> list[ZooModel]:
+    models = []
+    for name, (dim, depth, heads, tags) in _WEBSSL_DINO.items():
+        mlp_ratio = packed_mlp_ratio(dim, dinov2_swiglu_hidden_dim(dim, 4.0))  # DINOv2-g's SwiGLU rule
+        config = _DINOV2_L.replace(img_size=224, embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=mlp_ratio)
+        config = config.replace(mlp_layer="swiglu_packed", act_layer="silu")
+        what = f"Web-DINO {name.upper()}/14"
+        sources = {tag: _webssl_release(repo, s, what, s != 224) for tag, (repo, s) in tags.items()}
+        default = next(iter(sources.values())).without_weights()
+        models.append(ZooModel(f"webssl_dino{name}14", config, default, sources, f"{what} (DINOv2 SwiGLU, LayerScale)"))
+    for name, (patch, dim, depth, heads) in _WEBSSL_MAE.items():
+        config = ViTConfig(patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads, num_classes=0, norm_eps=1e-6)
+        what = f"Web-MAE {name.upper()}/{patch}"
+        release = _webssl_release(f"mae{name}-full2b-224", 224, what, False)
+        models.append(
+            ZooModel(f"webssl_mae{name}{patch}", config, release.without_weights(), {"full2b": release}, what)
+        )
+    return models
+
+
+# Releases asked for by name that vitzoo refuses, and what is missing: `vitzoo.create` names the reason.
+REFUSED_RELEASES: dict[str, str] = {
+    "radio_so400m16.nvidia": (
+        "NVIDIA's own C-RADIOv4-SO400M repository (nvidia/C-RADIOv4-SO400M) states NVIDIA's remote-code "
+        "RADIO config (RADIOModel through trust_remote_code, its ViT named by args.model), not transformers' "
+        "RadioModel config (model_type 'radio', as nvidia/C-RADIOv4-H's), and vitzoo has no reader for that "
+        "config; timm's release of C-RADIOv4 So400m/16 loads as radio_so400m16.c_radio"
+    ),
+}
 
 # Every built-in model, one entry per name. DeiT III, DINO, MAE, DINOv2 (with registers), CLIP and
 # SigLIP are the ViTs people use today as classifiers and as backbones: self-supervised and
@@ -1137,4 +1253,6 @@ CURATED: tuple[ZooModel, ...] = (
         {"apple": _AIMV2_LIT},
         "AIMv2-L/14 LiT image tower (Apple): attention-pooling head and projection to the 768-d image-text space",
     ),
+    *_pixio_models(),
+    *_webssl_models(),
 )

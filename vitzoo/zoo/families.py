@@ -7,6 +7,8 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("mnist", "mnist"),
     ("aimv2", "aimv2"),
     ("radio", "radio"),  # C-RADIO, classic and NaFlexVit forms of the same weights
+    ("pixio", "pixio"),
+    ("webssl", "webssl"),  # Web-DINO and Web-MAE
     ("naflexvit", "naflexvit"),
     ("dinov3", "dinov3"),
     ("sapiens2", "sapiens2"),
