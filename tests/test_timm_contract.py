@@ -51,6 +51,8 @@ def small(name: str, blocks: int = 2, **kwargs: Any) -> nn.Module:
     overrides: dict[str, Any] = {"depth": min(config.depth, blocks)}
     if config.embed_dim > 32:
         overrides.update(embed_dim=32, num_heads=2)
+        if config.mlp_layer == "swiglu_packed":  # fc1 holds gate and input halves: an even width
+            overrides["mlp_ratio"] = int(32 * config.mlp_ratio) // 2 * 2 / 32
     if max(to_2tuple(config.img_size)) > 224:  # DINOv2's 518: 224 keeps the contract within seconds
         overrides["img_size"] = 224 // max(to_2tuple(config.patch_size)) * max(to_2tuple(config.patch_size))
     if config.representation_size:  # the representation layer keeps its width relative to the tokens
