@@ -25,6 +25,7 @@ def _fraction(value: float) -> bool:
     return 0.0 <= value <= 1.0
 
 
+@pytest.mark.slow  # a benchmark end to end (the README's second line)
 def test_benchmark_runs_end_to_end(bench, tmp_path, capsys, monkeypatch, png_size) -> None:
     monkeypatch.setenv("VITZOO_CACHE", str(tmp_path / "cache"))
     out, picture = tmp_path / "int8.json", tmp_path / "tome.png"

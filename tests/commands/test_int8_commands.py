@@ -62,7 +62,7 @@ def _float_and_inputs(weights: Path, photos: Path) -> tuple[torch.nn.Module, tor
     return model, torch.stack([transform(Image.open(p)) for p in sorted(photos.iterdir())])
 
 
-@pytest.mark.parametrize("suffix", [".xml", ".onnx"])
+@pytest.mark.parametrize("suffix", [pytest.param(".xml", marks=pytest.mark.slow), ".onnx"])  # .xml: seconds more
 def test_export_int8_writes_a_file_its_runtime_reloads_with_the_models_answers(trained, tmp_path, capsys, suffix):
     weights, calibration, photos = trained
     out = tmp_path / f"int8{suffix}"
