@@ -4,6 +4,7 @@ representation heads, bad input, and the timm-compatible parameter layout."""
 from __future__ import annotations
 
 import re
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -77,7 +78,10 @@ def test_one_block_forward_is_finite_for_every_config(name):
     """Real numbers through every config's stem and head (depth cut to 1 and width to at most 384
     to stay fast: the 2026 families reach 4096)."""
     torch.manual_seed(0)
-    narrow = {"embed_dim": 384, "num_heads": 6} if get_entry(name).resolve_config().embed_dim > 384 else {}
+    config = get_entry(name).resolve_config()
+    narrow: dict[str, Any] = {"embed_dim": 384, "num_heads": 6} if config.embed_dim > 384 else {}
+    if narrow and config.mlp_layer == "swiglu_packed":  # fc1 holds gate and input halves: an even width
+        narrow["mlp_ratio"] = int(384 * config.mlp_ratio) // 2 * 2 / 384
     model = vitzoo.create(name, depth=1, **narrow).eval()
     assert len(model.blocks) == 1
     with torch.inference_mode():

@@ -7,6 +7,7 @@ import re
 import threading
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,7 +28,10 @@ def test_every_model_runs_in_bf16_close_to_fp32(name):
     torch.manual_seed(0)
     # One block, and at most 384 wide (head width 64): the cast does not depend on the width, and
     # the 2026 families' full widths (up to the 7B's 4096) would take most of this test's time.
-    narrow = {"embed_dim": 384, "num_heads": 6} if vitzoo.model_info(name)["config"]["embed_dim"] > 384 else {}
+    config = vitzoo.model_info(name)["config"]
+    narrow: dict[str, Any] = {"embed_dim": 384, "num_heads": 6} if config["embed_dim"] > 384 else {}
+    if narrow and config["mlp_layer"] == "swiglu_packed":  # fc1 holds gate and input halves: an even width
+        narrow["mlp_ratio"] = int(384 * config["mlp_ratio"]) // 2 * 2 / 384
     fp32 = vitzoo.create(name, depth=1, **narrow).eval()
     bf16 = vitzoo.create(name, depth=1, dtype="bf16", **narrow).eval()
     bf16.load_state_dict(fp32.state_dict())  # load_state_dict casts into the bf16 parameters

@@ -120,6 +120,7 @@ def decomposed_rel_pos_bias(
 torch.fx.wrap("decomposed_rel_pos_bias")
 
 
+@torch.fx.wrap  # a leaf of torch.fx graphs: its device argument is a traced attribute there
 def window_rope_embed(
     grid: tuple[int, int], span: int, head_dim: int, temperature: float, device: torch.device | None = None
 ) -> torch.Tensor:
