@@ -42,7 +42,8 @@ from .curated import CURATED, REFUSED_RELEASES, ZooModel
 from .families import family_of
 from .open_clip_releases import ARCHITECTURES as _OPEN_CLIP_ARCHS
 from .open_clip_releases import RELEASES as _OPEN_CLIP_RELEASES
-from .timm_releases import ARCHITECTURES, FAMILY_BASES, RELEASES
+from .timm_archs import arch_config, as_tuples
+from .timm_releases import ARCHITECTURES, RELEASES
 from .timm_releases import OPEN_CLIP_NAMES as _OPEN_CLIP_TIMM
 
 TIMM_HUB = "hf-hub:timm/"
@@ -66,20 +67,10 @@ NORMS = {
 }
 
 
-def _tuples(value: Any) -> Any:
-    return tuple(_tuples(v) for v in value) if isinstance(value, list | tuple) else value
-
-
-def arch_config(arch: str) -> ViTConfig:
-    """The ViTConfig of a generated timm architecture (its default release's classes and size)."""
-    _, fam, fields = ARCHITECTURES[arch]
-    return ViTConfig(**{k: _tuples(v) for k, v in {**FAMILY_BASES[fam], **fields}.items()})
-
-
 def _norm_and_size(norm: Any, size: Any) -> tuple[Any, Any, int, int]:
     """A row's normalisation (a NORMS name or (mean, std)) and input size (a side or (height, width))."""
-    mean, std = NORMS[norm] if isinstance(norm, str) else _tuples(norm)
-    height, width = (size, size) if isinstance(size, int) else _tuples(size)
+    mean, std = NORMS[norm] if isinstance(norm, str) else as_tuples(norm)
+    height, width = (size, size) if isinstance(size, int) else as_tuples(size)
     return mean, std, height, width
 
 
@@ -90,7 +81,7 @@ def _release(row: tuple[Any, ...], config: ViTConfig) -> PretrainedCfg:
     mean, std, height, width = _norm_and_size(norm, size)
     wanted = arch_config(arch).replace(num_classes=classes)
     if not wanted.dynamic_img_size:  # a dynamic model's table keeps its own grid (C-RADIO NaFlexVit: 128 x 128)
-        wanted = wanted.replace(img_size=_tuples(size))
+        wanted = wanted.replace(img_size=as_tuples(size))
     return PretrainedCfg(
         source=f"hf-hub:{repo[0] if repo else f'timm/{arch}.{tag}'}",
         input_size=(3, height, width),
@@ -115,12 +106,12 @@ def _model_args(wanted: ViTConfig, config: ViTConfig) -> dict[str, Any]:
     for name in ("init_values", "postnorm_init"):  # LayerScale's, post-norm's initial value: the weights replace it
         if want[name] is not None and have[name] is not None:
             want[name] = have[name]
-    return {k: _tuples(v) for k, v in want.items() if _tuples(v) != _tuples(have[k])}
+    return {k: as_tuples(v) for k, v in want.items() if as_tuples(v) != as_tuples(have[k])}
 
 
 def open_clip_config(model: str) -> ViTConfig:
     """The ViTConfig of a generated open_clip model's image tower."""
-    return ViTConfig(**{k: _tuples(v) for k, v in _OPEN_CLIP_ARCHS[model].items()})
+    return ViTConfig(**{k: as_tuples(v) for k, v in _OPEN_CLIP_ARCHS[model].items()})
 
 
 def _open_clip_release(row: tuple[Any, ...], config: ViTConfig, tag: str) -> PretrainedCfg:

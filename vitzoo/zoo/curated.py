@@ -22,6 +22,7 @@ from ..pretrained_cfg import (
     MNIST_STD,
     PretrainedCfg,
 )
+from .timm_archs import arch_config
 
 
 def _timm_release(
@@ -330,21 +331,8 @@ _SAM3_CFG = PretrainedCfg(
 )
 
 
-_AIMV2_L14: dict[str, Any] = dict(  # timm's aimv2_large_patch14_224, as the LiT release's vision tower
-    patch_size=14,
-    embed_dim=1024,
-    depth=24,
-    num_heads=8,
-    mlp_ratio=2.75,
-    embed_norm=True,
-    qkv_bias=False,
-    proj_bias=False,
-    act_layer="silu",
-    mlp_layer="swiglu",
-    norm_layer="rmsnorm",
-    class_token=False,
-    norm_eps=1e-5,
-)
+# timm's aimv2_large_patch14_224 (the generated table's), as the LiT release's vision tower
+_AIMV2_L14 = arch_config("aimv2_large_patch14_224").replace(img_size=224)
 _AIMV2_LIT = PretrainedCfg(  # its preprocessor_config.json: CLIP's, 224 px shortest edge and centre crop, bicubic
     source="hf-hub:apple/aimv2-large-patch14-224-lit",
     input_size=(3, 224, 224),
@@ -1248,7 +1236,7 @@ CURATED: tuple[ZooModel, ...] = (
     # Aimv2Model get_image_features; Apple's remote-code names read too, keymaps.py). No timm counterpart.
     ZooModel(
         "aimv2_l14_lit",
-        ViTConfig(**_AIMV2_L14, global_pool="aimv2", num_classes=768, head_bias=False),
+        _AIMV2_L14.replace(global_pool="aimv2", num_classes=768, head_bias=False),
         _AIMV2_LIT.without_weights(),
         {"apple": _AIMV2_LIT},
         "AIMv2-L/14 LiT image tower (Apple): attention-pooling head and projection to the 768-d image-text space",
