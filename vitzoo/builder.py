@@ -325,7 +325,7 @@ def download(name_or_source: str) -> list[Path]:
     and return the cached files. Takes a registered name in any spelling ("vit_b16",
     "vit_b16.augreg_in21k_ft_in1k", timm's "vit_base_patch16_224.augreg_in21k_ft_in1k"),
     "hf-hub:org/repo[@rev]" or "timm:<timm name>"."""
-    source = _weights_source(name_or_source)
+    source, _ = _weights_source(name_or_source)
     if source.startswith(HF_PREFIX) or source.startswith(TIMM_PREFIX):
         return fetch_source(source)
     path = Path(source)
@@ -338,12 +338,12 @@ def weights_size(name_or_source: str) -> StoredSize:
     """How large a release's weights are as its Hub repository stores them (bytes, and the files
     counted), asked of the Hub without downloading them, or read off the local cache
     (vitzoo/weights/hub_sizes.py). Takes what `download` takes; a local source is sized on disk."""
-    source = _weights_source(name_or_source)
+    source, kind = _weights_source(name_or_source)
     if source.startswith(TIMM_PREFIX):
         return stored_size(timm_hub_ref(source[len(TIMM_PREFIX) :]))
     if source.startswith(HF_PREFIX):
         names = WEIGHT_FILES
-        if not name_or_source.startswith(HF_PREFIX) and registry.resolve(name_or_source).source_kind == "open_clip":
+        if kind == "open_clip":
             from .text.load import OPEN_CLIP_WEIGHTS  # text/ sits beside the builder, which calls into it
 
             names = OPEN_CLIP_WEIGHTS
@@ -355,14 +355,15 @@ def weights_size(name_or_source: str) -> StoredSize:
     return StoredSize(sum(f.stat().st_size for f in files), tuple(f.name for f in files), source)
 
 
-def _weights_source(name_or_source: str) -> str:
-    """A registered name's weights source ("hf-hub:...", "timm:..." or a path); a source as given."""
+def _weights_source(name_or_source: str) -> tuple[str, str | None]:
+    """A registered name's weights source ("hf-hub:...", "timm:..." or a path) and whose layout its
+    files are in (`Resolved.source_kind`); a source as given, its layout unknown (None)."""
     if name_or_source.startswith(HF_PREFIX) or name_or_source.startswith(TIMM_PREFIX):
-        return name_or_source
+        return name_or_source, None
     resolved = registry.resolve(name_or_source)
     if resolved.source is None:
         raise WeightsError(f"model {resolved.entry.name!r} has no pretrained weights to download")
-    return resolved.source
+    return resolved.source, resolved.source_kind
 
 
 def convert(src: Source, dst: Source, *, to: str = "vitzoo", model: str | nn.Module | None = None) -> Path:
