@@ -14,6 +14,7 @@ from torch import nn
 import vitzoo
 from vitzoo import VisionTransformer, ViTConfig
 from vitzoo.layers import DropPath, to_2tuple
+from vitzoo.layers.swiglu import packed_mlp_ratio
 from vitzoo.registry import count_parameters, get_entry
 from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
@@ -81,7 +82,7 @@ def test_one_block_forward_is_finite_for_every_config(name):
     config = get_entry(name).resolve_config()
     narrow: dict[str, Any] = {"embed_dim": 384, "num_heads": 6} if config.embed_dim > 384 else {}
     if narrow and config.mlp_layer == "swiglu_packed":  # fc1 holds gate and input halves: an even width
-        narrow["mlp_ratio"] = int(384 * config.mlp_ratio) // 2 * 2 / 384
+        narrow["mlp_ratio"] = packed_mlp_ratio(384, int(384 * config.mlp_ratio) // 2)
     model = vitzoo.create(name, depth=1, **narrow).eval()
     assert len(model.blocks) == 1
     with torch.inference_mode():

@@ -14,6 +14,7 @@ import torch
 
 import vitzoo
 from vitzoo import precision
+from vitzoo.layers.swiglu import packed_mlp_ratio
 from vitzoo.precision import auto_dtype, cpu_bf16_flags, parse_dtype
 from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
@@ -31,7 +32,7 @@ def test_every_model_runs_in_bf16_close_to_fp32(name):
     config = vitzoo.model_info(name)["config"]
     narrow: dict[str, Any] = {"embed_dim": 384, "num_heads": 6} if config["embed_dim"] > 384 else {}
     if narrow and config["mlp_layer"] == "swiglu_packed":  # fc1 holds gate and input halves: an even width
-        narrow["mlp_ratio"] = int(384 * config["mlp_ratio"]) // 2 * 2 / 384
+        narrow["mlp_ratio"] = packed_mlp_ratio(384, int(384 * config["mlp_ratio"]) // 2)
     fp32 = vitzoo.create(name, depth=1, **narrow).eval()
     bf16 = vitzoo.create(name, depth=1, dtype="bf16", **narrow).eval()
     bf16.load_state_dict(fp32.state_dict())  # load_state_dict casts into the bf16 parameters

@@ -29,6 +29,7 @@ from torchvision.models.feature_extraction import NodePathTracer, create_feature
 import vitzoo
 from vitzoo import registry
 from vitzoo.layers import to_2tuple
+from vitzoo.layers.swiglu import packed_mlp_ratio
 from vitzoo.zoo.curated import CURATED as _CURATED_MODELS
 
 CURATED = {m.name for m in _CURATED_MODELS}
@@ -52,7 +53,7 @@ def small(name: str, blocks: int = 2, **kwargs: Any) -> nn.Module:
     if config.embed_dim > 32:
         overrides.update(embed_dim=32, num_heads=2)
         if config.mlp_layer == "swiglu_packed":  # fc1 holds gate and input halves: an even width
-            overrides["mlp_ratio"] = int(32 * config.mlp_ratio) // 2 * 2 / 32
+            overrides["mlp_ratio"] = packed_mlp_ratio(32, int(32 * config.mlp_ratio) // 2)
     if max(to_2tuple(config.img_size)) > 224:  # DINOv2's 518: 224 keeps the contract within seconds
         overrides["img_size"] = 224 // max(to_2tuple(config.patch_size)) * max(to_2tuple(config.patch_size))
     if config.representation_size:  # the representation layer keeps its width relative to the tokens
