@@ -145,9 +145,8 @@ def write_repo(
     the model, else in vitzoo's (module docstring). `license` replaces the licence the model's
     pretrained cfg states; either must be a licence id (`check_license`). Every string of
     config.json and the card passes through `public_value`."""
-    parse_shard_size(max_shard_size)
     counterpart = timm_counterpart(model)
-    if isinstance(counterpart, str):
+    if isinstance(counterpart, str):  # write_vitzoo_repo checks max_shard_size before it writes
         return write_vitzoo_repo(
             model,
             directory,
@@ -157,6 +156,7 @@ def write_repo(
             max_shard_size=max_shard_size,
             why_not_timm=counterpart,
         )
+    parse_shard_size(max_shard_size)  # before anything is written
     timm_name, model_args = counterpart
     directory = Path(directory)
     pcfg = public_pretrained_cfg(model, license)
